@@ -1,0 +1,3 @@
+from hostgap.cli import main
+
+main()
