@@ -1,0 +1,577 @@
+"""Nsight Systems SQLite exports (``nsys export --type sqlite``) in, :class:`Trace` out.
+
+Read, one SQL query per table, whichever of these the export has:
+
+- ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``_MEMCPY`` / ``_MEMSET``: GPU ops (device, stream,
+  correlation id, owning process; kernel names from ``StringIds``);
+- ``CUPTI_ACTIVITY_KIND_RUNTIME`` / ``_DRIVER``: CUDA API calls, classified by
+  :func:`classify_api` into launch / graph launch / other runtime call;
+- ``NVTX_EVENTS``: push/pop and start/end ranges (marks are skipped and counted);
+- ``CUBLAS_EVENTS`` / ``CUDNN_EVENTS``: vendor-library API calls;
+- ``StringIds``, ``PROCESSES``, ``TARGET_INFO_*``, ``META_DATA_*``: names and facts.
+
+The file is opened read-only (``mode=ro&immutable=1``) and never written.
+
+Correlation scope (METHOD.md §2): nsys serialises ids as ``globalTid = ... | pid << 24 | tid``
+and ``globalPid = ... | pid << 24``. ``link_key`` is ``globalTid >> 24`` for API calls and
+``globalPid >> 24`` for GPU ops (the hardware/VM bits above the pid included on both sides),
+so ``(link_key, correlation)`` pairs a launch with its kernels only within one process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import sqlite3
+import urllib.parse
+from dataclasses import dataclass
+
+import numpy as np
+
+from hostgap.errors import HostgapError
+from hostgap.events import (
+    NONE,
+    CopyKind,
+    DeviceInfo,
+    EventTable,
+    Kind,
+    NameTable,
+    SkipCounter,
+    Trace,
+    TraceMeta,
+)
+
+# ---------------------------------------------------------------- API name classification
+
+LAUNCH_API_PREFIXES: tuple[str, ...] = (
+    "cudaLaunchKernel",  # also cudaLaunchKernelExC
+    "cudaLaunchCooperativeKernel",
+    "cuLaunchKernel",  # also cuLaunchKernelEx
+    "cuLaunchCooperativeKernel",
+    "hipLaunchKernel",
+    "hipExtLaunchKernel",
+    "hipModuleLaunchKernel",
+    "hipExtModuleLaunchKernel",
+    "hipLaunchCooperativeKernel",
+    "hipModuleLaunchCooperativeKernel",
+)
+"""Host APIs that enqueue one kernel (METHOD.md §2), matched on the base name's prefix."""
+
+GRAPH_LAUNCH_API_PREFIXES: tuple[str, ...] = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
+"""Host APIs that replay a graph: one correlation id shared by every replayed kernel."""
+
+_SUFFIX = re.compile(r"(?:_pt(?:sz|ds))?(?:_v\d{4,})?(?:_pt(?:sz|ds))?$")
+# nsys tags API names with the CUDA version that introduced them (``_v7000``, ``_v11060``,
+# 4+ digits) and per-thread-default-stream variants with ``_ptsz``/``_ptds``. Short
+# ``_v2``-style suffixes are part of the API's own name (``cuMemAlloc_v2``) and stay.
+
+
+def api_base_name(name: str) -> str:
+    """``cudaLaunchKernel_v7000`` → ``cudaLaunchKernel``; ``cuLaunchKernel_ptsz`` →
+    ``cuLaunchKernel``; ``cudaStreamGetCaptureInfo_v2_v11030`` → ``cudaStreamGetCaptureInfo_v2``."""
+    return _SUFFIX.sub("", name, count=1) or name
+
+
+def classify_api(name: str) -> Kind:
+    """``Kind.LAUNCH``, ``Kind.GRAPH_LAUNCH`` or ``Kind.RUNTIME`` for a runtime/driver API
+    name, with or without nsys suffixes. Pure; call it once per distinct name."""
+    base = api_base_name(name)
+    if base.startswith(GRAPH_LAUNCH_API_PREFIXES):
+        return Kind.GRAPH_LAUNCH
+    if base.startswith(LAUNCH_API_PREFIXES):
+        return Kind.LAUNCH
+    return Kind.RUNTIME
+
+
+# ---------------------------------------------------------------- format constants
+
+GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+API_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
+LIBRARY_TABLES = ("CUBLAS_EVENTS", "CUDNN_EVENTS")
+ACTIVITY_PREFIX = "CUPTI_ACTIVITY_KIND_"
+
+NO_CUDA_TABLES = "SQLite file has no CUDA activity tables (CUPTI_ACTIVITY_KIND_*): not an Nsight Systems export"
+
+# ENUM_CUDA_MEMCPY_OPER ids → (CopyKind, event name)
+MEMCPY_KINDS: dict[int, tuple[CopyKind, str]] = {
+    0: (CopyKind.OTHER, "Memcpy (unknown)"),
+    1: (CopyKind.H2D, "Memcpy HtoD"),
+    2: (CopyKind.D2H, "Memcpy DtoH"),
+    3: (CopyKind.H2D, "Memcpy HtoA"),
+    4: (CopyKind.D2H, "Memcpy AtoH"),
+    5: (CopyKind.D2D, "Memcpy AtoA"),
+    6: (CopyKind.D2D, "Memcpy AtoD"),
+    7: (CopyKind.D2D, "Memcpy DtoA"),
+    8: (CopyKind.D2D, "Memcpy DtoD"),
+    9: (CopyKind.OTHER, "Memcpy HtoH"),
+    10: (CopyKind.P2P, "Memcpy PtoP"),
+    11: (CopyKind.H2D, "Memcpy HtoD (unified)"),
+    12: (CopyKind.D2H, "Memcpy DtoH (unified)"),
+    13: (CopyKind.D2D, "Memcpy DtoD (unified)"),
+}
+MEMSET_NAME = "Memset"
+
+# ENUM_NSYS_EVENT_TYPE ids used when the export lacks the enum table.
+NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange", 70: "NvtxtPushPopRange", 71: "NvtxtStartEndRange"}
+NVTX_MARK_TYPES = {34: "NvtxMark", 65: "NvtxtMark"}
+
+PID_BITS = 24
+LOW_MASK = (1 << PID_BITS) - 1
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Columns of one source table, before concatenation (dict of equal-length arrays)."""
+
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.columns["kind"])
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def load_nsys(path: str) -> Trace:
+    """Load an Nsight Systems SQLite export. Whole-file problems raise HostgapError;
+    rows with negative durations, NVTX marks and unterminated ranges are skipped and
+    counted in ``meta.skipped``."""
+    path = os.fspath(path)
+    con = _connect(path)
+    try:
+        return _load(con, path)
+    except sqlite3.DatabaseError as e:
+        raise HostgapError(path, f"cannot read SQLite export: {e}") from None
+    finally:
+        con.close()
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    if not os.path.isfile(path):
+        raise HostgapError(path, "no such file")
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro&immutable=1"
+    try:
+        return sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as e:
+        raise HostgapError(path, f"cannot open SQLite file: {e}") from None
+
+
+def _load(con: sqlite3.Connection, path: str) -> Trace:
+    tables = _tables(con)
+    if not any(t.startswith(ACTIVITY_PREFIX) for t in tables):
+        raise HostgapError(path, NO_CUDA_TABLES)
+    strings = _string_ids(con, tables)
+    names = NameTable()
+    skipped = SkipCounter()
+    parts: list[_Part] = []
+    extra: dict[str, object] = {}
+    for table in GPU_TABLES:
+        if table in tables:
+            parts.append(_gpu_ops(con, table, _columns(con, table), strings, names, skipped, extra))
+    for table in API_TABLES:
+        if table in tables:
+            parts.append(_api_calls(con, table, _columns(con, table), strings, names, skipped))
+    for table in LIBRARY_TABLES:
+        if table in tables:
+            parts.append(_library_calls(con, table, _columns(con, table), strings, names, skipped))
+    if "NVTX_EVENTS" in tables:
+        parts.append(_nvtx(con, _columns(con, "NVTX_EVENTS"), strings, names, skipped, tables))
+    events = _concat(parts)
+    events.validate()
+    extra.update(_export_facts(con, tables))
+    extra["tables_read"] = [t for t in (*GPU_TABLES, *API_TABLES, *LIBRARY_TABLES, "NVTX_EVENTS") if t in tables]
+    gpu = np.isin(events.kind, np.array([Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET], dtype=np.int8))
+    device_ids = sorted(int(d) for d in np.unique(events.device[gpu]) if d != NONE)
+    meta = TraceMeta(
+        path=path,
+        format="nsys",
+        base_time_ns=_base_time_ns(con, tables),
+        devices=_devices(con, tables, device_ids),
+        skipped=dict(skipped),
+        processes=_processes(con, tables, np.unique(events.pid)),
+        extra=extra,
+    )
+    return Trace(events=events, names=names.names(), meta=meta)
+
+
+# ---------------------------------------------------------------- SQL helpers
+
+
+def _tables(con: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+
+
+def _columns(con: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in con.execute(f'PRAGMA table_info("{table}")')}
+
+
+def _int(cols: set[str], name: str, default: int = NONE) -> str:
+    """SQL expression for an integer column: NULL (or a missing column) → ``default``."""
+    if name not in cols:
+        return str(default)
+    return f'coalesce(CAST("{name}" AS INTEGER), {default})'
+
+
+def _fetch_ints(con: sqlite3.Connection, table: str, exprs: dict[str, str], where: str = "") -> dict[str, np.ndarray]:
+    """One query; every selected expression must yield an integer. Returns int64 columns."""
+    sql = f'SELECT {", ".join(exprs.values())} FROM "{table}" {where}'
+    flat = np.fromiter(itertools.chain.from_iterable(con.execute(sql)), dtype=np.int64)
+    rows = flat.reshape(-1, len(exprs))
+    return {k: rows[:, i] for i, k in enumerate(exprs)}
+
+
+def _string_ids(con: sqlite3.Connection, tables: set[str]) -> dict[int, str]:
+    if "StringIds" not in tables:
+        return {}
+    return {int(i): str(v) for i, v in con.execute("SELECT id, value FROM StringIds") if i is not None and v is not None}
+
+
+def _intern_ids(ids: np.ndarray, label, names: NameTable) -> np.ndarray:
+    """Name codes for an array of ids, calling ``label(id) -> str`` once per distinct id."""
+    if len(ids) == 0:
+        return np.zeros(0, dtype=np.int32)
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    codes = names.codes([label(int(i)) for i in uniq])
+    return codes[inverse.reshape(-1)]
+
+
+# ---------------------------------------------------------------- tables
+
+
+def _keep_non_negative(cols: dict[str, np.ndarray], reason: str, skipped: SkipCounter) -> dict[str, np.ndarray]:
+    bad = cols["end"] < cols["start"]
+    n_bad = int(bad.sum())
+    if n_bad:
+        skipped.add(reason, n_bad)
+        cols = {k: v[~bad] for k, v in cols.items()}
+    return cols
+
+
+def _process_key(global_id: np.ndarray) -> np.ndarray:
+    return np.where(global_id >= 0, global_id >> PID_BITS, NONE)
+
+
+def _os_pid(global_id: np.ndarray) -> np.ndarray:
+    return np.where(global_id >= 0, (global_id >> PID_BITS) & LOW_MASK, NONE)
+
+
+def _os_tid(global_tid: np.ndarray) -> np.ndarray:
+    return np.where(global_tid >= 0, global_tid & LOW_MASK, NONE)
+
+
+def _base_columns(kind, cols, pid, tid, device, stream, correlation, link_key, name, nbytes, copy_kind) -> dict:
+    n = len(cols["start"])
+    full = lambda v: np.full(n, v, dtype=np.int64) if np.isscalar(v) else v  # noqa: E731
+    return {
+        "kind": full(int(kind)) if np.isscalar(kind) else kind,
+        "start_ns": cols["start"],
+        "dur_ns": cols["end"] - cols["start"],
+        "pid": full(pid),
+        "tid": full(tid),
+        "device": full(device),
+        "stream": full(stream),
+        "correlation": full(correlation),
+        "link_key": full(link_key),
+        "external_id": full(NONE),
+        "name": name,
+        "bytes": full(nbytes),
+        "copy_kind": full(copy_kind),
+    }
+
+
+def _gpu_ops(con, table, cols, strings, names, skipped, extra) -> _Part:
+    exprs = {
+        "start": _int(cols, "start", 0),
+        "end": _int(cols, "end", 0),
+        "device": _int(cols, "deviceId"),
+        "stream": _int(cols, "streamId"),
+        "correlation": _int(cols, "correlationId"),
+        "gpid": _int(cols, "globalPid"),
+    }
+    short = table.removeprefix(ACTIVITY_PREFIX).lower()
+    if table == "CUPTI_ACTIVITY_KIND_KERNEL":
+        exprs |= {"name": _int(cols, "demangledName"), "short": _int(cols, "shortName"),
+                  "graph": _graph_expr(cols)}
+    else:
+        exprs |= {"bytes": _int(cols, "bytes", 0), "copy": _int(cols, "copyKind", 0)}
+    c = _keep_non_negative(_fetch_ints(con, table, exprs), f"negative duration ({short})", skipped)
+    if table == "CUPTI_ACTIVITY_KIND_KERNEL":
+        kind, nbytes, copy = Kind.KERNEL, 0, int(CopyKind.OTHER)
+        name = _kernel_names(c["name"], c["short"], strings, names)
+        extra["graph_kernels"] = int((c["graph"] != NONE).sum())
+    elif table == "CUPTI_ACTIVITY_KIND_MEMCPY":
+        kind, nbytes = Kind.MEMCPY, c["bytes"]
+        uniq, inverse = np.unique(c["copy"], return_inverse=True)
+        lut = np.array([int(MEMCPY_KINDS.get(int(k), (CopyKind.OTHER,))[0]) for k in uniq], dtype=np.int64)
+        copy = lut[inverse.reshape(-1)] if len(uniq) else np.zeros(0, dtype=np.int64)
+        name = _intern_ids(c["copy"], lambda k: MEMCPY_KINDS.get(k, (0, f"Memcpy (kind {k})"))[1], names)
+    else:
+        kind, nbytes, copy = Kind.MEMSET, c["bytes"], int(CopyKind.OTHER)
+        name = np.full(len(c["start"]), names.code(MEMSET_NAME), dtype=np.int32)
+    return _Part(_base_columns(kind, c, _os_pid(c["gpid"]), c["stream"], c["device"], c["stream"],
+                               c["correlation"], _process_key(c["gpid"]), name, nbytes, copy))
+
+
+def _graph_expr(cols: set[str]) -> str:
+    """Non-NONE when the kernel ran as a node of a CUDA graph (graphNodeId or graphId set)."""
+    parts = [f'CAST("{c}" AS INTEGER)' for c in ("graphNodeId", "graphId") if c in cols]
+    return f"coalesce({', '.join(parts)}, {NONE})" if parts else str(NONE)
+
+
+def _kernel_names(demangled: np.ndarray, short: np.ndarray, strings: dict[int, str], names: NameTable) -> np.ndarray:
+    """Demangled name (with templates) when the export has it, else the short name."""
+    if len(demangled) == 0:
+        return np.zeros(0, dtype=np.int32)
+    pairs = np.stack([demangled, short], axis=1)
+    uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    labels = [strings.get(int(d)) or strings.get(int(s)) or f"kernel (string id {int(d)})" for d, s in uniq]
+    return names.codes(labels)[inverse.reshape(-1)]
+
+
+def _api_calls(con, table, cols, strings, names, skipped) -> _Part:
+    exprs = {
+        "start": _int(cols, "start", 0),
+        "end": _int(cols, "end", 0),
+        "gtid": _int(cols, "globalTid"),
+        "correlation": _int(cols, "correlationId"),
+        "name": _int(cols, "nameId"),
+    }
+    label = table.removeprefix(ACTIVITY_PREFIX).lower()
+    c = _keep_non_negative(_fetch_ints(con, table, exprs), f"negative duration ({label})", skipped)
+    if len(c["name"]):
+        uniq, inverse = np.unique(c["name"], return_inverse=True)
+        base = [api_base_name(strings.get(int(i), f"{label} call (string id {int(i)})")) for i in uniq]
+        kinds = np.array([int(classify_api(b)) for b in base], dtype=np.int8)[inverse.reshape(-1)]
+        name = names.codes(base)[inverse.reshape(-1)]
+    else:
+        kinds, name = np.zeros(0, dtype=np.int8), np.zeros(0, dtype=np.int32)
+    return _Part(_base_columns(kinds, c, _os_pid(c["gtid"]), _os_tid(c["gtid"]), NONE, NONE,
+                               c["correlation"], _process_key(c["gtid"]), name, 0, int(CopyKind.OTHER)))
+
+
+def _library_calls(con, table, cols, strings, names, skipped) -> _Part:
+    exprs = {
+        "start": _int(cols, "start", 0),
+        "end": _int(cols, "end", 0),
+        "gtid": _int(cols, "globalTid"),
+        "name": _int(cols, "nameId"),
+    }
+    library = table.removesuffix("_EVENTS").lower()
+    c = _keep_non_negative(_fetch_ints(con, table, exprs), f"negative duration ({library})", skipped)
+    name = _intern_ids(c["name"], lambda i: strings.get(i, f"{library} call (string id {i})"), names)
+    return _Part(_base_columns(Kind.LIBRARY, c, _os_pid(c["gtid"]), _os_tid(c["gtid"]), NONE, NONE,
+                               NONE, _process_key(c["gtid"]), name, 0, int(CopyKind.OTHER)))
+
+
+def _nvtx(con, cols, strings, names, skipped, tables) -> _Part:
+    """Ranges become ANNOTATION events. The name is ``text`` or, when absent, ``StringIds[textId]``;
+    distinct texts are numbered inside SQLite so no string is fetched per row."""
+    range_types, mark_types = _nvtx_types(con, tables)
+    has_text = "text" in cols
+    exprs = {
+        "start": _int(cols, "start", 0),
+        "end": _int(cols, "end"),
+        "etype": _int(cols, "eventType"),
+        "gtid": _int(cols, "globalTid"),
+        "text_id": _int(cols, "textId"),
+        "text_rank": "coalesce(dense_rank() OVER (ORDER BY text), 0)" if has_text else "0",
+        "has_text": "(text IS NOT NULL)" if has_text else "0",
+        "end_null": '("end" IS NULL)' if "end" in cols else "1",
+    }
+    c = _fetch_ints(con, "NVTX_EVENTS", exprs)
+    texts = [r[0] for r in con.execute("SELECT DISTINCT text FROM NVTX_EVENTS ORDER BY text")] if has_text else []
+    is_range = np.isin(c["etype"], np.array(sorted(range_types), dtype=np.int64))
+    is_mark = np.isin(c["etype"], np.array(sorted(mark_types), dtype=np.int64))
+    skipped.add("nvtx mark", int(is_mark.sum()))
+    skipped.add("nvtx record that is not a range", int((~is_range & ~is_mark).sum()))
+    open_range = is_range & (c["end_null"] == 1)
+    skipped.add("nvtx range without end", int(open_range.sum()))
+    keep = is_range & ~open_range
+    c = {k: v[keep] for k, v in c.items()}
+    c = _keep_non_negative(c, "negative duration (nvtx)", skipped)
+    # one key per distinct name source: texts by rank (>0), registered strings by -(id + 2)
+    key = np.where(c["has_text"] == 1, c["text_rank"], -(c["text_id"] + 2))
+
+    def label(k: int) -> str:
+        if k > 0:
+            return str(texts[k - 1])
+        text_id = -k - 2
+        return strings.get(text_id, "NVTX range" if text_id == NONE else f"NVTX range (string id {text_id})")
+
+    name = _intern_ids(key, label, names)
+    return _Part(_base_columns(Kind.ANNOTATION, c, _os_pid(c["gtid"]), _os_tid(c["gtid"]), NONE, NONE,
+                               NONE, _process_key(c["gtid"]), name, 0, int(CopyKind.OTHER)))
+
+
+def _nvtx_types(con, tables) -> tuple[set[int], set[int]]:
+    """Event-type ids of NVTX ranges and marks, from ENUM_NSYS_EVENT_TYPE when present."""
+    ranges, marks = set(NVTX_RANGE_TYPES), set(NVTX_MARK_TYPES)
+    if "ENUM_NSYS_EVENT_TYPE" in tables and "name" in _columns(con, "ENUM_NSYS_EVENT_TYPE"):
+        for i, n in con.execute("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE"):
+            if i is None or n is None or not str(n).startswith("Nvtx"):
+                continue
+            if str(n).endswith(("PushPopRange", "StartEndRange")):
+                ranges.add(int(i))
+            elif str(n).endswith("Mark"):
+                marks.add(int(i))
+    return ranges, marks
+
+
+def _concat(parts: list[_Part]) -> EventTable:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return EventTable.empty()
+    columns = {k: np.concatenate([np.asarray(p.columns[k]) for p in parts]) for k in parts[0].columns}
+    return EventTable.from_columns(columns)
+
+
+# ---------------------------------------------------------------- metadata
+
+
+def _kv(con, table: str) -> dict[str, str]:
+    """First value of each name in a META_DATA_* table."""
+    out: dict[str, str] = {}
+    for n, v in con.execute(f'SELECT name, value FROM "{table}"'):
+        if n is not None and n not in out:
+            out[str(n)] = "" if v is None else str(v)
+    return out
+
+
+def _export_facts(con, tables) -> dict[str, object]:
+    facts: dict[str, object] = {}
+    if "META_DATA_EXPORT" in tables:
+        kv = _kv(con, "META_DATA_EXPORT")
+        for key, out in (("EXPORT_PRODUCT_VERSION", "nsys_version"), ("EXPORT_SCHEMA_VERSION", "schema_version")):
+            if kv.get(key):
+                facts[out] = kv[key]
+    if "nsys_version" not in facts and "META_DATA_CAPTURE" in tables:
+        version = _kv(con, "META_DATA_CAPTURE").get("NSYS_VERSION") or _kv(con, "META_DATA_CAPTURE").get("VERSION")
+        if version:
+            facts["nsys_version"] = version
+    return facts
+
+
+def _base_time_ns(con, tables) -> int | None:
+    """Unix ns of trace time 0: nsys timestamps count from the session start, whose UTC time is
+    ``TARGET_INFO_SESSION_START_TIME.utcEpochNs``. None when the export normalised its times
+    (``--ts-normalize``) or has no session start."""
+    if "TARGET_INFO_SESSION_START_TIME" not in tables:
+        return None
+    if "utcEpochNs" not in _columns(con, "TARGET_INFO_SESSION_START_TIME"):
+        return None
+    row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
+    if row is None or row[0] is None:
+        return None
+    shift = 0
+    if "META_DATA_EXPORT" in tables:
+        kv = _kv(con, "META_DATA_EXPORT")
+        if kv.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true":
+            return None
+        try:
+            shift = int(kv.get("EXPORT_PARAM_TIME_SHIFT", "0") or 0)
+        except ValueError:
+            return None
+    return int(row[0]) - shift
+
+
+def _processes(con, tables, pids: np.ndarray) -> dict[int, str]:
+    """OS pid → process name, for the processes that own events."""
+    if "PROCESSES" not in tables or not {"pid", "name"} <= _columns(con, "PROCESSES"):
+        return {}
+    seen = {int(p) for p in pids if p != NONE}
+    out: dict[int, str] = {}
+    for pid, name in con.execute("SELECT pid, name FROM PROCESSES"):
+        if pid is not None and int(pid) in seen and name:
+            out.setdefault(int(pid), str(name))
+    return out
+
+
+def _devices(con, tables, device_ids: list[int]) -> tuple[DeviceInfo, ...]:
+    found = _gpu_table_devices(con, tables, device_ids) or _cuda_device_table(con, tables) or _system_env_gpus(con, tables)
+    return tuple(found.get(i) or DeviceInfo(i, f"GPU {i} (name not in export)", name_source="missing") for i in device_ids)
+
+
+def _rows(con, table: str) -> list[dict[str, object]]:
+    cur = con.execute(f'SELECT * FROM "{table}"')
+    keys = [d[0] for d in cur.description]
+    return [dict(zip(keys, r)) for r in cur]
+
+
+def _int_or_none(v) -> int | None:
+    try:
+        return None if v is None else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _info(index: int, row: dict[str, object]) -> DeviceInfo | None:
+    name = row.get("name") or row.get("chipName")
+    if not name:
+        return None
+    major, minor = _int_or_none(row.get("computeMajor")), _int_or_none(row.get("computeMinor"))
+    if major is None:
+        major, minor = _int_or_none(row.get("computeCapabilityMajor")), _int_or_none(row.get("computeCapabilityMinor"))
+    return DeviceInfo(
+        index=index,
+        name=str(name),
+        memory_bytes=_int_or_none(row.get("totalMemory")),
+        sm_count=_int_or_none(row.get("smCount") or row.get("numMultiprocessors")),
+        compute_capability=f"{major}.{minor}" if major is not None and minor is not None else None,
+    )
+
+
+def _gpu_table_devices(con, tables, device_ids: list[int]) -> dict[int, DeviceInfo]:
+    """TARGET_INFO_GPU rows by GPU id; a CUDA device id is mapped to its GPU id through
+    TARGET_INFO_CUDA_DEVICE (cudaId → gpuId) when that mapping is the same in every process."""
+    if "TARGET_INFO_GPU" not in tables:
+        return {}
+    gpus = {_int_or_none(r.get("id")): r for r in _rows(con, "TARGET_INFO_GPU")}
+    cuda_to_gpu: dict[int, int] = {}
+    if "TARGET_INFO_CUDA_DEVICE" in tables:
+        pairs = {(_int_or_none(r.get("cudaId")), _int_or_none(r.get("gpuId"))) for r in _rows(con, "TARGET_INFO_CUDA_DEVICE")}
+        by_cuda: dict[int, set[int]] = {}
+        for cuda, gpu in pairs:
+            if cuda is not None and gpu is not None:
+                by_cuda.setdefault(cuda, set()).add(gpu)
+        cuda_to_gpu = {c: next(iter(g)) for c, g in by_cuda.items() if len(g) == 1}
+    out = {}
+    for i in device_ids:
+        row = gpus.get(cuda_to_gpu.get(i, i))
+        info = _info(i, row) if row else None
+        if info:
+            out[i] = info
+    return out
+
+
+def _cuda_device_table(con, tables) -> dict[int, DeviceInfo]:
+    """Older exports: TARGET_INFO_CUDA_DEVICE rows with their own ``name``."""
+    if "TARGET_INFO_CUDA_DEVICE" not in tables or "name" not in _columns(con, "TARGET_INFO_CUDA_DEVICE"):
+        return {}
+    out = {}
+    for r in _rows(con, "TARGET_INFO_CUDA_DEVICE"):
+        i = _int_or_none(r.get("cudaId"))
+        info = _info(i, r) if i is not None else None
+        if info and i not in out:
+            out[i] = info
+    return out
+
+
+def _system_env_gpus(con, tables) -> dict[int, DeviceInfo]:
+    """TARGET_INFO_SYSTEM_ENV ``GpuInfo``: a JSON list of GPUs with names, when not empty."""
+    if "TARGET_INFO_SYSTEM_ENV" not in tables or not {"name", "value"} <= _columns(con, "TARGET_INFO_SYSTEM_ENV"):
+        return {}
+    row = con.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'GpuInfo' LIMIT 1").fetchone()
+    try:
+        doc = json.loads(row[0]) if row and row[0] else None
+    except ValueError:
+        return {}
+    items = doc if isinstance(doc, list) else next((v for v in doc.values() if isinstance(v, list)), []) if isinstance(doc, dict) else []
+    out = {}
+    for pos, item in enumerate(x for x in items if isinstance(x, dict)):
+        i = _int_or_none(item.get("cudaId", item.get("index", item.get("id", pos))))
+        info = _info(i, item) if i is not None else None
+        if info and i not in out:
+            out[i] = info
+    return out
