@@ -1,0 +1,79 @@
+"""``hostgap analyze``: the document for one trace (devices, windows, launches, idle gaps).
+
+The JSON document is a contract (docs/json.md): one object per trace with
+``schema_version, trace, format, devices, windows, skipped`` and more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+
+from hostgap import SCHEMA_VERSION
+from hostgap.anatomy.timeline import (
+    DEFAULT_GAP_THRESHOLD_NS,
+    gpu_times,
+    idle_gaps,
+    launch_stats,
+    top_kernels,
+    windows,
+)
+from hostgap.events import GPU_OP_KINDS, Kind, Trace
+from hostgap.link import Links, link
+
+
+def overview(trace: Trace, links: Links | None = None, gap_threshold_ns: int = DEFAULT_GAP_THRESHOLD_NS,
+             top: int = 10) -> dict:
+    """Everything ``hostgap analyze`` reports about the GPU timeline of ``trace``."""
+    links = links if links is not None else link(trace)
+    ev = trace.events
+    gpu_rows = np.flatnonzero(ev.of_kind(*GPU_OP_KINDS))
+    names = {d.index: d for d in trace.meta.devices}
+    devices = []
+    for dev in np.unique(ev.device[gpu_rows]):
+        rows = gpu_rows[ev.device[gpu_rows] == dev]
+        info = names.get(int(dev))
+        entry = {
+            "device": int(dev),
+            "name": info.name if info else f"GPU {int(dev)} (name not in trace)",
+            "name_source": info.name_source if info else "missing",
+            "start_ns": int(ev.start_ns[rows].min()),
+            "end_ns": int(ev.end_ns[rows].max()),
+            **asdict(gpu_times(trace, rows)),
+            "streams": int(len(np.unique(ev.stream[rows]))),
+            "idle_gaps": idle_gaps(trace, links, rows, gap_threshold_ns).to_dict(),
+            "top_kernels": top_kernels(trace, rows, top),
+        }
+        devices.append(entry)
+    win = [
+        {"name": w.name, "device": w.device, "source": w.source, "start_ns": w.start_ns,
+         "end_ns": w.end_ns, **asdict(w.times)}
+        for w in windows(trace)
+    ]
+    n_launch = int(np.sum(ev.kind == Kind.LAUNCH))
+    n_graph = int(np.sum(ev.kind == Kind.GRAPH_LAUNCH))
+    graph_rows = np.flatnonzero(ev.kind == Kind.GRAPH_LAUNCH)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "trace": trace.meta.path,
+        "format": trace.meta.format,
+        "rank": trace.meta.rank,
+        "world_size": trace.meta.world_size,
+        "base_time_ns": trace.meta.base_time_ns,
+        "events": int(len(ev)),
+        "device_activity": bool(len(gpu_rows)),
+        "devices": devices,
+        "windows": win,
+        "links": {
+            "launches": n_launch,
+            "graph_launches": n_graph,
+            "graph_replayed_ops": int(links.gpu_ops_of_launch[graph_rows].sum()),
+            "gpu_ops": int(len(gpu_rows)),
+            "unlinked_gpu_ops": links.unlinked_gpu_ops,
+            "flow_events": trace.meta.flows,
+        },
+        "launch_stats": [asdict(s) for s in launch_stats(trace, links)],
+        "idle_gap_threshold_ns": int(gap_threshold_ns),
+        "skipped": dict(sorted(trace.meta.skipped.items())),
+    }

@@ -1,0 +1,340 @@
+"""The GPU timeline of every device and every window (METHOD.md §1, §3, §5).
+
+Three GPU times, never confused: **busy** (union of kernel + memcpy + memset intervals),
+**kernel union** (union of kernels only), **kernel sum** (plain sum of kernel durations).
+Span = first GPU op start → last GPU op end; idle = span − busy.
+
+A *window* (``ProfilerStep#N``) is a time range: GPU ops are clipped to it by time. Steps
+(engine iterations) are another thing, handled in :mod:`hostgap.anatomy.steps`.
+
+On a CPU-only trace there is no device activity; :func:`totals` then reports the CPU-compute
+analogue (see :func:`cpu_compute_mask`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from hostgap.anatomy.intervals import clip, merge, union_ns
+from hostgap.events import GPU_OP_KINDS, NONE, Kind, Trace
+from hostgap.link import Links, Nesting
+
+DEFAULT_GAP_THRESHOLD_NS = 30_000
+"""Idle gaps shorter than this that are not host-wait are kernel-wait (METHOD.md §5)."""
+
+IDLE_CLASSES = ("host_wait", "kernel_wait", "other")
+
+
+@dataclass(frozen=True)
+class GpuTimes:
+    """The time keys shared by devices, windows and steps (all int64 ns)."""
+
+    span_ns: int
+    busy_ns: int
+    idle_ns: int
+    kernel_sum_ns: int
+    kernel_union_ns: int
+    kernel_count: int
+    memcpy_count: int
+    memcpy_ns: int
+    memcpy_bytes: int
+    memset_count: int
+    memset_ns: int
+    memset_bytes: int
+
+
+def gpu_times(trace: Trace, rows: np.ndarray, lo: int | None = None, hi: int | None = None) -> GpuTimes:
+    """Times over GPU-op ``rows``; with ``lo``/``hi`` the ops are clipped to [lo, hi] and the
+    span is the window, else the span is first op start → last op end."""
+    ev = trace.events
+    kind = ev.kind[rows]
+    s, e = ev.start_ns[rows], ev.end_ns[rows]
+    if lo is not None:
+        s, e = clip(s, e, lo, hi)
+        inside = e > s
+        inside |= (ev.dur_ns[rows] == 0) & (ev.start_ns[rows] >= lo) & (ev.start_ns[rows] <= hi)
+        rows, kind, s, e = rows[inside], kind[inside], s[inside], e[inside]
+        span = hi - lo
+    else:
+        span = int(e.max() - s.min()) if len(rows) else 0
+    k = kind == Kind.KERNEL
+    mc = kind == Kind.MEMCPY
+    ms = kind == Kind.MEMSET
+    busy = union_ns(s, e)
+    nbytes = ev.bytes[rows]
+    return GpuTimes(
+        span_ns=int(span),
+        busy_ns=busy,
+        idle_ns=int(span - busy),
+        kernel_sum_ns=int(np.sum(e[k] - s[k])),
+        kernel_union_ns=union_ns(s[k], e[k]),
+        kernel_count=int(k.sum()),
+        memcpy_count=int(mc.sum()),
+        memcpy_ns=int(np.sum(e[mc] - s[mc])),
+        memcpy_bytes=int(nbytes[mc].sum()),
+        memset_count=int(ms.sum()),
+        memset_ns=int(np.sum(e[ms] - s[ms])),
+        memset_bytes=int(nbytes[ms].sum()),
+    )
+
+
+@dataclass(frozen=True)
+class IdleGaps:
+    """Per-stream idle gaps between consecutive GPU ops, by class (count and total ns)."""
+
+    threshold_ns: int
+    count: dict[str, int]
+    total_ns: dict[str, int]
+    histogram: dict[str, list[int]] = field(default_factory=dict)  # log2-µs bins per class
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def idle_gaps(trace: Trace, links: Links, rows: np.ndarray, threshold_ns: int = DEFAULT_GAP_THRESHOLD_NS) -> IdleGaps:
+    """Classify the gap before each GPU op on its stream (METHOD.md §5):
+    host-wait if the op's launch call started after the previous op on the stream ended
+    (checked first); else kernel-wait if shorter than ``threshold_ns``; else other."""
+    gap, cls = classify_gaps(trace, links, rows, threshold_ns)[1:3]
+    count, total, hist = {}, {}, {}
+    bins = gap_bins()
+    for i, name in enumerate(IDLE_CLASSES):
+        g = gap[cls == i]
+        count[name] = int(len(g))
+        total[name] = int(g.sum())
+        hist[name] = np.histogram(g, bins=bins)[0].astype(int).tolist()
+    return IdleGaps(threshold_ns, count, total, hist)
+
+
+def gap_bins() -> np.ndarray:
+    """Histogram edges for idle gaps: 0, 1 µs, 2 µs, 4 µs ... ~1 s (log2)."""
+    return np.concatenate(([0], 1000 * 2.0 ** np.arange(0, 21)))
+
+
+def classify_gaps(trace: Trace, links: Links, rows: np.ndarray, threshold_ns: int):
+    """(op row after each gap, gap ns, class index into IDLE_CLASSES, gap start, gap end)."""
+    ev = trace.events
+    empty = np.zeros(0, np.int64)
+    if len(rows) < 2:
+        return empty, empty, empty, empty, empty
+    order = np.lexsort((ev.start_ns[rows], ev.stream[rows], ev.device[rows]))
+    r = rows[order]
+    s, e = ev.start_ns[r], ev.end_ns[r]
+    lane = ev.device[r].astype(np.int64) * (1 << 40) + ev.stream[r]
+    same = np.concatenate(([False], lane[1:] == lane[:-1]))
+    # running end within each lane (an op can end after a later-starting one on the lane)
+    reach = _lane_running_max(e, lane)
+    prev_end = np.concatenate(([0], reach[:-1]))
+    gap = s - prev_end
+    has_gap = same & (gap > 0)
+    after = r[has_gap]
+    g = gap[has_gap]
+    launch = links.launch_of[after]
+    launch_start = np.where(launch >= 0, ev.start_ns[np.maximum(launch, 0)], np.iinfo(np.int64).min)
+    host_wait = (launch >= 0) & (launch_start > prev_end[has_gap])
+    cls = np.where(host_wait, 0, np.where(g < threshold_ns, 1, 2))
+    return after, g, cls, prev_end[has_gap], s[has_gap]
+
+
+def _lane_running_max(values: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    """Running max of ``values`` restarting at each new lane (rows grouped by lane)."""
+    if not len(values):
+        return values
+    offset = np.zeros(len(values), dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], lane[1:] != lane[:-1])))
+    # shift each lane above all previous lanes so one global accumulate works
+    span = int(values.max() - values.min()) + 1
+    lane_idx = np.cumsum(np.concatenate(([True], lane[1:] != lane[:-1]))) - 1
+    offset = lane_idx.astype(np.int64) * span
+    shifted = values - values.min() + offset
+    return np.maximum.accumulate(shifted) - offset + values.min()
+
+
+@dataclass(frozen=True)
+class LaunchStats:
+    """Per launch API: call duration and launch-to-start delay (kernel start − call start)."""
+
+    api: str
+    count: int
+    gpu_ops: int
+    api_dur_ns: dict[str, float]
+    delay_ns: dict[str, float]
+
+
+def launch_stats(trace: Trace, links: Links) -> list[LaunchStats]:
+    ev = trace.events
+    launches = np.flatnonzero(ev.of_kind(Kind.LAUNCH, Kind.GRAPH_LAUNCH))
+    gpu = np.flatnonzero(links.launch_of >= 0)
+    out = []
+    if not len(launches):
+        return out
+    api_name = ev.name[launches]
+    first_op_start = np.full(len(ev), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_op_start, links.launch_of[gpu], ev.start_ns[gpu])
+    for code in np.unique(api_name):
+        rows = launches[api_name == code]
+        linked = rows[first_op_start[rows] != np.iinfo(np.int64).max]
+        delay = first_op_start[linked] - ev.start_ns[linked]
+        out.append(
+            LaunchStats(
+                api=trace.names[code],
+                count=int(len(rows)),
+                gpu_ops=int(links.gpu_ops_of_launch[rows].sum()),
+                api_dur_ns=_dist(ev.dur_ns[rows]),
+                delay_ns=_dist(delay),
+            )
+        )
+    return sorted(out, key=lambda x: -x.count)
+
+
+def _dist(x: np.ndarray) -> dict[str, float]:
+    if not len(x):
+        return {"n": 0}
+    q = np.percentile(x, [10, 50, 90, 95, 99])
+    return {
+        "n": int(len(x)), "mean": float(np.mean(x)), "min": float(np.min(x)), "p10": float(q[0]),
+        "p50": float(q[1]), "p90": float(q[2]), "p95": float(q[3]), "p99": float(q[4]),
+        "max": float(np.max(x)),
+    }
+
+
+def top_kernels(trace: Trace, rows: np.ndarray, n: int = 10) -> list[dict]:
+    """Kernels grouped by name, ranked by total time."""
+    ev = trace.events
+    k = rows[ev.kind[rows] == Kind.KERNEL]
+    if not len(k):
+        return []
+    codes, inv = np.unique(ev.name[k], return_inverse=True)
+    total = np.bincount(inv, weights=ev.dur_ns[k]).astype(np.int64)
+    count = np.bincount(inv)
+    grand = max(int(total.sum()), 1)
+    order = np.argsort(-total)[:n]
+    return [
+        {"name": trace.names[codes[i]], "count": int(count[i]), "total_ns": int(total[i]),
+         "mean_ns": float(total[i] / count[i]), "share": float(total[i] / grand)}
+        for i in order
+    ]
+
+
+# -- CPU-only traces ---------------------------------------------------------------------
+
+CPU_NON_COMPUTE = re.compile(
+    r"^aten::(view|_?reshape|_reshape_alias|as_strided|slice|select|unsqueeze|squeeze|t|"
+    r"transpose|permute|expand|expand_as|empty|empty_like|empty_strided|new_empty|detach|"
+    r"detach_|alias|_unsafe_view|resolve_conj|resolve_neg|lift_fresh|is_nonzero|size|stride|"
+    r"contiguous|result_type|numel|dim|is_floating_point|broadcast_tensors|split|chunk|"
+    r"unbind|narrow|view_as|unflatten|flatten|_has_compatible_shallow_copy_type|"
+    r"set_|resize_|item|_local_scalar_dense|to|_to_copy_noop|lift|_nested_tensor_from_mask)$"
+)
+"""Leaf aten ops that only touch tensor metadata: not counted as CPU compute."""
+
+
+def cpu_compute_mask(trace: Trace) -> np.ndarray:
+    """CPU-compute analogue of GPU kernels, for traces without device activity.
+
+    A row counts when it is a *leaf* framework op (no op nested inside it on its thread) that
+    is not a metadata-only op (:data:`CPU_NON_COMPUTE`): on a CPU the compute kernel runs
+    synchronously inside the leaf op, so the union of these intervals is the time the CPU spent
+    computing; the rest of the step is framework and Python (host) time. The leaf op's own
+    dispatch overhead (well under a µs per op) is included, so this is an upper bound.
+    """
+    ev = trace.events
+    ops = Nesting.build(trace, ev.kind == Kind.CPU_OP)
+    mask = np.zeros(len(ev), dtype=bool)
+    if not len(ops.rows):
+        return mask
+    leaves = ops.rows[~ops.has_child]
+    non_compute = trace.name_mask(CPU_NON_COMPUTE.match)
+    mask[leaves] = True
+    mask &= ~non_compute
+    return mask
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Whole-trace device activity, for the differencing method's G(N) and K(N).
+
+    ``activity`` says what the numbers measure: ``"gpu"`` (kernels/copies on a GPU) or
+    ``"cpu-compute"`` (the CPU analogue, :func:`cpu_compute_mask`; copies are then zero).
+    """
+
+    activity: str
+    busy_ns: int
+    kernel_sum_ns: int
+    kernel_union_ns: int
+    kernel_count: int
+    copy_ns: int
+    h2d_bytes: int
+    d2h_bytes: int
+
+
+def activity_rows(trace: Trace) -> tuple[str, np.ndarray]:
+    """("gpu", GPU op rows) or ("cpu-compute", CPU-compute rows) for a CPU-only trace."""
+    ev = trace.events
+    gpu = np.flatnonzero(ev.of_kind(*GPU_OP_KINDS))
+    if len(gpu):
+        return "gpu", gpu
+    return "cpu-compute", np.flatnonzero(cpu_compute_mask(trace))
+
+
+def totals(trace: Trace) -> Totals:
+    """Busy, kernel sum/union, kernel count and copies over the whole trace."""
+    ev = trace.events
+    activity, rows = activity_rows(trace)
+    s, e = ev.start_ns[rows], ev.end_ns[rows]
+    if activity == "gpu":
+        k = ev.kind[rows] == Kind.KERNEL
+        c = ev.kind[rows] == Kind.MEMCPY
+        ck = ev.copy_kind[rows]
+        return Totals(
+            activity, union_ns(s, e), int(np.sum(e[k] - s[k])), union_ns(s[k], e[k]), int(k.sum()),
+            int(np.sum(e[c] - s[c])), int(ev.bytes[rows][c & (ck == 1)].sum()),
+            int(ev.bytes[rows][c & (ck == 2)].sum()),
+        )
+    busy = union_ns(s, e)
+    return Totals(activity, busy, int(np.sum(e - s)), busy, int(len(rows)), 0, 0, 0)
+
+
+# -- windows -----------------------------------------------------------------------------
+
+PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass(frozen=True)
+class Window:
+    name: str
+    device: int
+    source: str  # "gpu_user_annotation" or "cpu_annotation"
+    start_ns: int
+    end_ns: int
+    times: GpuTimes
+
+
+def windows(trace: Trace) -> list[Window]:
+    """Every ``ProfilerStep#N`` window on every device with GPU activity: the GPU-side
+    ``gpu_user_annotation`` range when the trace has one for that device, else the CPU range."""
+    ev = trace.events
+    is_step = trace.name_mask(PROFILER_STEP.match)
+    gpu_rows = np.flatnonzero(ev.of_kind(*GPU_OP_KINDS))
+    devices = np.unique(ev.device[gpu_rows])
+    out: list[Window] = []
+    gpu_ann = np.flatnonzero(is_step & (ev.kind == Kind.GPU_ANNOTATION))
+    cpu_ann = np.flatnonzero(is_step & (ev.kind == Kind.ANNOTATION))
+    for dev in devices:
+        rows = gpu_rows[ev.device[gpu_rows] == dev]
+        mine = gpu_ann[ev.device[gpu_ann] == dev]
+        by_name = {trace.name_of(r): r for r in mine}
+        for r in cpu_ann:
+            name = trace.name_of(r)
+            if name not in by_name:
+                by_name.setdefault(name, r)
+        for r in mine:
+            by_name[trace.name_of(r)] = r
+        for name, r in sorted(by_name.items(), key=lambda kv: ev.start_ns[kv[1]]):
+            lo, hi = int(ev.start_ns[r]), int(ev.end_ns[r])
+            src = "gpu_user_annotation" if ev.kind[r] == Kind.GPU_ANNOTATION else "cpu_annotation"
+            out.append(Window(name, int(dev), src, lo, hi, gpu_times(trace, rows, lo, hi)))
+    return out

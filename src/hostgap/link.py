@@ -1,0 +1,200 @@
+"""Links between events: launch → GPU op(s), launch → framework op → Python frame.
+
+All joins are vectorised: launch → kernel is one sorted join on (link_key, correlation);
+"which op encloses this launch" is a sorted-array search over properly nested intervals on
+each thread, walking parent pointers level by level (a few dozen numpy passes at most, never
+a Python loop per event).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from hostgap.events import GPU_OP_KINDS, HOST_API_KINDS, NONE, Kind, Trace
+
+
+@dataclass(frozen=True)
+class Nesting:
+    """Properly nested intervals of one kind on each host thread, with parent pointers.
+
+    ``rows`` are trace rows sorted by (thread, start, -end); ``parent[i]`` is the position (in
+    ``rows``) of the innermost interval enclosing interval i, or NONE.
+    """
+
+    rows: np.ndarray
+    thread: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    parent: np.ndarray
+
+    @staticmethod
+    def build(trace: Trace, mask: np.ndarray) -> Nesting:
+        ev = trace.events
+        rows = np.flatnonzero(mask)
+        thread = ev.tid[rows]
+        start = ev.start_ns[rows]
+        end = start + ev.dur_ns[rows]
+        order = np.lexsort((-end, start, thread))
+        rows, thread, start, end = rows[order], thread[order], start[order], end[order]
+        parent = np.full(len(rows), NONE, dtype=np.int64)
+        for lo, hi in _runs(thread):
+            p = _parents(start[lo:hi], end[lo:hi])
+            parent[lo:hi] = np.where(p >= 0, p + lo, NONE)
+        return Nesting(rows, thread, start, end, parent)
+
+    def innermost(self, thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Position of the innermost interval on ``thread`` enclosing [start, end], or NONE."""
+        out = np.full(len(start), NONE, dtype=np.int64)
+        if not len(self.rows) or not len(start):
+            return out
+        for lo, hi, th in self._thread_runs():
+            q = np.flatnonzero(thread == th)
+            if not len(q):
+                continue
+            idx = np.searchsorted(self.start[lo:hi], start[q], side="right") - 1
+            idx = np.where(idx >= 0, idx + lo, NONE)
+            # walk up while the candidate does not enclose the query
+            for _ in range(256):
+                live = idx >= 0
+                bad = live.copy()
+                bad[live] = self.end[idx[live]] < end[q][live]
+                if not bad.any():
+                    break
+                idx[bad] = self.parent[idx[bad]]
+            out[q] = idx
+        return out
+
+    @cached_property
+    def root(self) -> np.ndarray:
+        """Position of the outermost ancestor of every interval (itself when top-level)."""
+        root = np.where(self.parent >= 0, self.parent, np.arange(len(self.parent)))
+        while True:
+            nxt = root[root]
+            if np.array_equal(nxt, root):
+                return root
+            root = nxt
+
+    @cached_property
+    def has_child(self) -> np.ndarray:
+        out = np.zeros(len(self.rows), dtype=bool)
+        p = self.parent[self.parent >= 0]
+        out[p] = True
+        return out
+
+    def _thread_runs(self):
+        for lo, hi in _runs(self.thread):
+            yield lo, hi, self.thread[lo]
+
+
+def _runs(values: np.ndarray):
+    """(lo, hi) bounds of runs of equal consecutive values."""
+    if not len(values):
+        return
+    cut = np.flatnonzero(values[1:] != values[:-1]) + 1
+    bounds = np.concatenate(([0], cut, [len(values)]))
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        yield int(lo), int(hi)
+
+
+def _parents(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Parent positions for intervals sorted by (start, -end), assumed properly nested.
+
+    depth_i = number of earlier intervals still open at start_i; the parent of i is the last
+    earlier interval at depth_i - 1 (in a proper nesting it is necessarily still open).
+    """
+    n = len(start)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    idx = np.arange(n)
+    closed = np.searchsorted(np.sort(end), start, side="right")
+    depth = np.maximum(idx - np.minimum(closed, idx), 0)
+    key_order = np.lexsort((idx, depth))
+    keys = depth[key_order] * (n + 1) + idx[key_order]
+    query = (depth - 1) * (n + 1) + idx
+    pos = np.searchsorted(keys, query, side="left") - 1
+    parent = np.full(n, NONE, dtype=np.int64)
+    ok = (depth > 0) & (pos >= 0)
+    cand = key_order[pos[ok]]
+    good = depth[cand] == depth[ok] - 1
+    sel = np.flatnonzero(ok)[good]
+    parent[sel] = cand[good]
+    # guard against improperly nested input: a parent must enclose its child
+    bad = (parent >= 0) & ((start[np.maximum(parent, 0)] > start) | (end[np.maximum(parent, 0)] < end))
+    parent[bad] = NONE
+    return parent
+
+
+@dataclass(frozen=True)
+class Links:
+    """Row-indexed links over a whole trace (arrays of trace rows; NONE where absent)."""
+
+    launch_of: np.ndarray  # GPU op row -> host API row that enqueued it
+    gpu_ops_of_launch: np.ndarray  # host API row -> number of GPU ops it enqueued
+    op_of: np.ndarray  # host API row -> innermost enclosing CPU_OP row
+    top_op_of: np.ndarray  # host API row -> outermost enclosing CPU_OP row
+    frame_of: np.ndarray  # CPU_OP row -> innermost enclosing PYTHON row
+    unlinked_gpu_ops: int  # GPU ops (kernel/memcpy/memset) without a launch partner
+
+
+def link(trace: Trace) -> Links:
+    """Build every link for ``trace`` (see :class:`Links`)."""
+    ev = trace.events
+    n = len(ev)
+    gpu = ev.of_kind(*GPU_OP_KINDS)
+    api = ev.of_kind(*HOST_API_KINDS) & (ev.correlation != NONE)
+    launch_of = np.full(n, NONE, dtype=np.int64)
+    gpu_rows = np.flatnonzero(gpu & (ev.correlation != NONE))
+    api_rows = np.flatnonzero(api)
+    if len(gpu_rows) and len(api_rows):
+        order = np.lexsort((ev.correlation[api_rows], ev.link_key[api_rows]))
+        a_rows = api_rows[order]
+        a_key, a_corr = ev.link_key[a_rows], ev.correlation[a_rows]
+        g_key, g_corr = ev.link_key[gpu_rows], ev.correlation[gpu_rows]
+        pos = _search_pairs(a_key, a_corr, g_key, g_corr)
+        hit = pos >= 0
+        launch_of[gpu_rows[hit]] = a_rows[pos[hit]]
+    counts = np.bincount(launch_of[launch_of >= 0], minlength=n) if n else np.zeros(0, np.int64)
+
+    op_of = np.full(n, NONE, dtype=np.int64)
+    top_op_of = np.full(n, NONE, dtype=np.int64)
+    frame_of = np.full(n, NONE, dtype=np.int64)
+    ops = Nesting.build(trace, ev.kind == Kind.CPU_OP)
+    host_api = np.flatnonzero(ev.of_kind(*HOST_API_KINDS))
+    if len(ops.rows) and len(host_api):
+        pos = ops.innermost(ev.tid[host_api], ev.start_ns[host_api], ev.end_ns[host_api])
+        hit = pos >= 0
+        op_of[host_api[hit]] = ops.rows[pos[hit]]
+        top_op_of[host_api[hit]] = ops.rows[ops.root[pos[hit]]]
+    frames = Nesting.build(trace, ev.kind == Kind.PYTHON)
+    if len(frames.rows) and len(ops.rows):
+        top = ops.rows[ops.parent < 0]
+        pos = frames.innermost(ev.tid[top], ev.start_ns[top], ev.end_ns[top])
+        hit = pos >= 0
+        frame_of[top[hit]] = frames.rows[pos[hit]]
+    return Links(
+        launch_of=launch_of,
+        gpu_ops_of_launch=counts,
+        op_of=op_of,
+        top_op_of=top_op_of,
+        frame_of=frame_of,
+        unlinked_gpu_ops=int(np.sum(gpu & (launch_of == NONE))),
+    )
+
+
+def _search_pairs(a_key, a_corr, q_key, q_corr) -> np.ndarray:
+    """Positions in (a_key, a_corr) — sorted lexicographically — of each query pair, or NONE."""
+    out = np.full(len(q_key), NONE, dtype=np.int64)
+    for key in np.unique(q_key):
+        lo, hi = np.searchsorted(a_key, key, "left"), np.searchsorted(a_key, key, "right")
+        if lo == hi:
+            continue
+        q = np.flatnonzero(q_key == key)
+        corr = a_corr[lo:hi]
+        p = np.searchsorted(corr, q_corr[q])
+        p = np.minimum(p, hi - lo - 1)
+        ok = corr[p] == q_corr[q]
+        out[q[ok]] = p[ok] + lo
+    return out

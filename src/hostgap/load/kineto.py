@@ -1,0 +1,383 @@
+"""PyTorch profiler / Kineto Chrome-trace JSON (``.json`` or gzip) → :class:`Trace`.
+
+Also what vLLM and SGLang write. Handles the current category names and the 2021 legacy ones
+(``Kernel``, ``Runtime``, ``Memcpy``, ``async_gpu``, lowercase ``external id``), float-µs
+timestamps with ns precision and integer-µs ones, ``baseTimeNanoseconds``,
+``deviceProperties``, ``distributedInfo`` and flow events, for CUDA and HIP.
+
+Speed: the file is decoded with msgspec straight into typed structs holding only the fields
+hostgap uses (a 25.8 MB trace decodes in a fraction of the time ``json.loads`` takes into dicts);
+columns are then built with one list comprehension per field. A file whose events do not fit
+the typed schema (a string where a number belongs, ...) is decoded again leniently, event by
+event, and the misfits are skipped and counted by reason.
+
+Timestamps: ``ns = round(ts_us * 1000)``. A float64 holds a µs timestamp to better than 1 ns
+up to ~9e12 µs (over 100 days of uptime on the monotonic clock Kineto uses), so nothing is
+truncated to whole µs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from hostgap.errors import HostgapError
+from hostgap.events import (
+    NONE,
+    CopyKind,
+    DeviceInfo,
+    EventTable,
+    Kind,
+    NameTable,
+    SkipCounter,
+    Trace,
+    TraceMeta,
+)
+from hostgap.load.apis import classify_api, copy_kind_from_name
+
+Num = int | float
+
+
+class _Args(msgspec.Struct):
+    correlation: int | None = None
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    external_id_legacy: int | None = msgspec.field(default=None, name="external id")
+    device: int | None = None
+    stream: int | None = None
+    bytes: int | None = None
+    name: Any = None  # metadata events: {"name": "<process name>"}
+
+
+class _Event(msgspec.Struct):
+    ph: str = ""
+    cat: str | None = None
+    name: str | None = None
+    ts: Num | None = None
+    dur: Num | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    args: _Args | None = None
+
+
+class _Doc(msgspec.Struct):
+    traceEvents: list[_Event] | None = None
+    baseTimeNanoseconds: int | str | None = None
+    deviceProperties: list[Any] | None = None
+    distributedInfo: Any = None
+
+
+class _LooseDoc(msgspec.Struct):
+    traceEvents: Any = None
+    baseTimeNanoseconds: Any = None
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+
+
+# Category (current and legacy) → kind. Runtime/driver categories are refined by API name.
+_CATEGORY_KIND: dict[str, Kind | None] = {
+    "kernel": Kind.KERNEL,
+    "Kernel": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "Memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "Memset": Kind.MEMSET,
+    "cuda_runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.RUNTIME,
+    "Runtime": Kind.RUNTIME,
+    "Driver": Kind.RUNTIME,
+    "cpu_op": Kind.CPU_OP,
+    "Operator": Kind.CPU_OP,
+    "operator": Kind.CPU_OP,
+    "python_function": Kind.PYTHON,
+    "user_annotation": Kind.ANNOTATION,
+    "gpu_user_annotation": Kind.GPU_ANNOTATION,
+}
+# Categories that are known but not timeline work: skipped, counted under "ignored: <cat>".
+_IGNORED_CATEGORIES = {"Trace", "cuda_sync", "cpu_instant_event", "overhead", "Overhead"}
+_FLOW_PHASES = {"s", "f", "t"}
+
+
+def load_kineto(path: str) -> Trace:
+    """Load a Kineto JSON trace. Whole-file problems raise :class:`HostgapError`."""
+    raw = _read_bytes(path)
+    skipped = SkipCounter()
+    try:
+        doc = msgspec.json.decode(raw, type=_Doc)
+        events = doc.traceEvents
+        fast = True
+    except msgspec.ValidationError:
+        doc = _decode_loose(path, raw)
+        events = doc.traceEvents
+        fast = False
+    except msgspec.DecodeError as e:
+        raise HostgapError(path, f"invalid JSON ({_short(e)})") from None
+    if events is None:
+        raise HostgapError(path, "JSON has no traceEvents: not a PyTorch profiler / Kineto trace")
+    if not fast:
+        events = _coerce_events(events, skipped)
+    del raw
+    columns, names, processes, flows = _columns(events, skipped)
+    table = EventTable.from_columns(columns)
+    meta = TraceMeta(
+        path=path,
+        format="kineto",
+        base_time_ns=_int_or_none(doc.baseTimeNanoseconds),
+        devices=_devices(doc.deviceProperties, table),
+        rank=_dist(doc.distributedInfo, "rank"),
+        world_size=_dist(doc.distributedInfo, "world_size"),
+        skipped=dict(skipped),
+        flows=flows,
+        processes=processes,
+    )
+    return Trace(table, names, meta)
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise HostgapError(path, f"cannot read ({e.strerror})") from None
+    if not raw:
+        raise HostgapError(path, "empty file")
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as e:
+            raise HostgapError(path, f"truncated or corrupt gzip ({_short(e)})") from None
+        if not raw:
+            raise HostgapError(path, "empty file inside gzip")
+    return raw
+
+
+def _decode_loose(path: str, raw: bytes) -> _LooseDoc:
+    try:
+        doc = msgspec.json.decode(raw, type=_LooseDoc)
+    except msgspec.ValidationError:
+        raise HostgapError(path, "JSON is not an object with traceEvents: not a Kineto trace") from None
+    except msgspec.DecodeError as e:
+        raise HostgapError(path, f"invalid JSON ({_short(e)})") from None
+    if doc.traceEvents is not None and not isinstance(doc.traceEvents, list):
+        raise HostgapError(path, "traceEvents is not a list")
+    return doc
+
+
+def _coerce_events(events: list, skipped: SkipCounter) -> list[_Event]:
+    """Slow path: convert events one by one, skipping those that do not fit."""
+    out = []
+    for e in events:
+        if not isinstance(e, dict):
+            skipped.add("not an object")
+            continue
+        try:
+            out.append(msgspec.convert(e, _Event))
+            continue
+        except msgspec.ValidationError:
+            pass
+        # salvage: drop malformed args rather than the event, when the core fields are fine
+        args = e.get("args")
+        try:
+            ev = msgspec.convert({k: v for k, v in e.items() if k != "args"}, _Event)
+        except msgspec.ValidationError:
+            skipped.add("malformed fields")
+            continue
+        if isinstance(args, dict):
+            clean = {}
+            for k in ("correlation", "External id", "external id", "device", "stream", "bytes"):
+                v = args.get(k)
+                if isinstance(v, int) and not isinstance(v, bool):
+                    clean[k] = v
+            ev.args = _Args(**{_ARG_FIELDS[k]: v for k, v in clean.items()})
+        out.append(ev)
+    return out
+
+
+_ARG_FIELDS = {
+    "correlation": "correlation",
+    "External id": "external_id",
+    "external id": "external_id_legacy",
+    "device": "device",
+    "stream": "stream",
+    "bytes": "bytes",
+}
+
+
+# -- columns ---------------------------------------------------------------------------
+
+
+def _columns(events: list[_Event], skipped: SkipCounter):
+    """Classify events and build the columns (one comprehension per field)."""
+    n_all = len(events)
+    ph = [e.ph for e in events]
+    flows = sum(1 for p in ph if p in _FLOW_PHASES)
+    processes = _process_names(events, ph)
+    keep = [i for i, p in enumerate(ph) if p == "X"]
+    other = n_all - len(keep) - flows - sum(1 for p in ph if p == "M")
+    skipped.add("instant or other non-duration events", other)
+    ev = [events[i] for i in keep]
+
+    cats = [e.cat for e in ev]
+    kind = np.array([_CATEGORY_KIND.get(c, -1) if c is not None else -1 for c in cats], dtype=np.int16)
+    unknown = kind < 0
+    if unknown.any():
+        for c in set(cats[i] for i in np.flatnonzero(unknown)):
+            reason = f"ignored category: {c}" if c in _IGNORED_CATEGORIES else f"unknown category: {c}"
+            skipped.add(reason, sum(1 for i in np.flatnonzero(unknown) if cats[i] == c))
+
+    # typed decode guarantees int | float | None; numpy turns None into NaN
+    ts = np.array([e.ts for e in ev], dtype=np.float64)
+    dur = np.array([e.dur for e in ev], dtype=np.float64)
+    bad_time = ~unknown & (np.isnan(ts) | np.isnan(dur))
+    skipped.add("missing ts or dur", int(bad_time.sum()))
+    neg = ~unknown & ~bad_time & (dur < 0)
+    skipped.add("negative duration", int(neg.sum()))
+    ok = ~(unknown | bad_time | neg)
+    sel = np.flatnonzero(ok)
+    ev = [ev[i] for i in sel]
+    kind = kind[sel].astype(np.int8)
+    start_ns = np.rint(ts[sel] * 1000.0).astype(np.int64)
+    dur_ns = np.rint(dur[sel] * 1000.0).astype(np.int64)
+
+    names = NameTable()
+    name = names.codes([e.name if isinstance(e.name, str) else "" for e in ev])
+    name_list = names.names()
+    runtime = kind == Kind.RUNTIME
+    if runtime.any():
+        api_kind = np.array([int(classify_api(s)) for s in name_list], dtype=np.int8)
+        kind[runtime] = api_kind[name[runtime]]
+
+    args = [e.args for e in ev]
+    pid = _ids([e.pid for e in ev])
+    tid = _ids([e.tid for e in ev])
+    correlation = _arg(args, "correlation")
+    ext = _arg(args, "external_id")
+    ext_legacy = _arg(args, "external_id_legacy")
+    external_id = np.where(ext != NONE, ext, ext_legacy)
+    gpu_side = kind <= Kind.GPU_ANNOTATION
+    device = np.where(gpu_side, _arg(args, "device"), NONE)
+    # Kineto puts a GPU op on pid = device, tid = stream; args say so too when present.
+    device = np.where(gpu_side & (device == NONE), pid, device)
+    stream = np.where(gpu_side, _arg(args, "stream"), NONE)
+    stream = np.where(gpu_side & (stream == NONE), tid, stream)
+    nbytes = np.maximum(_arg(args, "bytes"), 0)
+    is_copy = kind == Kind.MEMCPY
+    copy_kind = np.zeros(len(ev), dtype=np.int8)
+    if is_copy.any():
+        ck = np.array([int(copy_kind_from_name(s)) for s in name_list], dtype=np.int8)
+        copy_kind[is_copy] = ck[name[is_copy]]
+    columns = {
+        "kind": kind,
+        "start_ns": start_ns,
+        "dur_ns": dur_ns,
+        "pid": pid,
+        "tid": tid,
+        "device": device,
+        "stream": stream,
+        "correlation": correlation,
+        # one Kineto file is one process's CUPTI session: correlation ids are unique in it
+        "link_key": np.zeros(len(ev), dtype=np.int64),
+        "external_id": external_id,
+        "name": name,
+        "bytes": np.where((kind == Kind.MEMCPY) | (kind == Kind.MEMSET), nbytes, 0),
+        "copy_kind": copy_kind,
+    }
+    return columns, name_list, processes, flows
+
+
+_STR_IDS: dict[str, int] = {}
+
+
+def _ids(values: list) -> np.ndarray:
+    """pid/tid column: ints kept; strings ("Spans", "stream 7 ...") mapped to stable negatives
+    below -1 so they never collide with a real id or with NONE."""
+    out = np.empty(len(values), dtype=np.int64)
+    mapping: dict[str, int] = {}
+    for i, v in enumerate(values):
+        if isinstance(v, int):
+            out[i] = v
+        elif v is None:
+            out[i] = NONE
+        else:
+            s = str(v)
+            if s.isdigit():
+                out[i] = int(s)
+            else:
+                out[i] = mapping.setdefault(s, -2 - len(mapping))
+    return out
+
+
+def _arg(args: list, field: str) -> np.ndarray:
+    return np.array(
+        [NONE if a is None else (v if (v := getattr(a, field)) is not None else NONE) for a in args],
+        dtype=np.int64,
+    )
+
+
+def _process_names(events: list[_Event], ph: list[str]) -> dict[int, str]:
+    out = {}
+    for e, p in zip(events, ph):
+        if p == "M" and e.name == "process_name" and isinstance(e.pid, int) and e.args is not None:
+            if isinstance(e.args.name, str):
+                out[e.pid] = e.args.name
+    return out
+
+
+def _devices(props: list | None, table: EventTable) -> tuple[DeviceInfo, ...]:
+    gpu = table.kind <= Kind.GPU_ANNOTATION
+    seen = sorted(int(d) for d in np.unique(table.device[gpu]) if d >= 0)
+    known: dict[int, dict] = {}
+    for p in props or []:
+        if isinstance(p, dict) and isinstance(p.get("id"), int):
+            known[p["id"]] = p
+    out = []
+    # deviceProperties lists every GPU of the machine; a trace's devices are those with activity
+    for idx in seen:
+        p = known.get(idx, {})
+        name = p.get("name") if isinstance(p.get("name"), str) else ""
+        cc = None
+        if isinstance(p.get("computeMajor"), int):
+            cc = f"{p['computeMajor']}.{p.get('computeMinor', 0)}"
+        out.append(
+            DeviceInfo(
+                index=idx,
+                name=name or f"GPU {idx} (name not in trace)",
+                name_source="trace" if name else "missing",
+                memory_bytes=p.get("totalGlobalMem") if isinstance(p.get("totalGlobalMem"), int) else None,
+                sm_count=p.get("numSms") if isinstance(p.get("numSms"), int) else None,
+                compute_capability=cc,
+            )
+        )
+    return tuple(out)
+
+
+def _dist(info, key: str) -> int | None:
+    if isinstance(info, dict):
+        v = info.get(key)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def _int_or_none(v) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    return None
+
+
+def _short(e: Exception) -> str:
+    s = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return s[:160]
+
+
+__all__ = ["load_kineto", "CopyKind"]

@@ -1,0 +1,128 @@
+"""Terminal tables (rich) and CSV/JSON writers for the trace commands. Presentation only."""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+
+def ms(ns) -> str:
+    return "—" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def pct(x) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def dumps_json(doc) -> str:
+    """JSON text (numpy scalars and dataclasses already converted by the callers)."""
+    return msgspec.json.format(msgspec.json.encode(doc), indent=2).decode()
+
+
+def write_csv(rows: list[dict], out=None) -> None:
+    out = out or sys.stdout
+    if not rows:
+        return
+    keys: list[str] = []
+    for r in rows:
+        for k in r:
+            if k not in keys:
+                keys.append(k)
+    w = csv.DictWriter(out, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: _cell(v) for k, v in r.items()})
+
+
+def _cell(v):
+    if isinstance(v, (dict, list)):
+        return msgspec.json.encode(v).decode()
+    return v
+
+
+def console(quiet: bool = False) -> Console:
+    return Console(file=sys.stdout, quiet=quiet, width=max(140, Console().width))
+
+
+def render_overview(doc: dict, con: Console) -> None:
+    con.print(f"[bold]{doc['trace']}[/bold]  ({doc['format']}, {doc['events']:,} events"
+              + (f", rank {doc['rank']}/{doc['world_size']}" if doc.get("world_size") else "") + ")")
+    if not doc["device_activity"]:
+        con.print("  no device activity: this trace has no GPU kernels, copies or memsets")
+    if doc["devices"]:
+        t = Table(title="GPU timeline per device (ms)", title_justify="left")
+        for c in ("device", "name", "span", "busy", "idle", "kernel sum", "kernel union", "kernels",
+                  "memcpy", "memcpy bytes", "memset"):
+            t.add_column(c, justify="right" if c not in ("name",) else "left")
+        for d in doc["devices"]:
+            t.add_row(str(d["device"]), d["name"], ms(d["span_ns"]), ms(d["busy_ns"]), ms(d["idle_ns"]),
+                      ms(d["kernel_sum_ns"]), ms(d["kernel_union_ns"]), f"{d['kernel_count']:,}",
+                      ms(d["memcpy_ns"]), f"{d['memcpy_bytes']:,}", ms(d["memset_ns"]))
+        con.print(t)
+        for d in doc["devices"]:
+            g = d["idle_gaps"]
+            parts = ", ".join(f"{k} {g['count'][k]:,} gaps / {ms(g['total_ns'][k])} ms" for k in g["count"])
+            con.print(f"  device {d['device']} idle gaps (threshold {g['threshold_ns'] / 1000:g} µs): {parts}")
+            if d["top_kernels"]:
+                t = Table(title=f"top kernels, device {d['device']}", title_justify="left")
+                for c in ("kernel", "count", "total ms", "mean µs", "share"):
+                    t.add_column(c, justify="left" if c == "kernel" else "right")
+                for k in d["top_kernels"]:
+                    t.add_row(_trim(k["name"], 70), f"{k['count']:,}", ms(k["total_ns"]),
+                              f"{k['mean_ns'] / 1e3:.2f}", pct(k["share"]))
+                con.print(t)
+    if doc["windows"]:
+        t = Table(title="windows (GPU ops clipped to the window, ms)", title_justify="left")
+        for c in ("window", "device", "source", "span", "busy", "idle", "kernel sum", "kernel union", "kernels"):
+            t.add_column(c, justify="left" if c in ("window", "source") else "right")
+        for w in doc["windows"]:
+            t.add_row(w["name"], str(w["device"]), w["source"], ms(w["span_ns"]), ms(w["busy_ns"]),
+                      ms(w["idle_ns"]), ms(w["kernel_sum_ns"]), ms(w["kernel_union_ns"]),
+                      f"{w['kernel_count']:,}")
+        con.print(t)
+    if doc["launch_stats"]:
+        t = Table(title="launch APIs (µs)", title_justify="left")
+        for c in ("api", "calls", "GPU ops", "call p50", "call p95", "launch→start p50", "p95"):
+            t.add_column(c, justify="left" if c == "api" else "right")
+        for s in doc["launch_stats"]:
+            a, d = s["api_dur_ns"], s["delay_ns"]
+            t.add_row(s["api"], f"{s['count']:,}", f"{s['gpu_ops']:,}", _us(a.get("p50")), _us(a.get("p95")),
+                      _us(d.get("p50")), _us(d.get("p95")))
+        con.print(t)
+    links = doc["links"]
+    con.print(f"  links: {links['launches']:,} launches, {links['graph_launches']:,} graph launches "
+              f"replaying {links['graph_replayed_ops']:,} ops; {links['unlinked_gpu_ops']:,} GPU ops "
+              "without a launch partner (kept)")
+    if doc["skipped"]:
+        con.print("  skipped events: " + ", ".join(f"{k}: {v:,}" for k, v in doc["skipped"].items()))
+
+
+def _us(ns) -> str:
+    return "—" if ns is None else f"{ns / 1e3:.2f}"
+
+
+def _trim(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def overview_csv_rows(doc: dict) -> list[dict]:
+    """One row per device and per window (``scope`` says which)."""
+    rows = []
+    for d in doc["devices"]:
+        rows.append({"trace": doc["trace"], "scope": "device", "name": d["name"],
+                     **{k: v for k, v in d.items() if k not in ("idle_gaps", "top_kernels", "name")}})
+    for w in doc["windows"]:
+        rows.append({"trace": doc["trace"], "scope": "window", **w})
+    return rows
+
+
+def to_text(render, *args) -> str:
+    buf = io.StringIO()
+    con = Console(file=buf, width=140)
+    render(*args, con)
+    return buf.getvalue()
