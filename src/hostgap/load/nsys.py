@@ -366,22 +366,22 @@ def _library_calls(con, table, cols, strings, names, skipped) -> _Part:
 
 
 def _nvtx(con, cols, strings, names, skipped, tables) -> _Part:
-    """Ranges become ANNOTATION events. The name is ``text`` or, when absent, ``StringIds[textId]``;
-    distinct texts are numbered inside SQLite so no string is fetched per row."""
+    """Ranges become ANNOTATION events, named by ``text`` or, when absent, ``StringIds[textId]``."""
     range_types, mark_types = _nvtx_types(con, tables)
-    has_text = "text" in cols
     exprs = {
         "start": _int(cols, "start", 0),
         "end": _int(cols, "end"),
         "etype": _int(cols, "eventType"),
         "gtid": _int(cols, "globalTid"),
         "text_id": _int(cols, "textId"),
-        "text_rank": "coalesce(dense_rank() OVER (ORDER BY text), 0)" if has_text else "0",
-        "has_text": "(text IS NOT NULL)" if has_text else "0",
         "end_null": '("end" IS NULL)' if "end" in cols else "1",
+        "inline": '("text" IS NOT NULL)' if "text" in cols else "0",
     }
-    c = _fetch_ints(con, "NVTX_EVENTS", exprs)
-    texts = [r[0] for r in con.execute("SELECT DISTINCT text FROM NVTX_EVENTS ORDER BY text")] if has_text else []
+    c = _fetch_ints(con, "NVTX_EVENTS", exprs, "ORDER BY rowid")
+    n = len(c["start"])
+    c["text"] = np.empty(n, dtype=object)
+    if "text" in cols:  # same row order as the integer columns (rowid)
+        c["text"][:] = [r[0] for r in con.execute("SELECT text FROM NVTX_EVENTS ORDER BY rowid")]
     is_range = np.isin(c["etype"], np.array(sorted(range_types), dtype=np.int64))
     is_mark = np.isin(c["etype"], np.array(sorted(mark_types), dtype=np.int64))
     skipped.add("nvtx mark", int(is_mark.sum()))
@@ -389,18 +389,15 @@ def _nvtx(con, cols, strings, names, skipped, tables) -> _Part:
     open_range = is_range & (c["end_null"] == 1)
     skipped.add("nvtx range without end", int(open_range.sum()))
     keep = is_range & ~open_range
-    c = {k: v[keep] for k, v in c.items()}
-    c = _keep_non_negative(c, "negative duration (nvtx)", skipped)
-    # one key per distinct name source: texts by rank (>0), registered strings by -(id + 2)
-    key = np.where(c["has_text"] == 1, c["text_rank"], -(c["text_id"] + 2))
-
-    def label(k: int) -> str:
-        if k > 0:
-            return str(texts[k - 1])
-        text_id = -k - 2
-        return strings.get(text_id, "NVTX range" if text_id == NONE else f"NVTX range (string id {text_id})")
-
-    name = _intern_ids(key, label, names)
+    c = _keep_non_negative({k: v[keep] for k, v in c.items()}, "negative duration (nvtx)", skipped)
+    inline = c["inline"] == 1
+    name = np.empty(len(inline), dtype=np.int32)
+    name[inline] = names.codes([str(t) for t in c["text"][inline]])
+    name[~inline] = _intern_ids(
+        c["text_id"][~inline],
+        lambda i: strings.get(i, "NVTX range" if i == NONE else f"NVTX range (string id {i})"),
+        names,
+    )
     return _Part(_base_columns(Kind.ANNOTATION, c, _os_pid(c["gtid"]), _os_tid(c["gtid"]), NONE, NONE,
                                NONE, _process_key(c["gtid"]), name, 0, int(CopyKind.OTHER)))
 
