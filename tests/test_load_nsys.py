@@ -241,6 +241,20 @@ def test_memcpy_bytes_and_copy_kinds_and_memset(export):
     assert np.all(ev.bytes[rows_of(trace, Kind.KERNEL)] == 0)
 
 
+def test_memory_kinds_name_copies_like_the_pytorch_profiler(export):
+    export.sql("ALTER TABLE CUPTI_ACTIVITY_KIND_MEMCPY ADD COLUMN srcKind INTEGER")
+    export.sql("ALTER TABLE CUPTI_ACTIVITY_KIND_MEMCPY ADD COLUMN dstKind INTEGER")
+    export.sql("ALTER TABLE CUPTI_ACTIVITY_KIND_MEMSET ADD COLUMN memKind INTEGER")
+    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (0, 10, 0, 7, 1, ?, 64, 1, 0, 2)", (gpid(100),))
+    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (20, 30, 0, 7, 2, ?, 64, 2, 2, 1)", (gpid(100),))
+    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (40, 50, 0, 7, 3, ?, 64, 1, NULL, NULL)", (gpid(100),))
+    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (60, 70, 0, 7, 4, ?, 0, 8, 2)", (gpid(100),))
+    trace = load_nsys(export.close())
+    assert trace.names_of(np.arange(4)) == [
+        "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pinned)", "Memcpy HtoD", "Memset (Device)"]
+    assert trace.events.copy_kind.tolist() == [CopyKind.H2D, CopyKind.D2H, CopyKind.H2D, CopyKind.OTHER]
+
+
 def test_nvtx_ranges_from_text_and_text_id_marks_skipped(export):
     step = export.sid("decode_step")
     export.nvtx(100, 900, pid=100, tid=101, text_id=step)  # push/pop range, registered string

@@ -113,6 +113,12 @@ MEMCPY_KINDS: dict[int, tuple[CopyKind, str]] = {
 }
 MEMSET_NAME = "Memset"
 
+# ENUM_CUDA_MEM_KIND ids → label; copies and memsets are named like the PyTorch profiler
+# names them, e.g. "Memcpy HtoD (Pageable -> Device)", "Memset (Device)".
+MEMORY_KINDS: dict[int, str] = {
+    0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static", 6: "Managed Static",
+}
+
 # ENUM_NSYS_EVENT_TYPE ids used when the export lacks the enum table.
 NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange", 70: "NvtxtPushPopRange", 71: "NvtxtStartEndRange"}
 NVTX_MARK_TYPES = {34: "NvtxMark", 65: "NvtxtMark"}
@@ -295,7 +301,8 @@ def _gpu_ops(con, table, cols, strings, names, skipped, extra) -> _Part:
         exprs |= {"name": _int(cols, "demangledName"), "short": _int(cols, "shortName"),
                   "graph": _graph_expr(cols)}
     else:
-        exprs |= {"bytes": _int(cols, "bytes", 0), "copy": _int(cols, "copyKind", 0)}
+        exprs |= {"bytes": _int(cols, "bytes", 0), "copy": _int(cols, "copyKind", 0),
+                  "src": _int(cols, "srcKind"), "dst": _int(cols, "dstKind"), "mem": _int(cols, "memKind")}
     c = _keep_non_negative(_fetch_ints(con, table, exprs), f"negative duration ({short})", skipped)
     if table == "CUPTI_ACTIVITY_KIND_KERNEL":
         kind, nbytes, copy = Kind.KERNEL, 0, int(CopyKind.OTHER)
@@ -303,15 +310,28 @@ def _gpu_ops(con, table, cols, strings, names, skipped, extra) -> _Part:
         extra["graph_kernels"] = int((c["graph"] != NONE).sum())
     elif table == "CUPTI_ACTIVITY_KIND_MEMCPY":
         kind, nbytes = Kind.MEMCPY, c["bytes"]
-        uniq, inverse = np.unique(c["copy"], return_inverse=True)
-        lut = np.array([int(MEMCPY_KINDS.get(int(k), (CopyKind.OTHER,))[0]) for k in uniq], dtype=np.int64)
-        copy = lut[inverse.reshape(-1)] if len(uniq) else np.zeros(0, dtype=np.int64)
-        name = _intern_ids(c["copy"], lambda k: MEMCPY_KINDS.get(k, (0, f"Memcpy (kind {k})"))[1], names)
+        copy, name = _copy_kinds_and_names(c["copy"], c["src"], c["dst"], names)
     else:
         kind, nbytes, copy = Kind.MEMSET, c["bytes"], int(CopyKind.OTHER)
-        name = np.full(len(c["start"]), names.code(MEMSET_NAME), dtype=np.int32)
+        name = _intern_ids(c["mem"], lambda m: f"{MEMSET_NAME} ({MEMORY_KINDS[m]})" if m in MEMORY_KINDS else MEMSET_NAME, names)
     return _Part(_base_columns(kind, c, _os_pid(c["gpid"]), c["stream"], c["device"], c["stream"],
                                c["correlation"], _process_key(c["gpid"]), name, nbytes, copy))
+
+
+def _copy_kinds_and_names(copy: np.ndarray, src: np.ndarray, dst: np.ndarray, names: NameTable):
+    """CopyKind per row and a name per distinct (copyKind, srcKind, dstKind)."""
+    if len(copy) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+    uniq, inverse = np.unique(np.stack([copy, src, dst], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    kinds, labels = [], []
+    for k, s, d in uniq.tolist():
+        kind, label = MEMCPY_KINDS.get(k, (CopyKind.OTHER, f"Memcpy (kind {k})"))
+        if s in MEMORY_KINDS and d in MEMORY_KINDS:
+            label = f"{label} ({MEMORY_KINDS[s]} -> {MEMORY_KINDS[d]})"
+        kinds.append(int(kind))
+        labels.append(label)
+    return np.array(kinds, dtype=np.int64)[inverse], names.codes(labels)[inverse]
 
 
 def _graph_expr(cols: set[str]) -> str:
