@@ -32,6 +32,7 @@ import numpy as np
 
 from hostgap.errors import HostgapError
 from hostgap.events import (
+    GPU_OP_KINDS,
     NONE,
     CopyKind,
     DeviceInfo,
@@ -188,7 +189,7 @@ def _load(con: sqlite3.Connection, path: str) -> Trace:
     events.validate()
     extra.update(_export_facts(con, tables))
     extra["tables_read"] = [t for t in (*GPU_TABLES, *API_TABLES, *LIBRARY_TABLES, "NVTX_EVENTS") if t in tables]
-    gpu = np.isin(events.kind, np.array([Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET], dtype=np.int8))
+    gpu = events.of_kind(*GPU_OP_KINDS)
     device_ids = sorted(int(d) for d in np.unique(events.device[gpu]) if d != NONE)
     meta = TraceMeta(
         path=path,
@@ -450,6 +451,8 @@ def _concat(parts: list[_Part]) -> EventTable:
 def _kv(con, table: str) -> dict[str, str]:
     """First value of each name in a META_DATA_* table."""
     out: dict[str, str] = {}
+    if not {"name", "value"} <= _columns(con, table):
+        return out
     for n, v in con.execute(f'SELECT name, value FROM "{table}"'):
         if n is not None and n not in out:
             out[str(n)] = "" if v is None else str(v)
