@@ -305,6 +305,46 @@ def test_driver_and_library_tables(export):
     assert "CUPTI_ACTIVITY_KIND_DRIVER" in trace.meta.extra["tables_read"]
 
 
+def test_minimal_old_schema_loads(tmp_path):
+    """Older exports: no demangledName, no graph or globalPid columns, NVTX without textId."""
+    ex = Export(tmp_path / "old.sqlite", schema="""
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER,
+            streamId INTEGER, correlationId INTEGER, shortName INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, globalTid INTEGER,
+            correlationId INTEGER, nameId INTEGER);
+        CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, globalTid INTEGER);
+    """)
+    ex.sql("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (100, 150, 0, 7, 3, ?)", (ex.sid("gemv"),))
+    ex.sql("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (10, 20, ?, 3, ?)", (gtid(42, 43), ex.sid("cudaLaunchKernel_v7000")))
+    ex.sql("INSERT INTO NVTX_EVENTS VALUES (5, 200, 59, 'step', ?)", (gtid(42, 43),))
+    trace = load_nsys(ex.close())
+    ev = trace.events
+    (kernel,) = rows_of(trace, Kind.KERNEL)
+    assert trace.name_of(kernel) == "gemv"
+    assert (ev.pid[kernel], ev.link_key[kernel], ev.correlation[kernel]) == (NONE, NONE, 3)  # owner unknown
+    assert trace.names_of(rows_of(trace, Kind.ANNOTATION)) == ["step"]
+    assert trace.meta.extra["graph_kernels"] == 0
+
+
+def test_nulls_and_odd_values_do_not_stop_the_load(export):
+    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 20, 0, 1, 7, NULL, NULL, ?, ?, NULL, NULL)",
+               (export.sid("k"), export.sid("k")))
+    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (30, 40, 0, 1, 7, 'n/a', ?, 999999, 999998, NULL, NULL)",
+               (gpid(100),))  # text in an integer column; name ids missing from StringIds
+    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (1, 2, 0, NULL, NULL, 424242, 0)")
+    export.sql("INSERT INTO NVTX_EVENTS VALUES (0, 5, 59, NULL, NULL, NULL, 0)")
+    trace = load_nsys(export.close())
+    ev = trace.events
+    kernels = rows_of(trace, Kind.KERNEL)
+    assert trace.names_of(kernels) == ["k", "kernel (string id 999999)"]
+    assert ev.correlation[kernels].tolist() == [NONE, 0] and ev.link_key[kernels[0]] == NONE
+    (call,) = rows_of(trace, Kind.RUNTIME)
+    assert trace.name_of(call) == "runtime call (string id 424242)" and ev.pid[call] == NONE
+    assert trace.names_of(rows_of(trace, Kind.ANNOTATION)) == ["NVTX range"]
+    ev.validate()
+
+
 # ---------------------------------------------------------------- devices and metadata
 
 
