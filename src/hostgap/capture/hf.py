@@ -77,8 +77,9 @@ class HFEngine(Engine):
 
     name = "hf"
 
-    def __init__(self, workload: Workload):
+    def __init__(self, workload: Workload, model_cache: dict | None = None):
         super().__init__(workload)
+        self._model_cache = model_cache  # reuse one built model across cells of a sweep
         if workload.mode not in MODES:
             raise HostgapError(f"--mode {workload.mode}", f"unknown mode; use one of {', '.join(MODES)}")
         if workload.mode == "graph" and workload.device != "cuda":
@@ -101,7 +102,7 @@ class HFEngine(Engine):
         check_fits(w.arch, w.dtype, w.batch, max_tokens, w.device,
                    source=f"--model {w.model_path}" if w.model_path else None)
         try:
-            self.model = build_model(w)
+            self.model = self._cached_model()
         except (RuntimeError, MemoryError) as e:
             if "out of memory" in str(e).lower() or isinstance(e, MemoryError):
                 raise HostgapError(f"preset {w.preset}", f"out of memory while building the model: {str(e).splitlines()[0]}") from None
@@ -114,6 +115,18 @@ class HFEngine(Engine):
             self._setup_static(max_tokens)
         if w.mode == "graph":
             self._capture()
+
+    def _cached_model(self):
+        w = self.workload
+        if self._model_cache is None:
+            return build_model(w)
+        key = (w.preset, w.model_path, w.arch, w.dtype, w.device, w.seed)
+        if key not in self._model_cache:
+            self._model_cache.clear()  # one model at a time: free the last before building
+            if w.device == "cuda":
+                self.torch.cuda.empty_cache()
+            self._model_cache[key] = build_model(w)
+        return self._model_cache[key]
 
     def describe(self) -> dict:
         torch = self.torch
@@ -159,7 +172,8 @@ class HFEngine(Engine):
         )
         with prof:
             wall_ns = self._run(n_tokens, annotate=True)
-        path = trace_dir / f"trace_n{n_tokens}_{time.time_ns()}.json.gz"
+        suffix = ".json.gz" if self.workload.extra.get("trace_gzip", True) else ".json"
+        path = trace_dir / f"trace_n{n_tokens}_{time.time_ns()}{suffix}"
         export_trace(prof, path)
         return wall_ns, path
 

@@ -1,0 +1,311 @@
+"""The measuring protocol: warm-up, untraced W(N), traced G(N)/K(N), sweep, differencing.
+
+One :class:`MeasureConfig` describes a run; :func:`measure` executes it against any
+:class:`~hostgap.capture.engine.Engine` and returns the results dict (``results.json``), having
+written the run directory. Order of work:
+
+1. warm-up: two untraced generate calls and one short traced call (profiler start-up), discarded;
+2. untraced runs: R repeats of every N in the sweep (N1, N2 and points over the decade below
+   N2), interleaved across N in a shuffled order so slow drift does not bias one N;
+3. traced runs (torch.profiler, CPU activity plus CUDA on a GPU, no stacks, one annotation per
+   step): every sweep N once, N1 and N2 ``traced_repeats`` times; each trace is reduced to its
+   totals (:func:`hostgap.anatomy.timeline.totals`) right away;
+4. optional py-spy stack sampling over one extra untraced N2 run (``stacks``);
+5. differencing (:mod:`hostgap.capture.differencing`) and the per-step anatomy of the first
+   N2 trace (:func:`hostgap.anatomy.steps.analyze`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from hostgap.capture.differencing import Series, difference, sweep_points
+from hostgap.capture.engine import Workload, load_engine
+from hostgap.capture import rundir
+from hostgap.errors import HostgapError
+from hostgap.model.arch import Arch, get_preset
+
+RESULTS_SCHEMA_VERSION = 1
+
+Progress = Callable[[str, int, int], None]
+"""``progress(phase, done_tokens, total_tokens)``."""
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """Everything that defines a measurement (resolved values are written to config.json)."""
+
+    preset: str | None = None  # None: tiny on CPU, llama-3.2-1b on CUDA
+    model_path: str | None = None
+    engine: str = "hf"
+    device: str = "auto"
+    mode: str = "eager"
+    batch: int = 1
+    prompt_len: int = 128
+    dtype: str = "auto"
+    threads: int = 1
+    n1: int = 1
+    n2: int | None = None  # None: 128 on CPU, 64 on CUDA
+    repeats: int = 5
+    traced_repeats: int = 2
+    sweep: tuple[int, ...] | None = None  # None: sweep_points(n1, n2)
+    warmup: int = 2
+    estimator: str = "min"
+    seed: int = 0
+    stacks: bool = False
+    keep_traces: str = "ends"  # "all", "ends" (N1 and N2 first repeat), "none"
+    trace_gzip: bool = True
+    floor_file: str | None = None
+    out: str = "runs"  # parent directory of run directories
+    run_dir: str | None = None  # exact run directory (overrides out)
+    n_boot: int = 2000
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["sweep"] = list(self.sweep) if self.sweep else None
+        return d
+
+
+def validate(cfg: MeasureConfig) -> None:
+    """Reject bad input before anything heavy runs (one line, exit 2 at the CLI)."""
+    if cfg.n1 < 1:
+        raise HostgapError("--n1", f"must be >= 1, got {cfg.n1}")
+    if cfg.n2 is not None and cfg.n1 >= cfg.n2:
+        raise HostgapError("--n1/--n2", f"need N1 < N2, got N1={cfg.n1}, N2={cfg.n2}")
+    for name in ("batch", "prompt_len", "threads", "repeats", "traced_repeats"):
+        if getattr(cfg, name) < 1:
+            raise HostgapError(f"--{name.replace('_', '-')}", f"must be >= 1, got {getattr(cfg, name)}")
+    if cfg.keep_traces not in ("all", "ends", "none"):
+        raise HostgapError("--keep-traces", "use all, ends or none")
+    if cfg.estimator not in ("min", "median", "mean"):
+        raise HostgapError("--estimator", "use min, median or mean")
+    if cfg.preset and cfg.model_path:
+        raise HostgapError("--model", "give either a preset or --model PATH, not both")
+    if cfg.preset:
+        get_preset(cfg.preset)
+    if cfg.floor_file and not os.path.isfile(cfg.floor_file):
+        raise HostgapError(cfg.floor_file, "no such floor file")
+    if cfg.sweep and any(n < 1 for n in cfg.sweep):
+        raise HostgapError("--sweep", "token counts must be >= 1")
+
+
+def resolve(cfg: MeasureConfig) -> MeasureConfig:
+    """Fill the device-dependent defaults (device, preset, dtype, N2, sweep)."""
+    from hostgap.capture.workload import resolve_device, resolve_dtype
+
+    device = resolve_device(cfg.device)
+    preset = cfg.preset or (None if cfg.model_path else ("tiny" if device == "cpu" else "llama-3.2-1b"))
+    n2 = cfg.n2 or (128 if device == "cpu" else 64)
+    if cfg.n1 >= n2:
+        raise HostgapError("--n1/--n2", f"need N1 < N2, got N1={cfg.n1}, N2={n2}")
+    sweep = tuple(sorted(set(cfg.sweep) | {cfg.n1, n2})) if cfg.sweep else tuple(sweep_points(cfg.n1, n2))
+    if max(sweep) > n2 or min(sweep) < cfg.n1:
+        raise HostgapError("--sweep", f"token counts must lie within N1..N2 ({cfg.n1}..{n2})")
+    if cfg.mode == "graph" and device != "cuda":
+        raise HostgapError("--mode graph", "CUDA graphs need a CUDA device (use --mode static on CPU)")
+    return replace(cfg, device=device, preset=preset, n2=n2, sweep=sweep,
+                   dtype=resolve_dtype(cfg.dtype, device))
+
+
+def make_arch(cfg: MeasureConfig) -> Arch:
+    from hostgap.capture.workload import arch_from_checkpoint, with_context
+
+    arch = arch_from_checkpoint(cfg.model_path) if cfg.model_path else get_preset(cfg.preset)
+    need = cfg.prompt_len + cfg.n2
+    if arch.family == "gpt2" and need > arch.max_positions:
+        raise HostgapError(f"preset {arch.name}", f"prompt + N2 = {need} exceeds its {arch.max_positions} positions")
+    return with_context(arch, need) if not cfg.model_path else arch
+
+
+def make_workload(cfg: MeasureConfig, arch: Arch) -> Workload:
+    return Workload(
+        preset=cfg.preset or "local", arch=arch, batch=cfg.batch, prompt_len=cfg.prompt_len,
+        device=cfg.device, mode=cfg.mode, dtype=cfg.dtype, threads=cfg.threads,
+        model_path=cfg.model_path, seed=cfg.seed, max_new_tokens=cfg.n2,
+        extra={"trace_gzip": cfg.trace_gzip},
+    )
+
+
+def new_run_id(cfg: MeasureConfig) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    name = (cfg.preset or "local").replace("/", "_")
+    return f"{stamp}-{name}-{cfg.engine}-{cfg.device}-{cfg.mode}-b{cfg.batch}-{uuid.uuid4().hex[:6]}"
+
+
+def cell_key(cfg: MeasureConfig) -> str:
+    """The identity of a grid cell for resuming sweeps: what the workload is, not how long
+    it was measured for."""
+    what = cfg.preset or f"model:{cfg.model_path}"
+    return "|".join(str(x) for x in (
+        what, cfg.engine, cfg.device, cfg.mode, f"b{cfg.batch}", f"L{cfg.prompt_len}", cfg.dtype,
+        f"t{cfg.threads}" if cfg.device == "cpu" else "t-", f"n{cfg.n1}-{cfg.n2}",
+    ))
+
+
+# -- the run ------------------------------------------------------------------------------
+
+@dataclass
+class _Tally:
+    """Progress in generated tokens (the unit of work)."""
+
+    total: int
+    progress: Progress | None
+    done: int = 0
+    phase: str = ""
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self._emit()
+
+    def add(self, n: int) -> None:
+        self.done += n
+        self._emit()
+
+    def _emit(self) -> None:
+        if self.progress:
+            self.progress(self.phase, min(self.done, self.total), self.total)
+
+
+def plan(cfg: MeasureConfig) -> dict:
+    """Which N each phase runs, and how many tokens that is (for the progress bar and ETA)."""
+    sweep = list(cfg.sweep)
+    traced = [(n, r) for n in sweep for r in range(cfg.traced_repeats if n in (cfg.n1, cfg.n2) else 1)]
+    warm = [min(cfg.n2, 16)] * cfg.warmup
+    untraced = [n for _ in range(cfg.repeats) for n in sweep]
+    tokens = sum(warm) + 2 + sum(untraced) + sum(n for n, _ in traced) + (cfg.n2 if cfg.stacks else 0)
+    return {"warmup": warm, "untraced": untraced, "traced": traced, "tokens": tokens}
+
+
+def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str] | None = None,
+            engine_kw: dict | None = None) -> dict:
+    """Run the protocol for ``cfg``; write the run directory; return the results dict.
+
+    ``cfg`` may be unresolved (``device="auto"`` ...); it is validated and resolved first.
+    """
+    validate(cfg)
+    run_root = Path(cfg.run_dir) if cfg.run_dir else None
+    rundir.check_writable(Path(cfg.run_dir).parent if cfg.run_dir else Path(cfg.out))
+    cfg = resolve(cfg)
+    arch = make_arch(cfg)
+    run_id = run_root.name if run_root else new_run_id(cfg)
+    run_root = run_root or Path(cfg.out) / run_id
+    work = make_workload(cfg, arch)
+    p = plan(cfg)
+    tally = _Tally(p["tokens"], progress)
+
+    engine = load_engine(cfg.engine)(work, **(engine_kw or {}))
+    run = rundir.RunDir.create(run_root)
+    run.write_json("config.json", {"schema_version": RESULTS_SCHEMA_VERSION, "run_id": run_id,
+                                   "config": cfg.to_dict(), "workload": work.to_dict()})
+    try:
+        tally.set_phase("build")
+        t0 = time.perf_counter()
+        engine.prepare()
+        build_s = time.perf_counter() - t0
+        raw = _run_phases(cfg, engine, p, tally, run)
+        describe = engine.describe()
+    finally:
+        engine.close()
+    tally.set_phase("analyse")
+    from hostgap.capture import manifest as mf
+
+    run.write_json("manifest.json", mf.manifest(argv, extra={"engine": describe, "run_id": run_id}))
+    run.write_json("timings.json", raw)
+    results = _results(cfg, arch, run_id, raw, describe, run, build_s)
+    run.write_json("results.json", results)
+    tally.set_phase("done")
+    return results
+
+
+def _run_phases(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run) -> dict:
+    from hostgap.capture.results import trace_stats
+
+    tally.set_phase("warm-up")
+    for n in p["warmup"]:
+        engine.generate(n)
+        tally.add(n)
+    tmp = run.path / "traces" / ".warmup"
+    _w, wpath = engine.generate_traced(2, tmp)
+    Path(wpath).unlink(missing_ok=True)
+    tmp.rmdir() if tmp.exists() and not any(tmp.iterdir()) else None
+    tally.add(2)
+
+    tally.set_phase("untraced W(N)")
+    order = list(p["untraced"])
+    random.Random(cfg.seed).shuffle(order)
+    untraced: dict[int, list[int]] = {n: [] for n in cfg.sweep}
+    thread: dict[int, list[int]] = {n: [] for n in cfg.sweep}
+    for n in order:
+        untraced[n].append(int(engine.generate(n)))
+        thread[n].append(int(getattr(engine, "last_thread_ns", 0)))
+        tally.add(n)
+
+    tally.set_phase("traced G(N), K(N)")
+    traced: dict[int, list[dict]] = {n: [] for n in cfg.sweep}
+    anatomy_trace = None
+    for n, r in p["traced"]:
+        wall, path = engine.generate_traced(n, run.path / "traces")
+        path = run.rename_trace(Path(path), f"trace_n{n}_r{r}")
+        st = trace_stats(path)
+        keep = cfg.keep_traces == "all" or (cfg.keep_traces == "ends" and r == 0 and n in (cfg.n1, cfg.n2))
+        if n == cfg.n2 and r == 0:
+            anatomy_trace = path
+        st.update({"wall_ns": int(wall), "trace": run.rel(path) if keep or path == anatomy_trace else None})
+        traced[n].append(st)
+        if not keep and path != anatomy_trace:
+            path.unlink(missing_ok=True)
+        tally.add(n)
+
+    stacks = None
+    if cfg.stacks:
+        tally.set_phase("py-spy stacks")
+        from hostgap.capture.stacks import sample_during
+
+        stacks = sample_during(lambda: engine.generate(cfg.n2), run.path / "stacks")
+        tally.add(cfg.n2)
+    return {
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "untraced_wall_ns": {str(n): v for n, v in untraced.items()},
+        "untraced_thread_ns": {str(n): v for n, v in thread.items()},
+        "untraced_order": order,
+        "traced": {str(n): v for n, v in traced.items()},
+        "anatomy_trace": run.rel(anatomy_trace) if anatomy_trace else None,
+        "stacks": stacks,
+    }
+
+
+def series_from_raw(raw: dict) -> Series:
+    """The differencing input from ``timings.json`` content."""
+    tr = {int(n): v for n, v in raw["traced"].items()}
+
+    def col(key):
+        return {n: [int(s[key]) for s in v] for n, v in tr.items() if v}
+
+    return Series(
+        wall_ns={int(n): list(v) for n, v in raw["untraced_wall_ns"].items()},
+        traced_wall_ns=col("wall_ns"), busy_ns=col("busy_ns"), kernel_sum_ns=col("kernel_sum_ns"),
+        kernel_union_ns=col("kernel_union_ns"), kernel_count=col("kernel_count"),
+        copies=col("copies"), copy_ns=col("copy_ns"), h2d_bytes=col("h2d_bytes"),
+        d2h_bytes=col("d2h_bytes"),
+    )
+
+
+def _results(cfg: MeasureConfig, arch: Arch, run_id: str, raw: dict, describe: dict, run,
+             build_s: float) -> dict:
+    from hostgap.capture.results import anatomy_of, build_results
+
+    series = series_from_raw(raw)
+    activity = next(iter(next(iter(raw["traced"].values()))), {}).get("activity", "gpu")
+    diff = difference(series, cfg.n1, cfg.n2, estimator=cfg.estimator, activity=activity,
+                      n_boot=cfg.n_boot, seed=cfg.seed, prompt_len=cfg.prompt_len)
+    anatomy = anatomy_of(run.path / raw["anatomy_trace"], cfg.floor_file) if raw["anatomy_trace"] else None
+    return build_results(
+        schema_version=RESULTS_SCHEMA_VERSION, run_id=run_id, cfg=cfg, arch=arch, diff=diff,
+        anatomy=anatomy, describe=describe, raw=raw, run_dir=str(run.path), build_s=build_s,
+    )

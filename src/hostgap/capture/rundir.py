@@ -1,0 +1,128 @@
+"""A run directory: one measurement's files, written atomically.
+
+Layout::
+
+    runs/<run_id>/
+      config.json     resolved configuration (MeasureConfig + workload + arch)
+      manifest.json   command line, package versions, CPU/GPU facts
+      timings.json    raw timings: every untraced and traced wall, per-trace totals
+      results.json    the results (schema_version; read by fit/regimes/report)
+      traces/         Kineto traces kept (trace_n{N}_r{r}.json.gz)
+      stacks/         py-spy samples (with --stacks)
+
+Files are written to a temporary name and renamed, so a crash or Ctrl-C never leaves a
+half-written JSON behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from hostgap.errors import HostgapError
+
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def check_writable(parent: Path) -> None:
+    """Fail early unless ``parent`` exists-or-can-be-created and accepts files."""
+    parent = Path(parent)
+    probe_dir = parent
+    while not probe_dir.exists():
+        if probe_dir.parent == probe_dir:
+            break
+        probe_dir = probe_dir.parent
+    if probe_dir.exists() and not probe_dir.is_dir():
+        raise HostgapError(str(parent), "output path is not a directory")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=".hostgap-probe-", dir=parent)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as e:
+        raise HostgapError(str(parent), f"output directory is not writable ({e.strerror or e})") from None
+
+
+def dumps(obj) -> bytes:
+    return json.dumps(obj, indent=2, default=_default, allow_nan=True).encode()
+
+
+def _default(o):
+    if hasattr(o, "tolist"):  # numpy arrays and scalars
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def write_atomic(path: Path, data: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; files should look like any other
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: Path, obj) -> Path:
+    return write_atomic(path, dumps(obj) + b"\n")
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(Path(path).read_bytes())
+    except FileNotFoundError:
+        raise HostgapError(str(path), "no such file") from None
+    except ValueError as e:
+        raise HostgapError(str(path), f"not valid JSON ({e})") from None
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @staticmethod
+    def create(path: Path) -> RunDir:
+        path = Path(path)
+        if path.exists() and any(path.iterdir()):
+            raise HostgapError(str(path), "run directory already exists and is not empty")
+        try:
+            (path / "traces").mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise HostgapError(str(path), f"cannot create the run directory ({e.strerror or e})") from None
+        return RunDir(path)
+
+    def write_json(self, name: str, obj) -> Path:
+        return write_json(self.path / name, obj)
+
+    def rel(self, p: Path | None) -> str | None:
+        if p is None:
+            return None
+        try:
+            return str(Path(p).relative_to(self.path))
+        except ValueError:
+            return str(p)
+
+    def rename_trace(self, src: Path, stem: str) -> Path:
+        """Move a trace the engine wrote to ``traces/<stem>.json[.gz]``."""
+        src = Path(src)
+        dst = self.path / "traces" / (stem + (".json.gz" if src.name.endswith(".gz") else ".json"))
+        if src != dst:
+            shutil.move(src, dst)
+        return dst
