@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -39,16 +39,22 @@ from hostgap.events import (
 )
 from hostgap.load.apis import classify_api, copy_kind_from_name
 
-Num = int | float
+I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+"""An integer that fits the int64 columns (JSON allows any size; a larger one is a misfit)."""
+Num = I64 | float
+
+MAX_ABS_NS = 2**62
+"""Timestamps and durations beyond this (in ns) are skipped as out of range: start + dur then
+always fits in int64, and no real clock is within orders of magnitude of it."""
 
 
 class _Args(msgspec.Struct):
-    correlation: int | None = None
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    external_id_legacy: int | None = msgspec.field(default=None, name="external id")
-    device: int | None = None
-    stream: int | None = None
-    bytes: int | None = None
+    correlation: I64 | None = None
+    external_id: I64 | None = msgspec.field(default=None, name="External id")
+    external_id_legacy: I64 | None = msgspec.field(default=None, name="external id")
+    device: I64 | None = None
+    stream: I64 | None = None
+    bytes: I64 | None = None
     name: Any = None  # metadata events: {"name": "<process name>"}
 
 
@@ -58,15 +64,15 @@ class _Event(msgspec.Struct):
     name: str | None = None
     ts: Num | None = None
     dur: Num | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
+    pid: I64 | str | None = None
+    tid: I64 | str | None = None
     args: _Args | None = None
 
 
 class _Doc(msgspec.Struct):
     traceEvents: list[_Event] | None = None
-    baseTimeNanoseconds: int | str | None = None
-    deviceProperties: list[Any] | None = None
+    baseTimeNanoseconds: Any = None
+    deviceProperties: Any = None
     distributedInfo: Any = None
 
 
@@ -188,11 +194,12 @@ def _coerce_events(events: list, skipped: SkipCounter) -> list[_Event]:
         except msgspec.ValidationError:
             skipped.add("malformed fields")
             continue
+        skipped.add("malformed args (event kept, args dropped)")
         if isinstance(args, dict):
             clean = {}
             for k in ("correlation", "External id", "external id", "device", "stream", "bytes"):
                 v = args.get(k)
-                if isinstance(v, int) and not isinstance(v, bool):
+                if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63:
                     clean[k] = v
             ev.args = _Args(**{_ARG_FIELDS[k]: v for k, v in clean.items()})
         out.append(ev)
@@ -238,7 +245,10 @@ def _columns(events: list[_Event], skipped: SkipCounter):
     skipped.add("missing ts or dur", int(bad_time.sum()))
     neg = ~unknown & ~bad_time & (dur < 0)
     skipped.add("negative duration", int(neg.sum()))
-    ok = ~(unknown | bad_time | neg)
+    with np.errstate(invalid="ignore", over="ignore"):
+        huge = ~unknown & ~bad_time & ~neg & ((np.abs(ts) * 1000.0 >= MAX_ABS_NS) | (dur * 1000.0 >= MAX_ABS_NS))
+    skipped.add("timestamp out of range", int(huge.sum()))
+    ok = ~(unknown | bad_time | neg | huge)
     sel = np.flatnonzero(ok)
     ev = [ev[i] for i in sel]
     kind = kind[sel].astype(np.int8)
@@ -306,11 +316,14 @@ def _ids(values: list) -> np.ndarray:
             out[i] = NONE
         else:
             s = str(v)
-            if s.isdigit():
-                out[i] = int(s)
-            else:
-                out[i] = mapping.setdefault(s, -2 - len(mapping))
+            n = _small_int(s) if s.isascii() and s.isdigit() else None
+            out[i] = n if n is not None else mapping.setdefault(s, -2 - len(mapping))
     return out
+
+
+def _small_int(s: str) -> int | None:
+    n = int(s)
+    return n if n < 2**63 else None
 
 
 def _arg(args: list, field: str) -> np.ndarray:
@@ -333,7 +346,7 @@ def _devices(props: list | None, table: EventTable) -> tuple[DeviceInfo, ...]:
     gpu = table.kind <= Kind.GPU_ANNOTATION
     seen = sorted(int(d) for d in np.unique(table.device[gpu]) if d >= 0)
     known: dict[int, dict] = {}
-    for p in props or []:
+    for p in props if isinstance(props, list) else []:
         if isinstance(p, dict) and isinstance(p.get("id"), int):
             known[p["id"]] = p
     out = []
@@ -370,8 +383,11 @@ def _int_or_none(v) -> int | None:
         return None
     if isinstance(v, int):
         return v
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v)
+    if isinstance(v, str):
+        try:
+            return int(v.strip()) if v.strip().isascii() else None
+        except ValueError:
+            return None
     return None
 
 

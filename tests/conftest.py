@@ -1,0 +1,139 @@
+"""Shared fixtures: the real-trace corpus and a builder for hand-written Kineto micro traces.
+
+Micro traces are plain Python dicts written to a temporary file::
+
+    def test_something(kineto_trace):
+        path = kineto_trace([kernel("gemm", ts=10, dur=5, corr=1),
+                             launch(ts=3, dur=2, corr=1)],
+                            distributedInfo={"rank": 0, "world_size": 2})
+        trace = load_trace(path)
+
+The event helpers (:func:`kernel`, :func:`launch`, :func:`runtime`, :func:`memcpy`,
+:func:`memset`, :func:`cpu_op`, :func:`python_frame`, :func:`annotation`,
+:func:`gpu_annotation`, :func:`flow`) return ordinary Kineto event dicts; tests import them with
+``from conftest import kernel, launch``. Times are in µs, as in Kineto files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+"""The shared real-trace corpus (read in place, never copied into the repository)."""
+
+HOST_PID = 100
+HOST_TID = 1
+
+
+def corpus_path(relative: str) -> Path:
+    """Path of a corpus file; skips the calling test with a clear reason when it is absent."""
+    p = TRACES / relative
+    if not p.exists():
+        pytest.skip(f"shared trace corpus not available ({p} missing); tests that need it are skipped")
+    return p
+
+
+@pytest.fixture(scope="session")
+def traces_dir() -> Path:
+    """The corpus folder ``../shared/traces``; skips when absent."""
+    if not TRACES.is_dir():
+        pytest.skip(f"shared trace corpus not available ({TRACES} missing); tests that need it are skipped")
+    return TRACES
+
+
+# -- micro traces ----------------------------------------------------------------------
+
+
+def write_kineto(path: Path, events: list, *, gz: bool = False, **top_level) -> Path:
+    """Write ``{"traceEvents": events, **top_level}`` as JSON (gzip when ``gz``)."""
+    doc = {**top_level, "traceEvents": events}
+    data = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+@pytest.fixture
+def kineto_trace(tmp_path):
+    """Builder: ``kineto_trace(events, gz=False, **top_level) -> path`` of a new trace file
+    (``top_level`` keys such as ``baseTimeNanoseconds``, ``deviceProperties``,
+    ``distributedInfo`` go beside ``traceEvents``)."""
+    counter = itertools.count()
+
+    def build(events: list, gz: bool = False, **top_level) -> str:
+        name = f"micro{next(counter)}.json" + (".gz" if gz else "")
+        return str(write_kineto(tmp_path / name, events, gz=gz, **top_level))
+
+    return build
+
+
+def _args(**kw) -> dict:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def kernel(name="kernel", ts=0.0, dur=1.0, *, corr=None, device=0, stream=7, ext=None, cat="kernel",
+           **args) -> dict:
+    """A GPU kernel on ``device``/``stream`` (Kineto puts it on pid=device, tid=stream)."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream, "ts": ts, "dur": dur,
+            "args": _args(device=device, stream=stream, correlation=corr, **{"External id": ext}, **args)}
+
+
+def memcpy(name="Memcpy HtoD (Pageable -> Device)", ts=0.0, dur=1.0, *, nbytes=0, corr=None, device=0,
+           stream=7, cat="gpu_memcpy") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream, "ts": ts, "dur": dur,
+            "args": _args(device=device, stream=stream, correlation=corr, bytes=nbytes)}
+
+
+def memset(name="Memset (Device)", ts=0.0, dur=1.0, *, nbytes=0, corr=None, device=0, stream=7,
+           cat="gpu_memset") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream, "ts": ts, "dur": dur,
+            "args": _args(device=device, stream=stream, correlation=corr, bytes=nbytes)}
+
+
+def runtime(name, ts=0.0, dur=1.0, *, corr=None, ext=None, pid=HOST_PID, tid=HOST_TID,
+            cat="cuda_runtime") -> dict:
+    """A host runtime/driver API call (``cudaLaunchKernel``, ``hipGraphLaunch``, ``cudaMemcpyAsync`` ...)."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": _args(correlation=corr, **{"External id": ext})}
+
+
+def launch(ts=0.0, dur=1.0, *, corr=None, name="cudaLaunchKernel", **kw) -> dict:
+    return runtime(name, ts, dur, corr=corr, **kw)
+
+
+def cpu_op(name, ts=0.0, dur=1.0, *, ext=None, pid=HOST_PID, tid=HOST_TID, cat="cpu_op") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": _args(**{"External id": ext})}
+
+
+def python_frame(name, ts=0.0, dur=1.0, *, pid=HOST_PID, tid=HOST_TID) -> dict:
+    return {"ph": "X", "cat": "python_function", "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": {}}
+
+
+def annotation(name, ts=0.0, dur=1.0, *, pid=HOST_PID, tid=HOST_TID) -> dict:
+    """A host-side range (record_function / ``ProfilerStep#N``)."""
+    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": {}}
+
+
+def gpu_annotation(name, ts=0.0, dur=1.0, *, device=0, stream=7) -> dict:
+    """The GPU-side copy of a range (Kineto ``gpu_user_annotation``)."""
+    return {"ph": "X", "cat": "gpu_user_annotation", "name": name, "pid": device, "tid": stream, "ts": ts,
+            "dur": dur, "args": {"device": device, "stream": stream}}
+
+
+def flow(ts, corr, phase="s", *, pid=HOST_PID, tid=HOST_TID, cat="ac2g") -> dict:
+    """A flow event (``s`` start at the launch, ``f`` finish at the GPU op)."""
+    ev = {"ph": phase, "id": corr, "cat": cat, "name": cat, "pid": pid, "tid": tid, "ts": ts}
+    if phase == "f":
+        ev["bp"] = "e"
+    return ev
+
+
+def process_name(pid, name) -> dict:
+    return {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
