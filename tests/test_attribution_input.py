@@ -1,0 +1,169 @@
+"""STEPS input: harvest and generic layouts, cross-checks, refusals, vLLM annotations."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+
+from hostgap.errors import HostgapError
+from hostgap.model import attribution as A
+from hostgap.model.steps_table import (composition_from_vllm_annotation, load_steps,
+                                       write_steps)
+from hostgap.model.synth import synth_steps
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+VLLM_TRACE = TRACES / "tracelens" / "mi300x_vllm_decode_fullgraph.json.gz"
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synth_steps(120, seed=7, noise=0.01)
+
+
+@pytest.mark.parametrize("ext", [".parquet", ".csv"])
+def test_harvest_layout_round_trip(data, tmp_path, ext):
+    path = str(tmp_path / f"run{ext}")
+    written = write_steps(data.steps, path)
+    assert written[1].endswith(f"run.requests{ext}")
+    back = load_steps(path)
+    assert back.data_sha256() == data.steps.data_sha256()
+    assert back.requests is not None and len(back.requests.p) == len(data.steps.requests.p)
+
+
+def test_harvest_without_requests_keeps_aggregates(data, tmp_path):
+    path = str(tmp_path / "run.parquet")
+    write_steps(data.steps, path)
+    (tmp_path / "run.requests.parquet").unlink()
+    back = load_steps(path)
+    assert back.requests is None
+    for f in ("n_requests", "sum_p", "sum_c", "sum_pp", "sum_pc"):
+        np.testing.assert_array_equal(getattr(back, f), getattr(data.steps, f))
+
+
+def _harvest_table(path, **override):
+    t = pq.read_table(path).to_pydict()
+    t.update(override)
+    return t
+
+
+def test_requests_that_disagree_with_the_steps_are_refused(data, tmp_path):
+    path = str(tmp_path / "run.parquet")
+    write_steps(data.steps, path)
+    t = _harvest_table(path)
+    t["gen_s"] = [v + 7 for v in t["gen_s"]]
+    pq.write_table(pa.table(t), path)
+    with pytest.raises(HostgapError, match="requests disagree"):
+        load_steps(path)
+
+
+def test_steps_without_composition_are_refused(tmp_path):
+    path = tmp_path / "bare.csv"
+    path.write_text("source,step,kind,wall_ns,ctx_requests,gen_requests\n"
+                    "a,0,decode,1000,,\na,1,decode,1100,,\n")
+    with pytest.raises(HostgapError, match="no batch composition"):
+        load_steps(str(path))
+
+
+def test_zero_request_steps_are_refused(tmp_path):
+    path = tmp_path / "idle.csv"
+    cols = "source,step,kind,wall_ns," + ",".join(
+        f"{p}_{k}" for p in ("ctx", "gen") for k in ("requests", "q", "s", "qq", "qs"))
+    path.write_text(cols + "\n" + "a,0,decode,1000,0,0,0,0,0,2,2,300,2,300\n"
+                    + "a,1,decode,900,0,0,0,0,0,0,0,0,0,0\n")
+    with pytest.raises(HostgapError, match="no requests"):
+        load_steps(str(path))
+
+
+def test_kind_must_match_composition(tmp_path):
+    path = tmp_path / "k.csv"
+    cols = "source,step,kind,wall_ns," + ",".join(
+        f"{p}_{k}" for p in ("ctx", "gen") for k in ("requests", "q", "s", "qq", "qs"))
+    path.write_text(cols + "\n" + "a,0,decode,1000,1,64,64,4096,4096,2,2,300,2,300\n")
+    with pytest.raises(HostgapError, match="kind 'decode'"):
+        load_steps(str(path))
+
+
+def test_generic_layout_mixed_rows(tmp_path):
+    path = tmp_path / "generic.csv"
+    path.write_text("step,q,s,time_ms\n"
+                    "0,1,100,\n0,1,300,\n0,,,5.5\n"
+                    "1,128,128,\n1,1,50,\n1,,,9.25\n")
+    s = load_steps(str(path))
+    assert s.sources == ("generic",)
+    np.testing.assert_array_equal(s.wall_ns, [5.5e6, 9.25e6])
+    np.testing.assert_array_equal(s.n_requests, [2, 2])
+    np.testing.assert_array_equal(s.sum_c, [400, 178])
+    np.testing.assert_array_equal(s.is_prefill, [False, True])
+    assert np.isnan(s.host_exposed_ns).all()
+
+
+def test_generic_layout_time_on_every_request_row(tmp_path):
+    path = tmp_path / "denorm.parquet"
+    pq.write_table(pa.table({"source": ["x"] * 3, "step": [4, 4, 5], "q": [1, 1, 1],
+                             "s": [10, 20, 30], "wall_ns": [7e6, 7e6, 6e6],
+                             "host_exposed_ns": [2e6, 2e6, 1e6]}), path)
+    s = load_steps(str(path))
+    np.testing.assert_array_equal(s.step, [4, 5])
+    np.testing.assert_array_equal(s.wall_ns, [7e6, 6e6])
+    np.testing.assert_array_equal(s.host_exposed_ns, [2e6, 1e6])
+
+
+def test_generic_layout_conflicting_times(tmp_path):
+    path = tmp_path / "clash.csv"
+    path.write_text("step,q,s,wall_ns\n0,1,10,1000\n0,1,20,2000\n")
+    with pytest.raises(HostgapError, match="disagree"):
+        load_steps(str(path))
+
+
+@pytest.mark.parametrize("body,match", [
+    ("step,q,s,wall_ns\n0,4,2,1000\n", "s < q"),
+    ("step,q,s,wall_ns\n0,0,2,1000\n", "q must be >= 1"),
+    ("step,q,s\n0,1,2\n", "wall_ns or time_ms"),
+    ("step,q,s,wall_ns\n0,1,2,\n", "no positive measured time"),
+    ("a,b\n1,2\n", "not a STEPS table"),
+])
+def test_bad_generic_tables(tmp_path, body, match):
+    path = tmp_path / "bad.csv"
+    path.write_text(body)
+    with pytest.raises(HostgapError, match=match):
+        load_steps(str(path))
+
+
+def test_unknown_format_and_missing_file(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text("{}")
+    with pytest.raises(HostgapError, match="unknown table format"):
+        load_steps(str(p))
+    with pytest.raises(HostgapError, match="no such file"):
+        load_steps(str(tmp_path / "nope.parquet"))
+
+
+def test_short_vllm_annotation_lacks_context():
+    assert composition_from_vllm_annotation("execute_context_1(7)_generation_3(3)") is None
+
+
+@pytest.mark.skipif(not VLLM_TRACE.exists(), reason=f"{VLLM_TRACE} absent (shared corpus)")
+def test_real_vllm_decode_step_parses_and_is_too_little_to_fit(tmp_path):
+    with gzip.open(VLLM_TRACE, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    marks = [e for e in events if e.get("cat") == "user_annotation"
+             and str(e.get("name", "")).startswith("execute_")]
+    assert len(marks) == 1
+    comp = composition_from_vllm_annotation(marks[0]["name"])
+    assert comp["gen_requests"] == 32 and comp["gen_q"] == 32 and comp["ctx_requests"] == 0
+    assert comp["gen_s"] == 55086
+    row = {"schema_version": [1], "source": ["mi300x"], "step": [0], "kind": ["decode"],
+           "wall_ns": [round(marks[0]["dur"] * 1000)], **{k: [v] for k, v in comp.items()}}
+    path = tmp_path / "one.csv"
+    pcsv.write_csv(pa.table(row), str(path))
+    steps = load_steps(str(path))
+    assert steps.n_requests[0] == 32 and steps.sum_c[0] == 55086 and not steps.is_prefill[0]
+    with pytest.raises(HostgapError, match="too few"):
+        A.fit(steps)
