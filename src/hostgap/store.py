@@ -1,0 +1,223 @@
+"""The runs database: one SQLite row per measurement, with the full results JSON.
+
+Location, first that applies: ``--db PATH``; ``$HOSTGAP_DB``; ``$XDG_DATA_HOME/hostgap/runs.sqlite``;
+``~/.local/share/hostgap/runs.sqlite``.
+
+Schema (version :data:`SCHEMA_VERSION`, kept in table ``meta``): table ``runs`` has the columns
+people filter and sort on (preset, engine, device, mode, batch, prompt length, per-step wall /
+device-active / host-exposed, host fraction, HDBI, verdict, cell key, run directory) and the
+complete ``results.json`` text in ``results``. Every write is one transaction, so an interrupted
+sweep leaves either the whole row or none.
+
+>>> db = RunsDB(":memory:")
+>>> db.add({"run_id": "r1", "preset": "tiny", "batch": 1, "differencing": {"t_step_ns": 4e6}})
+>>> db.get("r1")["preset"], len(db.results())
+('tiny', 1)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from hostgap.errors import HostgapError
+
+SCHEMA_VERSION = 1
+
+COLUMNS = (
+    ("run_id", "TEXT PRIMARY KEY"),
+    ("created", "TEXT NOT NULL"),
+    ("cell_key", "TEXT"),
+    ("preset", "TEXT"),
+    ("engine", "TEXT"),
+    ("device", "TEXT"),
+    ("device_name", "TEXT"),
+    ("mode", "TEXT"),
+    ("batch", "INTEGER"),
+    ("prompt_len", "INTEGER"),
+    ("dtype", "TEXT"),
+    ("n1", "INTEGER"),
+    ("n2", "INTEGER"),
+    ("threads", "INTEGER"),
+    ("t_step_ns", "REAL"),
+    ("g_step_ns", "REAL"),
+    ("h_step_ns", "REAL"),
+    ("host_fraction", "REAL"),
+    ("hdbi", "REAL"),
+    ("verdict", "TEXT"),
+    ("activity", "TEXT"),
+    ("run_dir", "TEXT"),
+    ("results", "TEXT NOT NULL"),
+)
+
+SUMMARY_COLUMNS = tuple(c for c, _ in COLUMNS if c != "results")
+
+
+def default_path() -> Path:
+    """Where the runs database lives unless ``--db`` says otherwise."""
+    env = os.environ.get("HOSTGAP_DB")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "hostgap" / "runs.sqlite"
+
+
+def _row_of(result: dict) -> dict:
+    d = result.get("differencing") or {}
+    v = result.get("verdict") or {}
+    return {
+        "run_id": result["run_id"],
+        "created": result.get("created") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cell_key": result.get("cell_key"),
+        "preset": result.get("preset"),
+        "engine": result.get("engine"),
+        "device": result.get("device"),
+        "device_name": result.get("device_name"),
+        "mode": result.get("mode"),
+        "batch": result.get("batch"),
+        "prompt_len": result.get("prompt_len"),
+        "dtype": result.get("dtype"),
+        "n1": result.get("n1"),
+        "n2": result.get("n2"),
+        "threads": result.get("threads"),
+        "t_step_ns": d.get("t_step_ns"),
+        "g_step_ns": d.get("g_step_ns"),
+        "h_step_ns": d.get("h_step_ns"),
+        "host_fraction": d.get("host_fraction"),
+        "hdbi": result.get("hdbi"),
+        "verdict": v.get("verdict") if isinstance(v, dict) else v,
+        "activity": d.get("activity"),
+        "run_dir": result.get("run_dir"),
+        "results": json.dumps(result, default=_json_default),
+    }
+
+
+def _json_default(o):
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    return str(o)
+
+
+class RunsDB:
+    """The runs database at ``path`` (created on first use; ``":memory:"`` for tests)."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = str(path) if path is not None else str(default_path())
+        if self.path != ":memory:":
+            p = Path(self.path)
+            if p.is_dir():
+                raise HostgapError(self.path, "runs database path is a directory")
+            try:
+                p.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise HostgapError(self.path, f"cannot create the database directory ({e.strerror or e})") from None
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=30)
+            self._conn.row_factory = sqlite3.Row
+            self._init()
+        except sqlite3.DatabaseError as e:
+            raise HostgapError(self.path, f"not a hostgap runs database ({e})") from None
+
+    # -- schema ---------------------------------------------------------------------------
+    def _init(self) -> None:
+        with self._conn:
+            self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                cols = ", ".join(f"{c} {t}" for c, t in COLUMNS)
+                self._conn.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
+                self._conn.execute("CREATE INDEX IF NOT EXISTS runs_cell ON runs(cell_key)")
+                self._conn.execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
+            elif int(row["value"]) > SCHEMA_VERSION:
+                raise HostgapError(
+                    self.path,
+                    f"runs database schema {row['value']} is newer than this hostgap ({SCHEMA_VERSION}); upgrade hostgap",
+                )
+
+    @property
+    def schema_version(self) -> int:
+        row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        return int(row["value"])
+
+    # -- writes ---------------------------------------------------------------------------
+    def add(self, result: dict) -> None:
+        """Insert (or replace, same run_id) one run, in one transaction."""
+        if "run_id" not in result:
+            raise HostgapError("result", "has no run_id")
+        row = _row_of(result)
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        with self._conn:
+            self._conn.execute(f"INSERT OR REPLACE INTO runs ({cols}) VALUES ({marks})", tuple(row.values()))
+
+    def delete(self, run_id: str) -> bool:
+        with self._conn:
+            cur = self._conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+        return cur.rowcount > 0
+
+    # -- reads ----------------------------------------------------------------------------
+    def results(self, **where) -> list[dict]:
+        """Full results dicts, oldest first; ``where``: equality filters on summary columns."""
+        sql, args = self._where(where)
+        rows = self._conn.execute(f"SELECT results FROM runs{sql} ORDER BY created, run_id", args)
+        return [json.loads(r["results"]) for r in rows]
+
+    def rows(self, limit: int | None = None, **where) -> list[dict]:
+        """Summary rows (no results JSON), newest first."""
+        sql, args = self._where(where)
+        cols = ", ".join(SUMMARY_COLUMNS)
+        q = f"SELECT {cols} FROM runs{sql} ORDER BY created DESC, run_id DESC"
+        if limit:
+            q += f" LIMIT {int(limit)}"
+        return [dict(r) for r in self._conn.execute(q, args)]
+
+    def get(self, run_id: str) -> dict | None:
+        """One run's results by id, or by a unique id prefix; None when absent."""
+        row = self._conn.execute("SELECT results FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            found = self._conn.execute(
+                "SELECT run_id, results FROM runs WHERE run_id LIKE ? ESCAPE '\\' LIMIT 2",
+                (_like_prefix(run_id),),
+            ).fetchall()
+            if len(found) > 1:
+                raise HostgapError(run_id, "ambiguous run id prefix; give more characters")
+            row = found[0] if found else None
+        return json.loads(row["results"]) if row else None
+
+    def has_cell(self, key: str) -> bool:
+        """Whether a run of this grid cell (see ``protocol.cell_key``) is stored."""
+        row = self._conn.execute("SELECT 1 FROM runs WHERE cell_key = ? LIMIT 1", (key,)).fetchone()
+        return row is not None
+
+    def count(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> RunsDB:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @staticmethod
+    def _where(where: dict) -> tuple[str, tuple]:
+        bad = set(where) - set(SUMMARY_COLUMNS)
+        if bad:
+            raise HostgapError("filter", f"unknown run field(s): {', '.join(sorted(bad))}")
+        items = [(k, v) for k, v in where.items() if v is not None]
+        if not items:
+            return "", ()
+        return " WHERE " + " AND ".join(f"{k} = ?" for k, _ in items), tuple(v for _, v in items)
+
+
+def _like_prefix(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
