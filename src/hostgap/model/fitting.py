@@ -1,0 +1,415 @@
+"""Measured cells in, a fitted step model out (JSON with provenance), and back.
+
+A **cell** is one measured configuration (preset, batch, prompt, engine, mode, device) from a
+``hostgap measure`` results JSON. Missing keys are unknown, never guessed. Per (device, engine)
+group the fit yields:
+
+- a device scale: measured GPU-active per step over the roofline's prediction (geometric
+  mean), so per-op efficiencies (from per-op data such as vidur, or the defaults) keep their
+  shape and step data set the level;
+- the host parts of :class:`hostgap.model.stepmodel.HostModel`.
+
+Held-out error is leave-one-out over cells: each cell's step time is predicted (device time
+from the roofline x scale, host from the host model) by a fit on the other cells.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import hostgap
+from hostgap.errors import HostgapError
+from hostgap.model.accounting import Cell, account
+from hostgap.model.arch import Arch, get_preset
+from hostgap.model.devices import DeviceSpec, find_device
+from hostgap.model.roofline import Metrics, RooflineModel, default_model, device_time, error_metrics
+from hostgap.model.stepmodel import DEFAULT_HOST, HostModel, HostSamples, fit_host, predict_host
+from hostgap.model.tp import AllReduceModel
+
+MODEL_KIND = "hostgap.step_model"
+
+
+def _num(d: dict | None, key: str) -> float:
+    v = (d or {}).get(key)
+    try:
+        return float(v) if v is not None else float("nan")
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+@dataclass(frozen=True)
+class MeasuredCell:
+    """The fields of one results JSON the models use (NaN / None: unknown)."""
+
+    run_id: str
+    preset: str | None
+    arch: Arch | None
+    device: str | None
+    device_name: str | None
+    engine: str | None
+    mode: str | None
+    batch: int | None
+    prompt_len: int | None
+    dtype: str | None
+    n1: int | None
+    n2: int | None
+    t_step_ns: float
+    g_step_ns: float
+    h_step_ns: float
+    k_step: float
+    host_fraction: float
+    hdbi: float
+    verdict: str | None
+    source: str = ""
+
+    @property
+    def context(self) -> int | None:
+        """Mean KV length over the differenced decode steps: prompt + (N1 + N2 - 1) / 2."""
+        if self.prompt_len is None:
+            return None
+        n1, n2 = self.n1 or 1, self.n2 or 1
+        return int(round(self.prompt_len + (n1 + n2 - 1) / 2))
+
+    @property
+    def usable(self) -> bool:
+        return self.arch is not None and self.batch is not None and all(
+            math.isfinite(v) and v > 0 for v in (self.t_step_ns, self.g_step_ns))
+
+
+def _arch(doc: dict) -> Arch | None:
+    a = doc.get("arch")
+    if isinstance(a, dict):
+        try:
+            return Arch(**{k: a[k] for k in Arch.__dataclass_fields__ if k in a})
+        except TypeError:
+            pass
+    if doc.get("preset"):
+        try:
+            return get_preset(doc["preset"])
+        except HostgapError:
+            return None
+    return None
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def cell_from_results(doc: dict, source: str = "") -> MeasuredCell:
+    d, v = doc.get("differencing") or {}, doc.get("verdict") or {}
+    hf = _num(d, "host_fraction")
+    if not math.isfinite(hf):
+        hf = _num(v, "host_fraction")
+    hdbi = _num(doc.get("taxbreak"), "hdbi")
+    if not math.isfinite(hdbi):
+        hdbi = _num(v, "hdbi")
+    return MeasuredCell(
+        str(doc.get("run_id", source)), doc.get("preset"), _arch(doc), doc.get("device"),
+        doc.get("device_name"), doc.get("engine"), doc.get("mode"), _int(doc.get("batch")),
+        _int(doc.get("prompt_len")), doc.get("dtype"), _int(doc.get("n1")), _int(doc.get("n2")),
+        _num(d, "t_step_ns"), _num(d, "g_step_ns"), _num(d, "h_step_ns"), _num(d, "k_step"), hf, hdbi,
+        v.get("verdict"), source,
+    )
+
+
+def load_results(paths=(), db: str | None = None) -> list[dict]:
+    """Results JSON documents from files and/or the runs database (when available)."""
+    docs = []
+    for p in paths:
+        try:
+            doc = json.loads(Path(p).read_text())
+        except OSError as e:
+            raise HostgapError(str(p), f"cannot read: {e.strerror}") from None
+        except ValueError as e:
+            raise HostgapError(str(p), f"not valid JSON: {e}") from None
+        items = doc if isinstance(doc, list) else [doc]
+        for item in items:
+            if not isinstance(item, dict):
+                raise HostgapError(str(p), "expected a results JSON object (or a list of them)")
+            item.setdefault("run_id", str(p))
+            docs.append(item)
+    if db is not None:
+        try:
+            from hostgap.store import RunsDB  # type: ignore[import-not-found]
+        except ImportError:
+            raise HostgapError("--db", "the runs database is not available in this build; pass --results FILE") from None
+        try:
+            docs.extend(RunsDB(db).results())
+        except HostgapError:
+            raise
+        except Exception as e:  # the store's own failure, reported as one line
+            raise HostgapError(str(db), f"cannot read runs database: {e}") from None
+    return docs
+
+
+def device_for(cell: MeasuredCell, extra: dict | None = None) -> DeviceSpec:
+    if cell.device == "cpu" and not cell.device_name:
+        return find_device("cpu", extra)
+    try:
+        return find_device(cell.device_name or cell.device or "cpu", extra)
+    except HostgapError:
+        if cell.device == "cpu":
+            return find_device("cpu", extra)
+        raise
+
+
+def roofline_ns(arch: Arch, cell: Cell, device: DeviceSpec, rl: RooflineModel) -> float:
+    return device_time(account(arch, cell), device, rl).total_ns
+
+
+def _model_cell(c: MeasuredCell) -> Cell:
+    engine = c.engine if c.engine in DEFAULT_HOST else "vllm"
+    dtype = c.dtype if c.dtype in ("bfloat16", "float16", "float32", "fp8", "int8") else "bfloat16"
+    return Cell(batch=c.batch, q_tokens=1, context=max(c.context or 1, 1), dtype=dtype, engine=engine)
+
+
+@dataclass(frozen=True)
+class GroupModel:
+    """The fitted step model of one (device, engine)."""
+
+    device: str
+    device_name: str
+    engine: str
+    device_scale: float
+    host: HostModel
+    roofline: RooflineModel
+    n_cells: int
+    heldout: Metrics
+    heldout_host_only: Metrics
+
+    def to_dict(self) -> dict:
+        return {"device": self.device, "device_name": self.device_name, "engine": self.engine,
+                "device_scale": self.device_scale, "host": self.host.to_dict(),
+                "roofline": self.roofline.to_dict(), "n_cells": self.n_cells,
+                "heldout": self.heldout.to_dict(), "heldout_host_only": self.heldout_host_only.to_dict()}
+
+    @staticmethod
+    def from_dict(d: dict) -> "GroupModel":
+        return GroupModel(d["device"], d.get("device_name", d["device"]), d["engine"], float(d["device_scale"]),
+                          HostModel.from_dict(d["host"]), RooflineModel.from_dict(d["roofline"]), int(d["n_cells"]),
+                          Metrics(**d["heldout"]), Metrics(**d["heldout_host_only"]))
+
+
+def _samples(cells: list[MeasuredCell]) -> HostSamples:
+    return HostSamples(np.array([c.t_step_ns for c in cells]), np.array([c.g_step_ns for c in cells]),
+                       np.array([c.k_step if math.isfinite(c.k_step) else 0.0 for c in cells]),
+                       np.array([float(c.batch) for c in cells]), np.array([c.mode == "graph" for c in cells]))
+
+
+def _fit_group(cells, device, rl, base) -> tuple[float, HostModel]:
+    raw = np.array([roofline_ns(c.arch, _model_cell(c), device, rl) for c in cells])
+    g = np.array([c.g_step_ns for c in cells])
+    scale = float(np.exp(np.mean(np.log(g / raw))))
+    return scale, fit_host(_samples(cells), base)
+
+
+def fit_group(cells: list[MeasuredCell], device: DeviceSpec, rl: RooflineModel | None = None) -> GroupModel:
+    """Fit one (device, engine) group; held-out error by leave-one-out over cells."""
+    rl = rl or default_model(device.name)
+    engine = cells[0].engine if cells[0].engine in DEFAULT_HOST else "vllm"
+    base = DEFAULT_HOST[engine]
+    scale, host = _fit_group(cells, device, rl, base)
+    n = len(cells)
+    pred_full, pred_host = [], []
+    if n >= 3:
+        for i in range(n):
+            rest = cells[:i] + cells[i + 1:]
+            s_i, h_i = _fit_group(rest, device, rl, base)
+            c = cells[i]
+            one = _samples([c])
+            pred_host.append(predict_host(h_i, one)[0])
+            dev = s_i * roofline_ns(c.arch, _model_cell(c), device, rl)
+            pred_full.append(predict_host(h_i, HostSamples(one.t_step_ns, np.array([dev]), one.k_step, one.batch, one.graph))[0])
+    meas = np.array([c.t_step_ns for c in cells]) if n >= 3 else np.array([])
+    return GroupModel(device.name, cells[0].device_name or device.name, engine, scale, host, rl, n,
+                      error_metrics(np.array(pred_full), meas), error_metrics(np.array(pred_host), meas))
+
+
+@dataclass(frozen=True)
+class FittedModel:
+    groups: tuple
+    provenance: dict
+    all_reduce: AllReduceModel | None = None
+    tp_form: str = "additive"
+    skipped: tuple = field(default=())
+
+    def group_for(self, device: str, engine: str) -> GroupModel | None:
+        for g in self.groups:
+            if g.device == device and g.engine == engine:
+                return g
+        for g in self.groups:
+            if g.device == device:
+                return g
+        return None
+
+    def to_dict(self) -> dict:
+        return {"schema_version": hostgap.SCHEMA_VERSION, "kind": MODEL_KIND, "provenance": self.provenance,
+                "tp_form": self.tp_form, "groups": [g.to_dict() for g in self.groups],
+                "all_reduce": self.all_reduce.to_dict() if self.all_reduce else None,
+                "skipped": list(self.skipped)}
+
+
+def data_hash(docs: list[dict]) -> str:
+    """sha256 of the inputs in canonical JSON (sorted keys, order of runs ignored)."""
+    items = sorted(json.dumps(d, sort_keys=True, default=str) for d in docs)
+    return hashlib.sha256("\n".join(items).encode()).hexdigest()
+
+
+def _versions() -> dict:
+    import scipy
+
+    return {"hostgap": hostgap.__version__, "python": sys.version.split()[0], "numpy": np.__version__,
+            "scipy": scipy.__version__, "platform": platform.platform()}
+
+
+def fit(docs: list[dict], extra_devices: dict | None = None, rl: RooflineModel | None = None,
+        all_reduce: AllReduceModel | None = None, tp_form: str = "additive") -> FittedModel:
+    """Fit every (device, engine) group with enough usable cells (>= 2)."""
+    cells = [cell_from_results(d, str(d.get("run_id", ""))) for d in docs]
+    usable = [c for c in cells if c.usable]
+    skipped = [f"{c.run_id}: missing differencing t/g step or arch/batch" for c in cells if not c.usable]
+    groups: dict[tuple, list] = {}
+    for c in usable:
+        dev = device_for(c, extra_devices)
+        groups.setdefault((dev.name, c.engine if c.engine in DEFAULT_HOST else "vllm"), []).append((dev, c))
+    fitted = []
+    for (dname, engine), members in sorted(groups.items()):
+        if len(members) < 2:
+            skipped.append(f"{dname}/{engine}: only one cell, nothing to fit")
+            continue
+        dev = members[0][0]
+        model_rl = rl if rl is not None and rl.device == dev.name else default_model(dev.name)
+        fitted.append(fit_group([c for _, c in members], dev, model_rl))
+    prov = {"created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "versions": _versions(),
+            "data_sha256": data_hash(docs), "runs": [c.run_id for c in cells],
+            "devices": sorted({g.device_name for g in fitted} | {g.device for g in fitted}),
+            "n_cells": len(usable)}
+    return FittedModel(tuple(fitted), prov, all_reduce, tp_form, tuple(skipped))
+
+
+def write_model(model: FittedModel, path: str | Path) -> None:
+    """Write atomically (temp file + rename): an existing model survives a failure."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=".hostgap-model-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(model.to_dict(), f, indent=2, default=float)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_model(path: str | Path) -> FittedModel:
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+    except OSError as e:
+        raise HostgapError(str(p), f"cannot read model: {e.strerror}") from None
+    except ValueError as e:
+        raise HostgapError(str(p), f"not valid JSON: {e}") from None
+    if not isinstance(d, dict) or d.get("kind") != MODEL_KIND:
+        raise HostgapError(str(p), f"not a hostgap step model (kind != {MODEL_KIND!r})")
+    if d.get("schema_version") != hostgap.SCHEMA_VERSION:
+        raise HostgapError(str(p), f"schema_version {d.get('schema_version')} != {hostgap.SCHEMA_VERSION}; refit with this hostgap")
+    try:
+        groups = tuple(GroupModel.from_dict(g) for g in d["groups"])
+        ar = AllReduceModel.from_dict(d["all_reduce"]) if d.get("all_reduce") else None
+    except (KeyError, TypeError, ValueError) as e:
+        raise HostgapError(str(p), f"malformed model: {e}") from None
+    return FittedModel(groups, d.get("provenance", {}), ar, d.get("tp_form", "additive"), tuple(d.get("skipped", ())))
+
+
+# -- regime map ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegimeCell:
+    model: str
+    device: str
+    engine: str
+    mode: str
+    batch: int
+    prompt_len: int
+    host_fraction: float
+    regime: str | None
+    run_id: str
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """Where the host fraction crosses the host-bound threshold along one axis."""
+
+    model: str
+    axis: str  # "batch" (at fixed prompt_len) or "prompt_len" (at fixed batch)
+    fixed: int
+    crossing: float | None  # interpolated in log2 of the axis; None: no crossing
+    note: str
+
+
+def regime_cells(docs: list[dict]) -> list[RegimeCell]:
+    """One classified cell per results JSON with a known host fraction (shared thresholds)."""
+    from hostgap.anatomy.verdict import classify
+
+    out = []
+    for d in docs:
+        c = cell_from_results(d, str(d.get("run_id", "")))
+        if not math.isfinite(c.host_fraction) or c.batch is None or c.prompt_len is None:
+            continue
+        model = c.preset or (c.arch.name if c.arch else "?")
+        out.append(RegimeCell(model, c.device_name or c.device or "?", c.engine or "?", c.mode or "?",
+                              c.batch, c.prompt_len, c.host_fraction, classify(c.host_fraction), c.run_id))
+    return out
+
+
+def _crossing(xs, fs, threshold) -> float | None:
+    for (x0, f0), (x1, f1) in zip(zip(xs, fs), zip(xs[1:], fs[1:])):
+        if (f0 - threshold) * (f1 - threshold) <= 0 and f0 != f1:
+            l0, l1 = math.log2(x0), math.log2(x1)
+            return 2 ** (l0 + (threshold - f0) * (l1 - l0) / (f1 - f0))
+    return None
+
+
+def boundaries(cells: list[RegimeCell]) -> list[Boundary]:
+    """Per model: the batch (at each prompt length) and prompt length (at each batch) where
+    the host fraction crosses HOST_BOUND_MIN, interpolated linearly in log2 between cells."""
+    from hostgap.anatomy.verdict import HOST_BOUND_MIN as T
+
+    out = []
+    by_model: dict[str, list] = {}
+    for c in cells:
+        by_model.setdefault(c.model, []).append(c)
+    for model, cs in sorted(by_model.items()):
+        for axis, fixed_attr in (("batch", "prompt_len"), ("prompt_len", "batch")):
+            for fixed in sorted({getattr(c, fixed_attr) for c in cs}):
+                line = {}
+                for c in cs:
+                    if getattr(c, fixed_attr) == fixed:
+                        line.setdefault(getattr(c, axis), []).append(c.host_fraction)
+                if len(line) < 2:
+                    continue
+                xs = sorted(line)
+                fs = [float(np.mean(line[x])) for x in xs]
+                x = _crossing(xs, fs, T)
+                if x is not None:
+                    note = f"host fraction crosses {T} at {axis} ~ {x:.3g} ({fixed_attr} {fixed})"
+                elif min(fs) >= T:
+                    note = f"host-bound at every {axis} measured ({xs[0]}-{xs[-1]}, {fixed_attr} {fixed})"
+                else:
+                    note = f"below {T} at every {axis} measured ({xs[0]}-{xs[-1]}, {fixed_attr} {fixed})"
+                out.append(Boundary(model, axis, fixed, x, note))
+    return out

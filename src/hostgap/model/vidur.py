@@ -1,0 +1,126 @@
+"""Reading vidur's measured A100 profiles (microsoft/vidur, MIT) into model samples.
+
+- ``*_mlp.csv``: per-op GPU kernel time (ms; min/max/mean/median/std over repeats) of each
+  token-level op of one transformer layer vs ``num_tokens`` and TP degree
+  (``num_tensor_parallel_workers``), with the model dimensions on every row.
+- ``all_reduce.csv``: all-reduce time (ms) vs message ``size`` (bytes) and ``num_workers``,
+  ``devices_per_node``.
+
+Each vidur op maps to one op of :func:`hostgap.model.accounting.account` (vLLM kernels), so
+the validation exercises the accounting and the roofline together. The **median** time is
+used (robust to the occasional slow repeat).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hostgap.errors import HostgapError
+from hostgap.model.accounting import Cell, account
+from hostgap.model.arch import Arch
+from hostgap.model.devices import DeviceSpec
+from hostgap.model.roofline import OpSamples
+
+VIDUR_OPS = {
+    "emb": "embed",
+    "input_layernorm": "input_norm",
+    "attn_pre_proj": "qkv_proj",
+    "attn_rope": "rope",
+    "attn_post_proj": "o_proj",
+    "post_attention_layernorm": "post_norm",
+    "mlp_up_proj": "gate_up_proj",
+    "mlp_act": "act",
+    "mlp_down_proj": "down_proj",
+    "add": "residual_add",
+}
+"""vidur op name -> hostgap accounting op name."""
+
+GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+
+_DIMS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "num_tokens",
+         "num_tensor_parallel_workers")
+
+
+def _read_rows(path: str | Path, required: tuple) -> list[dict]:
+    p = Path(path)
+    try:
+        with p.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise HostgapError(str(p), f"cannot read: {e.strerror}") from None
+    if not rows:
+        raise HostgapError(str(p), "no rows")
+    missing = [c for c in required if c not in rows[0]]
+    if missing:
+        raise HostgapError(str(p), f"not a vidur profile: missing columns {', '.join(missing)}")
+    return rows
+
+
+def arch_of_row(row: dict, name: str) -> Arch:
+    """The one-layer architecture a vidur row was measured on."""
+    h, heads = int(row["n_embd"]), int(row["n_head"])
+    return Arch(name=name, family="llama" if row.get("use_gated_mlp", "True") == "True" else "gpt2",
+                hidden=h, layers=1, heads=heads, kv_heads=int(row["n_kv_head"]), head_dim=h // heads,
+                intermediate=int(row["n_expanded_embd"]), vocab=int(row["vocab_size"]),
+                tied_embeddings=False)
+
+
+def read_mlp(path: str | Path, device: DeviceSpec, group: str | None = None,
+             stat: str = "median", dtype: str = "float16") -> OpSamples:
+    """One sample per (row, vidur op): accounting FLOPs/bytes for that op, measured time.
+
+    ``key`` is the vidur op name. vidur profiles fp16 (``dtype``).
+    """
+    required = _DIMS + tuple(f"time_stats.{op}.{stat}" for op in VIDUR_OPS)
+    rows = _read_rows(path, required)
+    group = group or Path(path).stem
+    cols = {c: [] for c in ("key", "flops", "bytes", "kernels", "time_ns")}
+    cache = {}
+    for r in rows:
+        k, T = int(r["num_tensor_parallel_workers"]), int(r["num_tokens"])
+        ck = (k, T)
+        if ck not in cache:
+            arch = arch_of_row(r, group)
+            cache[ck] = account(arch, Cell(batch=1, q_tokens=T, context=T, tp=k, dtype=dtype, engine="vllm"))
+        acc = cache[ck]
+        for vop, hop in VIDUR_OPS.items():
+            o = acc.op(hop)
+            cols["key"].append(vop)
+            cols["flops"].append(o.flops)
+            cols["bytes"].append(o.bytes)
+            cols["kernels"].append(1.0)  # vidur times one kernel per op (vLLM fused kernels)
+            cols["time_ns"].append(float(r[f"time_stats.{vop}.{stat}"]) * 1e6)
+    n = len(cols["key"])
+    return OpSamples(
+        key=np.array(cols["key"]), flops=np.array(cols["flops"]), bytes=np.array(cols["bytes"]),
+        kernels=np.array(cols["kernels"]), peak_flops=np.full(n, device.peak(dtype)),
+        bw_bytes_per_s=np.full(n, device.mem_bw_bytes_per_s), time_ns=np.array(cols["time_ns"]),
+        group=np.full(n, group),
+    )
+
+
+@dataclass(frozen=True)
+class AllReduceSamples:
+    size_bytes: np.ndarray
+    workers: np.ndarray
+    devices_per_node: np.ndarray
+    time_ns: np.ndarray
+
+    def take(self, mask) -> "AllReduceSamples":
+        return AllReduceSamples(self.size_bytes[mask], self.workers[mask], self.devices_per_node[mask], self.time_ns[mask])
+
+    def __len__(self) -> int:
+        return len(self.time_ns)
+
+
+def read_all_reduce(path: str | Path, stat: str = "median") -> AllReduceSamples:
+    col = f"time_stats.all_reduce.{stat}"
+    rows = _read_rows(path, ("size", "num_workers", "devices_per_node", col))
+    return AllReduceSamples(
+        np.array([float(r["size"]) for r in rows]), np.array([int(r["num_workers"]) for r in rows]),
+        np.array([int(r["devices_per_node"]) for r in rows]), np.array([float(r[col]) * 1e6 for r in rows]),
+    )
