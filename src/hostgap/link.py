@@ -137,6 +137,8 @@ class Links:
     top_op_of: np.ndarray  # host API row -> outermost enclosing CPU_OP row
     frame_of: np.ndarray  # CPU_OP row -> innermost enclosing PYTHON row
     unlinked_gpu_ops: int  # GPU ops (kernel/memcpy/memset) without a launch partner
+    ops: Nesting  # nesting of CPU_OP events per thread
+    frames: Nesting  # nesting of PYTHON events per thread
 
 
 def link(trace: Trace) -> Links:
@@ -181,6 +183,8 @@ def link(trace: Trace) -> Links:
         top_op_of=top_op_of,
         frame_of=frame_of,
         unlinked_gpu_ops=int(np.sum(gpu & (launch_of == NONE))),
+        ops=ops,
+        frames=frames,
     )
 
 

@@ -39,21 +39,59 @@ def clip(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> tuple[np.ndarr
 
 
 def overlap_ns(start: np.ndarray, end: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray) -> int:
-    """Total length of [start, end) intervals that lies inside disjoint sorted segments."""
-    if len(start) == 0 or len(seg_start) == 0:
-        return 0
-    cum = np.concatenate(([0], np.cumsum(seg_end - seg_start)))
-
-    def covered_before(t):
-        # length of the segments' union that lies before time t
-        i = np.searchsorted(seg_start, t, side="right")  # segments starting <= t
-        prev = np.maximum(i - 1, 0)
-        partial = np.where(i > 0, np.clip(t - seg_start[prev], 0, seg_end[prev] - seg_start[prev]), 0)
-        return cum[np.maximum(i - 1, 0)] * (i > 0) + partial
-
-    return int(np.sum(covered_before(end) - covered_before(start)))
+    """Total length of intervals that lies inside disjoint sorted segments."""
+    return int(covered_each(start, end, seg_start, seg_end).sum())
 
 
 def gaps(seg_start: np.ndarray, seg_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The holes between disjoint sorted segments."""
     return seg_end[:-1], seg_start[1:]
+
+
+def grouped_running_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Running max of ``values`` restarting at each change of ``group`` (rows pre-grouped)."""
+    if not len(values):
+        return values.astype(np.int64)
+    new = np.concatenate(([True], group[1:] != group[:-1]))
+    lane = np.cumsum(new) - 1
+    lo = int(values.min())
+    span = int(values.max()) - lo + 1
+    shifted = (values - lo) + lane.astype(np.int64) * span
+    return np.maximum.accumulate(shifted) - lane.astype(np.int64) * span + lo
+
+
+def grouped_union(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:
+    """Union length of the intervals of each group 0..n_groups-1 (negative groups ignored)."""
+    out = np.zeros(n_groups, dtype=np.int64)
+    keep = group >= 0
+    if not keep.any():
+        return out
+    g, s, e = group[keep], start[keep], end[keep]
+    order = np.lexsort((s, g))
+    g, s, e = g[order], s[order], e[order]
+    reach = grouped_running_max(e, g)
+    new_group = np.concatenate(([True], g[1:] != g[:-1]))
+    new_seg = new_group.copy()
+    new_seg[1:] |= s[1:] > reach[:-1]
+    first = np.flatnonzero(new_seg)
+    last = np.concatenate((first[1:] - 1, [len(s) - 1]))
+    seg_len = reach[last] - s[first]
+    np.add.at(out, g[first], seg_len)
+    return out
+
+
+def covered_each(start: np.ndarray, end: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray) -> np.ndarray:
+    """Per interval, the length of it that lies inside disjoint sorted segments."""
+    if len(start) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if len(seg_start) == 0:
+        return np.zeros(len(start), dtype=np.int64)
+    cum = np.concatenate(([0], np.cumsum(seg_end - seg_start)))
+
+    def before(t):
+        i = np.searchsorted(seg_start, t, side="right")
+        prev = np.maximum(i - 1, 0)
+        partial = np.clip(t - seg_start[prev], 0, seg_end[prev] - seg_start[prev])
+        return np.where(i > 0, cum[prev] + partial, 0)
+
+    return (before(end) - before(start)).astype(np.int64)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from hostgap.anatomy.intervals import clip, merge, union_ns
+from hostgap.anatomy.intervals import clip, grouped_running_max, union_ns
 from hostgap.events import GPU_OP_KINDS, NONE, Kind, Trace
 from hostgap.link import Links, Nesting
 
@@ -126,7 +126,7 @@ def classify_gaps(trace: Trace, links: Links, rows: np.ndarray, threshold_ns: in
     lane = ev.device[r].astype(np.int64) * (1 << 40) + ev.stream[r]
     same = np.concatenate(([False], lane[1:] == lane[:-1]))
     # running end within each lane (an op can end after a later-starting one on the lane)
-    reach = _lane_running_max(e, lane)
+    reach = grouped_running_max(e, lane)
     prev_end = np.concatenate(([0], reach[:-1]))
     gap = s - prev_end
     has_gap = same & (gap > 0)
@@ -139,18 +139,20 @@ def classify_gaps(trace: Trace, links: Links, rows: np.ndarray, threshold_ns: in
     return after, g, cls, prev_end[has_gap], s[has_gap]
 
 
-def _lane_running_max(values: np.ndarray, lane: np.ndarray) -> np.ndarray:
-    """Running max of ``values`` restarting at each new lane (rows grouped by lane)."""
-    if not len(values):
-        return values
-    offset = np.zeros(len(values), dtype=np.int64)
-    starts = np.flatnonzero(np.concatenate(([True], lane[1:] != lane[:-1])))
-    # shift each lane above all previous lanes so one global accumulate works
-    span = int(values.max() - values.min()) + 1
-    lane_idx = np.cumsum(np.concatenate(([True], lane[1:] != lane[:-1]))) - 1
-    offset = lane_idx.astype(np.int64) * span
-    shifted = values - values.min() + offset
-    return np.maximum.accumulate(shifted) - offset + values.min()
+def lane_prev_end(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Full-length array: for each GPU-op row in ``rows``, when the previous work on its stream
+    ended (int64 min for the first op of a stream and for rows not given)."""
+    ev = trace.events
+    out = np.full(len(ev), np.iinfo(np.int64).min, dtype=np.int64)
+    if not len(rows):
+        return out
+    order = np.lexsort((ev.start_ns[rows], ev.stream[rows], ev.device[rows]))
+    r = rows[order]
+    lane = ev.device[r].astype(np.int64) * (1 << 40) + ev.stream[r]
+    reach = grouped_running_max(ev.end_ns[r], lane)
+    same = np.concatenate(([False], lane[1:] == lane[:-1]))
+    out[r] = np.where(same, np.concatenate(([0], reach[:-1])), np.iinfo(np.int64).min)
+    return out
 
 
 @dataclass(frozen=True)

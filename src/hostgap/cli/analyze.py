@@ -8,7 +8,16 @@ from contextlib import contextmanager
 import click
 from rich.console import Console
 
-from hostgap.report.terminal import console, dumps_json, overview_csv_rows, render_overview, write_csv
+from hostgap.report.terminal import (
+    console,
+    dumps_json,
+    overview_csv_rows,
+    render_anatomy,
+    render_overview,
+    render_steps,
+    step_csv_rows,
+    write_csv,
+)
 
 _err = Console(stderr=True)
 
@@ -29,6 +38,23 @@ def output_options(f):
     return f
 
 
+def anatomy_options(f):
+    f = click.option("--floor-file", type=click.Path(dir_okay=False),
+                     help="Launch-floor result written by `hostgap floor`.")(f)
+    f = click.option("--launch-floor-us", type=float, help="Launch floor T_floor in µs.")(f)
+    f = click.option("--step-marker", metavar="REGEX",
+                     help="Annotation names that delimit steps (default: auto-detect).")(f)
+    return f
+
+
+def anatomy_config(step_marker, launch_floor_us, floor_file, **kw):
+    from hostgap.anatomy.steps import AnatomyConfig
+
+    return AnatomyConfig(step_marker=step_marker,
+                         launch_floor_ns=launch_floor_us * 1000 if launch_floor_us else None,
+                         floor_file=floor_file, **kw)
+
+
 def load_all(paths, quiet):
     from hostgap.load import load_trace
 
@@ -42,9 +68,10 @@ def register(cli: click.Group) -> None:
     @click.argument("traces", nargs=-1, required=True, type=click.Path(dir_okay=False))
     @click.option("--gap-threshold-us", default=30.0, show_default=True,
                   help="Idle gaps shorter than this that are not host-wait are kernel-wait.")
-    @click.option("--top", default=10, show_default=True, help="Top kernels per device.")
+    @click.option("--top", default=10, show_default=True, help="Top kernels, ops and frames shown.")
+    @anatomy_options
     @output_options
-    def analyze(traces, gap_threshold_us, top, as_json, as_csv, quiet):
+    def analyze(traces, gap_threshold_us, top, step_marker, launch_floor_us, floor_file, as_json, as_csv, quiet):
         """GPU timeline of every device and every ProfilerStep window of TRACE(s).
 
         TRACE is a PyTorch profiler / Kineto JSON (.json or .json.gz; also what vLLM and
@@ -57,11 +84,19 @@ def register(cli: click.Group) -> None:
           hostgap analyze profile.sqlite --csv
         """
         from hostgap.anatomy.overview import overview
+        from hostgap.anatomy.steps import analyze as anatomy
+        from hostgap.link import link
 
+        gap_ns = int(gap_threshold_us * 1000)
+        cfg = anatomy_config(step_marker, launch_floor_us, floor_file, gap_threshold_ns=gap_ns, top=top)
         docs = []
         for trace in load_all(traces, quiet):
             with status("analysing", quiet):
-                docs.append(overview(trace, gap_threshold_ns=int(gap_threshold_us * 1000), top=top))
+                links = link(trace)
+                doc = overview(trace, links, gap_threshold_ns=gap_ns, top=top)
+                a = anatomy(trace, cfg, links).to_dict()
+                doc.update({k: v for k, v in a.items() if k not in ("schema_version", "trace")})
+                docs.append(doc)
         if as_json:
             click.echo(dumps_json(docs[0] if len(docs) == 1 else docs))
         elif as_csv:
@@ -70,3 +105,81 @@ def register(cli: click.Group) -> None:
             con = console(quiet=False)
             for d in docs:
                 render_overview(d, con)
+                render_anatomy(d, con)
+
+    @cli.command()
+    @click.argument("trace", type=click.Path(dir_okay=False))
+    @anatomy_options
+    @output_options
+    def steps(trace, step_marker, launch_floor_us, floor_file, as_json, as_csv, quiet):
+        """One row per engine step of TRACE: wall, GPU-active, host-exposed, host_wait, kernels,
+        launches, TaxBreak parts and the batch composition when the annotation carries it.
+
+        \b
+        Examples:
+          hostgap steps vllm_worker.pt.trace.json.gz
+          hostgap steps trace.json.gz --csv > steps.csv
+          hostgap steps trace.json.gz --step-marker '^decode_step' --json
+        """
+        from hostgap.anatomy.steps import analyze as anatomy
+
+        (t,) = load_all([trace], quiet)
+        a = anatomy(t, anatomy_config(step_marker, launch_floor_us, floor_file)).to_dict()
+        if as_json:
+            click.echo(dumps_json(a))
+        elif as_csv:
+            write_csv(step_csv_rows(a))
+        else:
+            render_steps(a, console())
+
+    @cli.command()
+    @click.argument("trace", type=click.Path(dir_okay=False))
+    @anatomy_options
+    @output_options
+    def kernels(trace, step_marker, launch_floor_us, floor_file, as_json, as_csv, quiet):
+        """One row per launch (eager kernel or graph launch) with its TaxBreak intervals:
+        T_py, T_dispatch, T_launch, I_lib, ΔFT, ΔCT, ΔKT_fw (METHOD.md §5).
+
+        \b
+        Examples:
+          hostgap kernels trace.json.gz --csv > kernels.csv
+          hostgap kernels trace.json.gz --launch-floor-us 4.5
+        """
+        from hostgap.anatomy.kernels import kernel_rows
+        from hostgap.anatomy.steps import analyze as anatomy
+
+        (t,) = load_all([trace], quiet)
+        a = anatomy(t, anatomy_config(step_marker, launch_floor_us, floor_file))
+        rows = kernel_rows(t, a)
+        if as_json:
+            click.echo(dumps_json(rows))
+        else:  # a kernel table is data: CSV is the terminal form too
+            write_csv(rows)
+
+    @cli.command()
+    @click.argument("trace", type=click.Path(dir_okay=False))
+    @click.option("--steps", "step_range", required=True, metavar="A:B",
+                  help="Steps to keep, Python slice rules (end exclusive): 2:5, :3, 10:.")
+    @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+                  help="Output trace (.json or .json.gz).")
+    @click.option("--step-marker", metavar="REGEX", help="Annotation names that delimit steps.")
+    @click.option("--quiet", "-q", is_flag=True)
+    def trim(trace, step_range, output, step_marker, quiet):
+        """Write a smaller valid trace holding only steps A:B and the GPU work they launched
+        (for fixtures and bug reports). Output is Kineto JSON whatever the input format.
+
+        \b
+        Example:
+          hostgap trim big.json.gz --steps 10:13 -o small.json.gz
+        """
+        from hostgap.anatomy.markers import find_markers
+        from hostgap.anatomy.trim import parse_range, trim_rows
+        from hostgap.report.kineto_writer import trace_document, write_json_gz
+
+        (t,) = load_all([trace], quiet)
+        _, markers = find_markers(t, step_marker)
+        a, b = parse_range(step_range, max(len(markers), 1))
+        rows = trim_rows(t, a, b, step_marker)
+        write_json_gz(trace_document(t, rows), output)
+        if not quiet:
+            _err.print(f"wrote {output}: steps {a}:{b}, {len(rows):,} of {len(t.events):,} events")

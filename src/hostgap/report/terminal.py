@@ -126,3 +126,106 @@ def to_text(render, *args) -> str:
     con = Console(file=buf, width=140)
     render(*args, con)
     return buf.getvalue()
+
+
+# -- steps and TaxBreak ------------------------------------------------------------------------
+
+ACTIVITY_LABEL = {
+    "gpu": "GPU-active",
+    "cpu-compute": "CPU-compute (device-active analogue)",
+}
+
+
+def render_anatomy(doc: dict, con: Console) -> None:
+    """Steady-state step split, TaxBreak, verdict and where the host time went."""
+    steps = doc.get("steps") or []
+    label = ACTIVITY_LABEL.get(doc.get("activity"), "device-active")
+    summ = doc["summary"]
+    con.print(f"[bold]steps[/bold]: {len(steps)} ({doc['marker_family']} markers); steady decode "
+              f"{summ['steady']['count']}, prefill {summ['prefill']['count']}, warm-up "
+              f"{summ['warmup']['count']}, flagged (queued/partial) {summ['flagged']['count']}")
+    groups = [(g, summ[g]) for g in ("steady", "prefill", "warmup", "flagged") if summ[g]["count"]]
+    if groups:
+        t = Table(title=f"per step, median [p10–p90] (ms); {label}", title_justify="left")
+        for c in ("group", "steps", "wall", label, "host-exposed", "host_wait", "host fraction", "kernels"):
+            t.add_column(c, justify="left" if c == "group" else "right")
+        for g, s in groups:
+            t.add_row(g, str(s["count"]), _band(s["wall_ns"]), _band(s["gpu_active_ns"]),
+                      _band(s["host_exposed_ns"]), _band(s["host_wait_ns"]),
+                      _pband(s["host_fraction"]), _nband(s["kernel_count"]))
+        con.print(t)
+    tax = doc["taxbreak"]
+    if tax.get("applicable"):
+        n = max(len(steps), 1)
+        con.print(
+            f"[bold]TaxBreak[/bold] per step (host work, exposed or hidden; not a part of host-exposed): "
+            f"ΔFT {ms(tax['ft_ns'] / n)} ms, ΔCT {ms(tax['ct_ns'] / n)} ms, ΔKT {ms(tax['kt_ns'] / n)} ms "
+            f"(floor {tax['launch_floor_ns'] / 1000:.3f} µs: {tax['floor_source']}), "
+            f"ΔKT_fw {ms(tax['kt_fw_ns'] / n)} ms, unattributed {ms(tax['unattributed_ns'] / n)} ms; "
+            f"T_DeviceActive {ms(tax['device_active_ns'] / n)} ms, T_Orchestrate {ms(tax['orchestrate_ns'] / n)} ms, "
+            f"HDBI {_f(tax['hdbi'])}")
+        con.print(f"  kernels per step {_f(tax['kernels_per_step'], 1)}, per token {_f(tax['kernels_per_token'], 1)}; "
+                  f"unique {tax['unique_kernels']} ({pct(tax['unique_ratio'])}); launches {tax['launches']:,}, "
+                  f"graph launches {tax['graph_launches']:,}, library {tax['library_launches']:,}")
+    else:
+        con.print(f"[bold]TaxBreak[/bold]: not applicable ({tax.get('note', '')})")
+    v = doc["verdict"]
+    con.print(f"[bold]verdict[/bold]: [bold]{v['verdict']}[/bold]  host fraction {pct(v['host_fraction'])}, "
+              f"host_wait share {pct(v['host_wait_share'])}, HDBI {_f(v['hdbi'])}"
+              + (f"  ({v['note']})" if v.get("note") else ""))
+    for key, title in (("top_ops", "framework ops"), ("top_frames", "Python frames")):
+        rows = doc.get(key) or []
+        if rows:
+            t = Table(title=f"where the host time went: {title} by ΔFT+ΔCT", title_justify="left")
+            for c in ("name", "ms/step", "launches", "share"):
+                t.add_column(c, justify="left" if c == "name" else "right")
+            for r in rows:
+                t.add_row(_trim(r["name"], 80), ms(r["host_ns_per_step"]), f"{r['launches']:,}", pct(r["share"]))
+            con.print(t)
+
+
+def render_steps(doc: dict, con: Console) -> None:
+    label = ACTIVITY_LABEL.get(doc.get("activity"), "device-active")
+    t = Table(title=f"steps of {doc['trace']} (ms)", title_justify="left")
+    for c in ("#", "kind", "wall", label, "host-exposed", "host_wait", "host %", "kernels", "launches",
+              "HDBI", "flags"):
+        t.add_column(c, justify="left" if c in ("kind", "flags") else "right")
+    for s in doc["steps"]:
+        flags = ",".join(f for f in ("queued", "partial") if s[f])
+        tb = s.get("taxbreak") or {}
+        t.add_row(str(s["index"]), s["kind"], ms(s["wall_ns"]), ms(s["gpu_active_ns"]), ms(s["host_exposed_ns"]),
+                  ms(s["host_wait_ns"]), pct(s["host_fraction"]), f"{s['kernel_count']:,}",
+                  f"{s['launches'] + s['graph_launches']:,}", _f(tb.get("hdbi")), flags)
+    con.print(t)
+    render_anatomy({**doc, "top_ops": [], "top_frames": []}, con)
+
+
+def step_csv_rows(doc: dict) -> list[dict]:
+    rows = []
+    for s in doc["steps"]:
+        row = {k: v for k, v in s.items() if k != "taxbreak"}
+        for k, v in (s.get("taxbreak") or {}).items():
+            row[f"tb_{k}"] = v
+        row["activity"] = doc["activity"]
+        rows.append(row)
+    return rows
+
+
+def _f(x, digits: int = 3) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def _band(st) -> str:
+    if not st:
+        return "—"
+    return f"{st['median'] / 1e6:.3f} [{st['p10'] / 1e6:.3f}–{st['p90'] / 1e6:.3f}]"
+
+
+def _pband(st) -> str:
+    if not st:
+        return "—"
+    return f"{100 * st['median']:.1f}% [{100 * st['p10']:.0f}–{100 * st['p90']:.0f}]"
+
+
+def _nband(st) -> str:
+    return "—" if not st else f"{st['median']:.0f}"

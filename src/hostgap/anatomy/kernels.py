@@ -1,0 +1,50 @@
+"""``hostgap kernels``: one row per launch with its TaxBreak intervals."""
+
+from __future__ import annotations
+
+from hostgap.anatomy.steps import Anatomy
+from hostgap.events import Trace
+
+
+def kernel_rows(trace: Trace, anatomy: Anatomy) -> list[dict]:
+    """Rows for CSV/JSON. Empty for CPU-only traces (no launches)."""
+    k = anatomy.kernels
+    if k is None:
+        return []
+    ev = trace.events
+    names = trace.names
+
+    def name(row):
+        return names[int(ev.name[row])] if row >= 0 else ""
+
+    rows = []
+    for i in range(len(k)):
+        lr = int(k.launch_row[i])
+        gr = int(k.gpu_row[i])
+        fw = float(k.dkt_fw_ns[i])
+        rows.append({
+            "step": int(k.step[i]),
+            "launch_api": name(lr),
+            "graph": bool(k.graph[i]),
+            "kernel": name(gr) if not k.graph[i] else f"graph replay ({int(k.gpu_ops[i])} ops)",
+            "gpu_ops": int(k.gpu_ops[i]),
+            "device_ns": int(k.device_ns[i]),
+            "op": name(int(k.unit_row[i])) if int(k.unit_row[i]) != lr else "",
+            "inner_op": name(int(k.op_row[i])),
+            "frame": name(int(k.frame_row[i])),
+            "thread": int(k.thread[i]),
+            "launch_start_ns": int(ev.start_ns[lr]),
+            "launch_dur_ns": int(ev.dur_ns[lr]),
+            "kernel_start_ns": int(ev.start_ns[gr]) if gr >= 0 else None,
+            "i_lib": int(k.i_lib[i]),
+            "first_in_op": bool(k.first_in_unit[i]),
+            "t_py_ns": int(k.t_py_ns[i]),
+            "t_dispatch_ns": int(k.t_dispatch_ns[i]),
+            "t_launch_ns": int(k.t_launch_ns[i]),
+            "queued": bool(k.queued[i]),
+            "dft_ns": int(k.dft_ns[i]),
+            "dct_ns": int(k.dct_ns[i]),
+            "dkt_ns": k.floor_ns,
+            "dkt_fw_ns": None if fw != fw else fw,
+        })
+    return rows

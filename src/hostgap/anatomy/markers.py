@@ -1,0 +1,152 @@
+"""Step markers: which annotations delimit engine steps, and the batch composition they carry.
+
+Preference (METHOD.md §3): a user ``--step-marker REGEX``; hostgap's own capture annotations;
+vLLM ``execute_...``; SGLang ``step[...]``; ``ProfilerStep#N``; else the whole trace is one step.
+
+hostgap's capture annotation (one ``record_function`` per forward pass)::
+
+    hostgap.step#{index}:{kind}:b{batch}:q{q}:s{s}
+
+kind ``prefill`` or ``decode``; q = tokens per request processed this step; s = KV length per
+request after the step.
+
+vLLM's detailed annotation (``detailed_trace_annotation``)::
+
+    execute_{T}_context_{n}(sq{Σq}sk{Σs}sqsq{Σq²}sqsk{Σq·s})_generation_{m}(sq..sk..sqsq..sqsk..)
+
+and the short form ``execute_context_{n}({Σq}[_{Σq²}])_generation_{m}({Σq})``.
+Composition field names everywhere: ``ctx_requests, ctx_q, ctx_s, ctx_qq, ctx_qs,
+gen_requests, gen_q, gen_s, gen_qq, gen_qs``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from hostgap.errors import HostgapError
+from hostgap.events import Kind, Trace
+
+COMPOSITION_FIELDS = (
+    "ctx_requests", "ctx_q", "ctx_s", "ctx_qq", "ctx_qs",
+    "gen_requests", "gen_q", "gen_s", "gen_qq", "gen_qs",
+)
+
+HOSTGAP_MARKER = re.compile(r"^hostgap\.step#(\d+):(prefill|decode):b(\d+):q(\d+):s(\d+)$")
+VLLM_DETAILED = re.compile(
+    r"^execute_(\d+)_context_(\d+)\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)"
+    r"_generation_(\d+)\(sq(\d+)sk(\d+)sqsq(\d+)sqsk(\d+)\)"
+)
+VLLM_SHORT = re.compile(r"^execute_context_(\d+)\((\d+)(?:_(\d+))?\)_generation_(\d+)\((\d+)(?:_(\d+))?\)")
+VLLM_ANY = re.compile(r"^execute_(\d+_)?context_")
+SGLANG = re.compile(r"^step\[(.*)\]$")
+PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def hostgap_step_name(index: int, kind: str, batch: int, q: int, s: int) -> str:
+    """The capture annotation for one forward pass (parsed back by :func:`composition`)."""
+    return f"hostgap.step#{index}:{kind}:b{batch}:q{q}:s{s}"
+
+
+@dataclass(frozen=True)
+class MarkerFamily:
+    name: str  # "custom", "hostgap", "vllm", "sglang", "profiler_step", "whole_trace"
+    pattern: re.Pattern | None
+
+
+FAMILIES = (
+    MarkerFamily("hostgap", HOSTGAP_MARKER),
+    MarkerFamily("vllm", VLLM_ANY),
+    MarkerFamily("sglang", SGLANG),
+    MarkerFamily("profiler_step", PROFILER_STEP),
+)
+
+
+def find_markers(trace: Trace, step_marker: str | None = None) -> tuple[str, np.ndarray]:
+    """(family name, marker rows sorted by start). Empty rows: the whole trace is one step."""
+    ev = trace.events
+    host_ann = ev.kind == Kind.ANNOTATION
+    if step_marker:
+        try:
+            pattern = re.compile(step_marker)
+        except re.error as e:
+            raise HostgapError("--step-marker", f"invalid regular expression ({e})") from None
+        rows = np.flatnonzero(host_ann & trace.name_mask(pattern.search))
+        if not len(rows):
+            raise HostgapError(trace.meta.path, f"no annotation matches --step-marker {step_marker!r}")
+        return "custom", rows
+    for fam in FAMILIES:
+        rows = np.flatnonzero(host_ann & trace.name_mask(fam.pattern.match))
+        if len(rows):
+            return fam.name, rows
+    return "whole_trace", np.zeros(0, dtype=np.int64)
+
+
+def composition(name: str) -> tuple[str, dict[str, int] | None]:
+    """(kind, composition fields or None) parsed from a marker name.
+
+    kind is ``prefill``, ``decode`` or ``mixed`` when the annotation says, else ``unknown``.
+    """
+    m = HOSTGAP_MARKER.match(name)
+    if m:
+        _, kind, b, q, s = m.groups()
+        b, q, s = int(b), int(q), int(s)
+        fields = dict.fromkeys(COMPOSITION_FIELDS, 0)
+        pre = "ctx" if kind == "prefill" else "gen"
+        fields.update({f"{pre}_requests": b, f"{pre}_q": b * q, f"{pre}_s": b * s,
+                       f"{pre}_qq": b * q * q, f"{pre}_qs": b * q * s})
+        return kind, fields
+    m = VLLM_DETAILED.match(name)
+    if m:
+        v = [int(x) for x in m.groups()]
+        fields = dict(zip(COMPOSITION_FIELDS, [v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]]))
+        return _kind(fields), fields
+    m = VLLM_SHORT.match(name)
+    if m:
+        n, cq, cqq, g, gq, gqq = m.groups()
+        fields = {"ctx_requests": int(n), "ctx_q": int(cq), "ctx_s": None,
+                  "ctx_qq": int(cqq) if cqq else None, "ctx_qs": None,
+                  "gen_requests": int(g), "gen_q": int(gq), "gen_s": None,
+                  "gen_qq": int(gqq) if gqq else int(gq), "gen_qs": None}
+        return _kind(fields), fields
+    m = SGLANG.match(name)
+    if m:
+        return _sglang(m.group(1))
+    return "unknown", None
+
+
+def _kind(f: dict) -> str:
+    ctx, gen = f.get("ctx_requests") or 0, f.get("gen_requests") or 0
+    if ctx and gen:
+        return "mixed"
+    if ctx:
+        return "prefill"
+    if gen:
+        return "decode"
+    return "unknown"
+
+
+def _sglang(body: str) -> tuple[str, dict | None]:
+    """SGLang ``step[...]``: key=value pairs when present (forward mode, batch size)."""
+    pairs = dict(re.findall(r"(\w+)\s*[=:]\s*([\w.]+)", body))
+    mode = (pairs.get("forward_mode") or pairs.get("mode") or body).lower()
+    kind = "unknown"
+    if "extend" in mode or "prefill" in mode:
+        kind = "prefill"
+    if "decode" in mode:
+        kind = "decode" if kind == "unknown" else "mixed"
+    if "mixed" in mode:
+        kind = "mixed"
+    bs = pairs.get("bs") or pairs.get("batch_size") or pairs.get("batch")
+    if bs and bs.isdigit() and kind in ("prefill", "decode"):
+        fields = dict.fromkeys(COMPOSITION_FIELDS, None)
+        pre = "ctx" if kind == "prefill" else "gen"
+        other = "gen" if pre == "ctx" else "ctx"
+        fields[f"{pre}_requests"] = int(bs)
+        fields[f"{other}_requests"] = 0
+        if kind == "decode":
+            fields["gen_q"] = int(bs)
+        return kind, fields
+    return kind, None

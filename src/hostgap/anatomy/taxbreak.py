@@ -1,0 +1,251 @@
+"""TaxBreak: per-kernel host orchestration split into framework translation (ΔFT), vendor
+library translation (ΔCT) and launch path (ΔKT), and the Host-Device Balance Index.
+
+Source: TaxBreak (arXiv 2603.12465), as defined in METHOD.md §5. Per eagerly launched kernel,
+on one CPU clock, with intervals that tile the launching thread and never count time twice:
+
+- a *unit* is a top-level framework op on its thread (or a launch call with no enclosing op);
+- ``T_py = unit.start − max(frame.start, end of the previous unit on the thread)``, charged to
+  the unit's first launch; *frame* is the innermost Python event enclosing the unit, or — when
+  the trace has no Python events — the start of the step that contains it;
+- ``T_dispatch = launch.start − unit.start`` for the unit's first launch, ``launch.start − end
+  of the previous launch call`` for later ones;
+- ``T_launch = kernel.start − launch.start`` (queueing included when the stream was busy);
+- ``I_lib`` from library API events when the trace has them, else from the kernel base name
+  (:data:`LIBRARY_KERNEL`);
+- ``ΔFT = T_py + (T_dispatch_base if I_lib else T_dispatch)``, ``ΔCT = I_lib · max(0,
+  T_dispatch − T_dispatch_base)``, ``ΔKT = T_floor``, ``ΔKT_fw = max(0, T_launch − T_floor)``
+  with queued kernels (stream busy at launch) excluded;
+- ``T_Orchestrate = Σ(ΔFT + ΔCT) + N_launches · T_floor`` and
+  ``HDBI = T_DeviceActive / (T_DeviceActive + T_Orchestrate)``.
+
+A graph launch is one launch: it pays one floor; its replayed kernels count in device-active
+time and get no host terms of their own.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from hostgap.events import NONE, Kind, Trace
+from hostgap.link import Links, Nesting
+
+LIBRARY_KERNEL = re.compile(
+    r"^(cutlass_|cutlass::|sm\d+_xmma|sm\d+_gemm|sm\d+_|ampere_|volta_|turing_|hopper_|"
+    r"blackwell_|xmma_|cublas|cublasLt|gemv|gemvx|gemv2|gemvNSP|gemmk1|gemmSN|splitKreduce|"
+    r"nvjet|cudnn|implicit_convolve|dgrad|wgrad|fft|regular_fft|vector_fft|"
+    r"Cijk_|rocblas|hipblaslt|miopen|MIOpen)",
+    re.IGNORECASE,
+)
+"""Kernel base names that come from a vendor library front end (cuBLAS/cuBLASLt/cuDNN on
+CUDA; rocBLAS/hipBLASLt (Tensile ``Cijk_``)/MIOpen on ROCm). The base name is the kernel name
+before its template or parameter list, so ``pytorch_flash::flash_fwd_kernel<…cutlass::…>`` is
+framework-native while ``cutlass::Kernel<…>`` (cuBLAS's CUTLASS kernels) is library."""
+
+
+def base_name(kernel: str) -> str:
+    """Kernel name without ``void``, template arguments or parameter list."""
+    s = kernel.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    cut = len(s)
+    for ch in "<(":
+        i = s.find(ch)
+        if 0 <= i < cut:
+            cut = i
+    return s[:cut].strip()
+
+
+def is_library_kernel(kernel: str) -> bool:
+    return bool(LIBRARY_KERNEL.match(base_name(kernel)))
+
+
+@dataclass(frozen=True)
+class KernelTaxes:
+    """One row per launch (eager kernel launch or graph launch), arrays aligned.
+
+    Times are int64 ns, except ``dkt_fw_ns`` (float, NaN where the kernel was queued)."""
+
+    launch_row: np.ndarray
+    graph: np.ndarray  # bool: a graph launch
+    step: np.ndarray  # step index (NONE: outside every step)
+    thread: np.ndarray
+    gpu_row: np.ndarray  # first GPU op it enqueued
+    gpu_ops: np.ndarray  # GPU ops it enqueued (1 for eager kernels)
+    device_ns: np.ndarray  # kernel time it enqueued (sum over a graph's replayed kernels)
+    unit_row: np.ndarray  # top-level op row, or the launch row itself for orphan launches
+    op_row: np.ndarray  # innermost framework op (NONE if none)
+    frame_row: np.ndarray  # Python frame (NONE if none)
+    i_lib: np.ndarray
+    first_in_unit: np.ndarray
+    py_start_ns: np.ndarray
+    py_end_ns: np.ndarray
+    dispatch_start_ns: np.ndarray
+    dispatch_end_ns: np.ndarray
+    t_py_ns: np.ndarray
+    t_dispatch_ns: np.ndarray
+    t_launch_ns: np.ndarray
+    queued: np.ndarray
+    dft_ns: np.ndarray
+    dct_ns: np.ndarray
+    dkt_fw_ns: np.ndarray
+    dispatch_base_ns: float
+    floor_ns: float
+
+    def __len__(self) -> int:
+        return len(self.launch_row)
+
+
+def kernel_taxes(
+    trace: Trace,
+    links: Links,
+    launch_step: np.ndarray,
+    step_start_ns: np.ndarray,
+    floor_ns: float,
+    lane_prev_end: np.ndarray,
+) -> KernelTaxes:
+    """TaxBreak terms of every launch that enqueued GPU work.
+
+    ``launch_step``: step index per trace row (for launch rows); ``step_start_ns``: CPU start
+    of each step (the frame fallback); ``lane_prev_end``: per GPU-op row, the end of the
+    previous op on its stream (or int64 min) — a kernel is queued when that is after its
+    launch call started.
+    """
+    ev = trace.events
+    kinds = ev.kind
+    L = np.flatnonzero(((kinds == Kind.LAUNCH) | (kinds == Kind.GRAPH_LAUNCH)) & (links.gpu_ops_of_launch > 0))
+    n = len(L)
+    graph = kinds[L] == Kind.GRAPH_LAUNCH
+    thread = ev.tid[L]
+    l_start, l_end = ev.start_ns[L], ev.end_ns[L]
+
+    # GPU work each launch enqueued: first op and total kernel time
+    gpu = np.flatnonzero(links.launch_of >= 0)
+    owner = links.launch_of[gpu]
+    first = np.full(len(ev), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, owner, ev.start_ns[gpu])
+    is_kernel = kinds[gpu] == Kind.KERNEL
+    device = np.bincount(owner[is_kernel], weights=ev.dur_ns[gpu][is_kernel], minlength=len(ev))
+    # first GPU op row per launch: the op with the smallest start among its ops
+    order = np.lexsort((ev.start_ns[gpu], owner))
+    first_pos = np.concatenate(([True], owner[order][1:] != owner[order][:-1]))
+    first_row = np.full(len(ev), NONE, dtype=np.int64)
+    first_row[owner[order][first_pos]] = gpu[order][first_pos]
+    gpu_row = first_row[L]
+    t_launch = first[L] - l_start
+
+    # units: top-level op, or the launch itself when no op encloses it
+    top = links.top_op_of[L]
+    orphan = top < 0
+    unit = np.where(orphan, L, top)
+    u_start, u_end = ev.start_ns[unit], ev.end_ns[unit]
+
+    # previous unit end on the thread (over all top-level ops and orphan launches)
+    ops = links.ops
+    tops = ops.rows[ops.parent < 0] if len(ops.rows) else np.zeros(0, np.int64)
+    all_units = np.unique(np.concatenate((tops, L[orphan])))
+    uo = np.lexsort((ev.start_ns[all_units], ev.tid[all_units]))
+    au = all_units[uo]
+    same_thread = np.concatenate(([False], ev.tid[au][1:] == ev.tid[au][:-1]))
+    prev_end_sorted = np.where(same_thread, np.concatenate(([0], ev.end_ns[au][:-1])), np.iinfo(np.int64).min)
+    prev_end_of_row = np.full(len(ev), np.iinfo(np.int64).min, dtype=np.int64)
+    prev_end_of_row[au] = prev_end_sorted
+    prev_end = prev_end_of_row[unit]
+
+    # frame start: innermost Python frame, else the step's CPU start
+    frame = np.where(orphan, NONE, links.frame_of[np.maximum(top, 0)])
+    if orphan.any() and len(links.frames.rows):
+        pos_f = links.frames.innermost(thread[orphan], l_start[orphan], l_end[orphan])
+        frame[orphan] = np.where(pos_f >= 0, links.frames.rows[np.maximum(pos_f, 0)], NONE)
+    step = launch_step[L]
+    step_start = np.where(step >= 0, step_start_ns[np.maximum(step, 0)] if len(step_start_ns) else 0,
+                          np.iinfo(np.int64).min)
+    frame_start = np.where(frame >= 0, ev.start_ns[np.maximum(frame, 0)], step_start)
+    py_from = np.maximum(frame_start, prev_end)
+    py_from = np.where(py_from == np.iinfo(np.int64).min, u_start, py_from)
+    py_from = np.minimum(py_from, u_start)
+
+    # launches in unit order: first-in-unit and previous launch end
+    lo = np.lexsort((l_start, unit))
+    first_in_unit = np.ones(n, dtype=bool)
+    prev_launch_end = np.zeros(n, dtype=np.int64)
+    if n:
+        same_unit = np.concatenate(([False], unit[lo][1:] == unit[lo][:-1]))
+        first_in_unit[lo] = ~same_unit
+        prev_launch_end[lo] = np.concatenate(([0], l_end[lo][:-1]))
+    d_start = np.where(first_in_unit, u_start, prev_launch_end)
+    d_start = np.minimum(d_start, l_start)
+    t_dispatch = l_start - d_start
+    py_start = np.where(first_in_unit, py_from, u_start)
+    py_end = np.where(first_in_unit, u_start, u_start)
+    t_py = py_end - py_start
+
+    i_lib = _library_flags(trace, links, L, gpu_row, graph)
+    native = ~i_lib & ~graph
+    base = float(np.median(t_dispatch[native])) if native.any() else 0.0
+    dft = t_py + np.where(i_lib, np.rint(base).astype(np.int64), t_dispatch)
+    dct = np.where(i_lib, np.maximum(0, t_dispatch - np.rint(base).astype(np.int64)), 0)
+    busy_at_launch = lane_prev_end[np.maximum(gpu_row, 0)] > l_start
+    queued = busy_at_launch & (gpu_row >= 0)
+    dkt_fw = np.where(queued, np.nan, np.maximum(0.0, t_launch - floor_ns))
+    return KernelTaxes(
+        launch_row=L, graph=graph, step=step, thread=thread, gpu_row=gpu_row,
+        gpu_ops=links.gpu_ops_of_launch[L], device_ns=device[L].astype(np.int64), unit_row=unit,
+        op_row=links.op_of[L], frame_row=frame, i_lib=i_lib, first_in_unit=first_in_unit,
+        py_start_ns=py_start, py_end_ns=py_end, dispatch_start_ns=d_start, dispatch_end_ns=l_start,
+        t_py_ns=t_py, t_dispatch_ns=t_dispatch, t_launch_ns=t_launch, queued=queued,
+        dft_ns=dft, dct_ns=dct, dkt_fw_ns=dkt_fw, dispatch_base_ns=base, floor_ns=float(floor_ns),
+    )
+
+
+def _library_flags(trace: Trace, links: Links, L, gpu_row, graph) -> np.ndarray:
+    ev = trace.events
+    lib_api = ev.kind == Kind.LIBRARY
+    if lib_api.any():
+        nest = Nesting.build(trace, lib_api)
+        pos = nest.innermost(ev.tid[L], ev.start_ns[L], ev.end_ns[L])
+        return (pos >= 0) & ~graph
+    by_name = np.fromiter((is_library_kernel(s) for s in trace.names), dtype=bool, count=len(trace.names))
+    flags = np.zeros(len(L), dtype=bool)
+    ok = gpu_row >= 0
+    flags[ok] = by_name[ev.name[gpu_row[ok]]]
+    return flags & ~graph
+
+
+def hdbi(device_active_ns: float, orchestrate_ns: float) -> float | None:
+    """T_DeviceActive / (T_DeviceActive + T_Orchestrate); None when there is no kernel time."""
+    if device_active_ns <= 0:
+        return None
+    return float(device_active_ns / (device_active_ns + orchestrate_ns))
+
+
+@dataclass(frozen=True)
+class TaxSums:
+    ft_ns: int
+    ct_ns: int
+    kt_ns: int
+    kt_fw_ns: int
+    launches: int
+    kt_fw_samples: int
+    py_ns: int
+    dispatch_ns: int
+
+
+def sums(taxes: KernelTaxes, select: np.ndarray) -> TaxSums:
+    """Sums of the TaxBreak terms over the selected launches (boolean mask)."""
+    fw = taxes.dkt_fw_ns[select]
+    ok = ~np.isnan(fw)
+    n = int(select.sum())
+    return TaxSums(
+        ft_ns=int(taxes.dft_ns[select].sum()),
+        ct_ns=int(taxes.dct_ns[select].sum()),
+        kt_ns=int(round(n * taxes.floor_ns)),
+        kt_fw_ns=int(round(fw[ok].sum())),
+        launches=n,
+        kt_fw_samples=int(ok.sum()),
+        py_ns=int(taxes.t_py_ns[select].sum()),
+        dispatch_ns=int(taxes.t_dispatch_ns[select].sum()),
+    )
