@@ -198,15 +198,19 @@ def _measured_match(docs, setup, mode, dtype):
 @click.option("--results", multiple=True, type=click.Path(), help="Measured runs to show beside the prediction.")
 @click.option("--db", default=None, help="Runs database (hostgap.store).")
 @click.option("--json", "as_json", is_flag=True, help="JSON to stdout: device, host and total separately.")
+@click.argument("files", nargs=-1, type=click.Path())
 def predict_cmd(preset, batch, context, tp, dtype, engine, mode, device, device_file, model_path, kernels_per_step,
-                what_ifs, results, db, as_json):
+                what_ifs, results, db, as_json, files):
     """Predict one decode step of PRESET: device time + host term, and what-ifs.
+
+    Measured runs (--results, or FILES after PRESET) of the same cell are shown beside the
+    prediction with its error.
 
     \b
     Examples:
       hostgap predict llama-3.1-8b --device h100 --batch 1 --context 2048
       hostgap predict llama-3.2-1b --engine hf --what-if graphs --what-if spec:gamma=4,alpha=0.8
-      hostgap predict llama-3.1-8b --model model.json --results run.json --json
+      hostgap predict llama-3.1-8b --model model.json --json runs/*.json
     """
     from hostgap.model import fitting, whatif
 
@@ -215,6 +219,7 @@ def predict_cmd(preset, batch, context, tp, dtype, engine, mode, device, device_
     del specs
     base = whatif.predict(setup)
     wis = [whatif.run(setup, s) for s in what_ifs]
+    results = [*results, *files]
     docs = fitting.load_results(results, db) if (results or db) else []
     measured = _measured_match(docs, setup, mode, dtype)
     if not model_path or "default" in basis:

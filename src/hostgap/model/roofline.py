@@ -41,11 +41,11 @@ DEFAULT_EFFICIENCY: dict[str, Efficiency] = {
     # Llama-2-7B, all TP degrees; docs/models.md). Attention has no vidur rows: decode
     # attention kernels read the KV cache at roughly 60 % of peak bandwidth (FlashDecoding /
     # paged attention reports), 5 us floor.
-    "gemm": Efficiency(6_000.0, 0.75, 0.75),
+    "gemm": Efficiency(8_000.0, 0.70, 0.80),
     "attention": Efficiency(5_000.0, 0.5, 0.6),
-    "norm": Efficiency(3_000.0, 0.5, 0.55),
-    "elementwise": Efficiency(2_000.0, 0.5, 0.6),
-    "gather": Efficiency(3_000.0, 0.5, 0.15),
+    "norm": Efficiency(2_000.0, 0.5, 0.40),
+    "elementwise": Efficiency(2_000.0, 0.5, 0.50),
+    "gather": Efficiency(2_500.0, 0.5, 0.15),
     "quant": Efficiency(2_500.0, 0.5, 0.5),
     "collective": Efficiency(10_000.0, 1.0, 0.5),
 }

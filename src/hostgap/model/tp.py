@@ -183,14 +183,18 @@ def compare_forms(fit_cells: list[TPCell], test_cells: list[TPCell]) -> dict[str
     return {f: error_metrics(fit_form(f, fit_cells).predict(test_cells), y) for f in FORMS}
 
 
-def synthetic_cells(form: str, params: tuple, ks=(1, 2, 4, 8), models=((6e6, 2e4), (30e6, 6e4), (12e6, 3e4)),
+def synthetic_cells(form: str, params: tuple, ks=(1, 2, 4, 8), models=((6e6, 1.5e6), (30e6, 3e6), (12e6, 2e6)),
                     noise: float = 0.02, seed: int = 0) -> list[TPCell]:
-    """Cells generated from a known form: per model (D_1 ns, per-rank t_min floor ns)."""
+    """Cells generated from a known form: per model (D_1 ns, fixed per-kernel latency ns).
+
+    The fixed per-kernel latency (t_min x kernels) does not split over ranks, so
+    D_k = (D_1 - fixed) / k + fixed; C_k grows with log2 k.
+    """
     rng = np.random.default_rng(seed)
     cells = []
     for mi, (d1, floor) in enumerate(models):
         for k in ks:
-            dk = d1 / k + floor * (1 - 1 / k) * 10  # fixed per-kernel latency does not split
+            dk = (d1 - floor) / k + floor
             ck = 0.0 if k == 1 else 3e4 + 2e4 * np.log2(k)
             cells.append(TPCell(k, dk, ck, d1, 0.0, f"m{mi}-tp{k}"))
     true = TPFormFit(form, tuple(params)).predict(cells)

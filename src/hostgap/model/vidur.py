@@ -124,3 +124,29 @@ def read_all_reduce(path: str | Path, stat: str = "median") -> AllReduceSamples:
         np.array([float(r["size"]) for r in rows]), np.array([int(r["num_workers"]) for r in rows]),
         np.array([int(r["devices_per_node"]) for r in rows]), np.array([float(r[col]) * 1e6 for r in rows]),
     )
+
+
+def validate_cross_model(calibrate: OpSamples, score: OpSamples, keyed_by: str = "op") -> dict:
+    """Fit on one model's rows, score on the other's: Metrics per op, per family, overall.
+
+    ``keyed_by="family"`` fits one efficiency set for all four GEMMs (and one per other op).
+    """
+    from hostgap.model import roofline
+
+    def rekey(s: OpSamples) -> OpSamples:
+        if keyed_by == "op":
+            return s
+        key = np.where(np.isin(s.key, GEMM_OPS), "gemm", s.key)
+        return OpSamples(key, s.flops, s.bytes, s.kernels, s.peak_flops, s.bw_bytes_per_s, s.time_ns, s.group)
+
+    model = roofline.fit(rekey(calibrate), source=f"vidur {calibrate.group[0]}", keyed_by="op")
+    pred = roofline.predict(model, rekey(score))
+    out = {}
+    for op in np.unique(score.key):
+        m = score.key == op
+        out[str(op)] = roofline.error_metrics(pred[m], score.time_ns[m])
+    g = np.isin(score.key, GEMM_OPS)
+    out["gemm (all four)"] = roofline.error_metrics(pred[g], score.time_ns[g])
+    out["other ops"] = roofline.error_metrics(pred[~g], score.time_ns[~g])
+    out["overall"] = roofline.error_metrics(pred, score.time_ns)
+    return {"model": model, "metrics": out}
