@@ -178,7 +178,9 @@ def _print_metrics(metrics, title: str) -> None:
 @click.option("--requests", "requests_path", default=None, help="Requests table (optional).")
 @click.option("--json", "as_json", is_flag=True, help="Metrics as JSON.")
 @click.option("--csv", "as_csv", is_flag=True, help="Metrics as CSV, one row per group.")
-def eval_cmd(model_path, steps_path, requests_path, as_json, as_csv) -> None:
+@click.option("--include-training", is_flag=True,
+              help="Score every step, training steps too (in-sample; labelled so).")
+def eval_cmd(model_path, steps_path, requests_path, as_json, as_csv, include_training) -> None:
     """Score MODEL and its token baseline on the STEPS it did not train on.
 
     When STEPS is the model's own training file, only its held-out steps are scored.
@@ -191,7 +193,7 @@ def eval_cmd(model_path, steps_path, requests_path, as_json, as_csv) -> None:
 
     model = A.load_model(model_path)
     steps = _load(steps_path, requests_path)
-    keep = A.held_out(model, steps)
+    keep = np.ones(len(steps), bool) if include_training else A.held_out(model, steps)
     if not keep.any():
         raise HostgapError(steps_path, "every step here trained the model: nothing held out "
                            "to score (refit with --test-fraction > 0)")
@@ -199,9 +201,11 @@ def eval_cmd(model_path, steps_path, requests_path, as_json, as_csv) -> None:
     if not keep.any():
         raise HostgapError(steps_path, "no steps of a class the model was fitted for")
     metrics = A.evaluate(model, steps.subset(keep))
-    metrics = A.Metrics(metrics.groups, metrics.n_steps, int(len(steps) - keep.sum()),
-                        "" if keep.all() else f"{int(len(steps) - keep.sum())} step(s) not "
-                        "scored: training steps of this model or classes it lacks")
+    note = "" if keep.all() else (f"{int(len(steps) - keep.sum())} step(s) not scored: "
+                                  "training steps of this model or classes it lacks")
+    if include_training:
+        note = "in-sample: training steps included (--include-training)"
+    metrics = A.Metrics(metrics.groups, metrics.n_steps, int(len(steps) - keep.sum()), note)
     if as_json:
         click.echo(json.dumps(metrics.to_dict(), indent=2))
     elif as_csv:
