@@ -48,13 +48,18 @@ MAX_ABS_NS = 2**62
 always fits in int64, and no real clock is within orders of magnitude of it."""
 
 
+# Numeric args may arrive as strings (ROCm writes ``"bytes": "9216"`` on hipMemcpyAsync): they are
+# accepted here and converted in :func:`_arg`, so such files keep the fast typed path.
+IntArg = I64 | str | None
+
+
 class _Args(msgspec.Struct):
-    correlation: I64 | None = None
-    external_id: I64 | None = msgspec.field(default=None, name="External id")
-    external_id_legacy: I64 | None = msgspec.field(default=None, name="external id")
-    device: I64 | None = None
-    stream: I64 | None = None
-    bytes: I64 | None = None
+    correlation: IntArg = None
+    external_id: IntArg = msgspec.field(default=None, name="External id")
+    external_id_legacy: IntArg = msgspec.field(default=None, name="external id")
+    device: IntArg = None
+    stream: IntArg = None
+    bytes: IntArg = None
     name: Any = None  # metadata events: {"name": "<process name>"}
 
 
@@ -194,17 +199,21 @@ def _coerce_events(events: list, skipped: SkipCounter) -> list[_Event]:
         except msgspec.ValidationError:
             skipped.add("malformed fields")
             continue
-        skipped.add("malformed args (event kept, args dropped)")
+        skipped.add(MALFORMED_ARGS)
         if isinstance(args, dict):
             clean = {}
             for k in ("correlation", "External id", "external id", "device", "stream", "bytes"):
                 v = args.get(k)
+                if isinstance(v, str):
+                    v = _int_or_none(v)
                 if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63:
                     clean[k] = v
             ev.args = _Args(**{_ARG_FIELDS[k]: v for k, v in clean.items()})
         out.append(ev)
     return out
 
+
+MALFORMED_ARGS = "malformed args (event kept)"
 
 _ARG_FIELDS = {
     "correlation": "correlation",
@@ -266,17 +275,17 @@ def _columns(events: list[_Event], skipped: SkipCounter):
     args = [e.args for e in ev]
     pid = _ids([e.pid for e in ev])
     tid = _ids([e.tid for e in ev])
-    correlation = _arg(args, "correlation")
-    ext = _arg(args, "external_id")
-    ext_legacy = _arg(args, "external_id_legacy")
+    correlation = _arg(args, "correlation", skipped)
+    ext = _arg(args, "external_id", skipped)
+    ext_legacy = _arg(args, "external_id_legacy", skipped)
     external_id = np.where(ext != NONE, ext, ext_legacy)
     gpu_side = kind <= Kind.GPU_ANNOTATION
-    device = np.where(gpu_side, _arg(args, "device"), NONE)
+    device = np.where(gpu_side, _arg(args, "device", skipped), NONE)
     # Kineto puts a GPU op on pid = device, tid = stream; args say so too when present.
     device = np.where(gpu_side & (device == NONE), pid, device)
-    stream = np.where(gpu_side, _arg(args, "stream"), NONE)
+    stream = np.where(gpu_side, _arg(args, "stream", skipped), NONE)
     stream = np.where(gpu_side & (stream == NONE), tid, stream)
-    nbytes = np.maximum(_arg(args, "bytes"), 0)
+    nbytes = np.maximum(_arg(args, "bytes", skipped), 0)
     is_copy = kind == Kind.MEMCPY
     copy_kind = np.zeros(len(ev), dtype=np.int8)
     if is_copy.any():
@@ -326,11 +335,22 @@ def _small_int(s: str) -> int | None:
     return n if n < 2**63 else None
 
 
-def _arg(args: list, field: str) -> np.ndarray:
-    return np.array(
-        [NONE if a is None else (v if (v := getattr(a, field)) is not None else NONE) for a in args],
-        dtype=np.int64,
-    )
+def _arg(args: list, field: str, skipped: SkipCounter) -> np.ndarray:
+    """One int64 arg column; NONE where absent. Strings holding an integer are converted; other
+    strings count as malformed args (the event is kept)."""
+    values = [NONE if a is None else (v if (v := getattr(a, field)) is not None else NONE) for a in args]
+    try:
+        return np.array(values, dtype=np.int64)
+    except (ValueError, OverflowError, TypeError):
+        pass
+    out = np.empty(len(values), dtype=np.int64)
+    for i, v in enumerate(values):
+        n = _int_or_none(v) if isinstance(v, str) else v
+        if n is None or not -(2**63) <= n < 2**63:
+            skipped.add(MALFORMED_ARGS)
+            n = NONE
+        out[i] = n
+    return out
 
 
 def _process_names(events: list[_Event], ph: list[str]) -> dict[int, str]:
