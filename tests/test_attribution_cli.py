@@ -90,3 +90,32 @@ def test_user_errors_exit_2_with_one_line(workdir, tmp_path):
         lines = [x for x in r.stderr.splitlines() if x.strip()]
         assert len(lines) == 1 and lines[0].startswith("hostgap: error: ")
     assert not (tmp_path / "m.json").exists()
+
+
+def test_fit_one_source_and_eval_the_rest(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from hostgap.model.steps_table import write_steps
+    from hostgap.model.synth import synth_steps
+
+    a = tmp_path / "a.parquet"
+    b = tmp_path / "b.parquet"
+    write_steps(synth_steps(300, seed=1, source="gpu-a").steps, str(a))
+    write_steps(synth_steps(200, seed=2, source="gpu-b").steps, str(b))
+    both = tmp_path / "both.parquet"
+    for suffix in ("", ".requests"):
+        t = [pq.read_table(str(tmp_path / f"{x}{suffix}.parquet")) for x in ("a", "b")]
+        pq.write_table(pa.concat_tables(t), str(tmp_path / f"both{suffix}.parquet"))
+    r = CliRunner().invoke(cli, ["attribute", "fit", str(both), "--source", "gpu-a", "-o",
+                                 str(tmp_path / "m.json"), "--json"])
+    assert r.exit_code == 0, r.output
+    n_held = json.loads(r.stdout)["held_out"]["n_steps"]
+    r = CliRunner().invoke(cli, ["attribute", "eval", str(tmp_path / "m.json"), str(both),
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    ev = json.loads(r.stdout)
+    per = {(g["source"], g["class"]): g["n_steps"] for g in ev["groups"]}
+    assert per[("gpu-a", "all")] == n_held  # training steps of gpu-a left out
+    assert per[("gpu-b", "all")] == 200  # the other source scored in full
+    assert ("all", "all") in per

@@ -88,6 +88,11 @@ def test_kind_must_match_composition(tmp_path):
     path.write_text(cols + "\n" + "a,0,decode,1000,1,64,64,4096,4096,2,2,300,2,300\n")
     with pytest.raises(HostgapError, match="kind 'decode'"):
         load_steps(str(path))
+    # speculative verification: a decode step with q > 1 per request is accepted and goes to
+    # the general (prefill-containing) form
+    path.write_text(cols + "\n" + "a,0,decode,1000,0,0,0,0,0,2,6,300,18,900\n")
+    s = load_steps(str(path))
+    assert s.is_prefill[0] and s.n_prefill[0] == 0
 
 
 def test_generic_layout_mixed_rows(tmp_path):

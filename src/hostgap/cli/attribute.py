@@ -74,9 +74,10 @@ def attribute_group() -> None:
 @click.option("--no-pc", is_flag=True, help="Leave out the Σp·c (a5) term.")
 @click.option("--loss", type=click.Choice(["relative", "absolute"]), default="relative",
               show_default=True, help="Least squares on relative or absolute error.")
+@click.option("--source", default=None, help="Fit one data source of STEPS only.")
 @click.option("--json", "as_json", is_flag=True, help="Held-out metrics as JSON on stdout.")
 def fit_cmd(steps_path, output, requests_path, target, test_fraction, seed, classes, no_pc,
-            loss, as_json) -> None:
+            loss, source, as_json) -> None:
     """Fit the piecewise model and the token baseline on STEPS.
 
     \b
@@ -85,12 +86,13 @@ def fit_cmd(steps_path, output, requests_path, target, test_fraction, seed, clas
     """
     from hostgap.model import attribution as A
 
-    steps = _load(steps_path, requests_path)
+    steps = _only_source(_load(steps_path, requests_path), source, steps_path)
     test = A.split_mask(steps, test_fraction, seed)
     train = steps.subset(~test)
     prov = {"split": {"rule": "blake2b(source, step, seed) < test_fraction",
                       "test_fraction": test_fraction, "seed": seed},
-            "data_sha256_all": steps.data_sha256(), "steps_path": steps_path}
+            "data_sha256_all": steps.data_sha256(), "steps_path": steps_path,
+            "fit_source": source}
     cls = A.CLASSES if classes == "both" else (classes,)
     model = A.fit(train, target=f"{target}_ns", classes=cls, use_pc=not no_pc, loss=loss,
                   provenance=prov)
@@ -108,6 +110,15 @@ def fit_cmd(steps_path, output, requests_path, target, test_fraction, seed, clas
     _print_model(model)
     if metrics is not None:
         _print_metrics(metrics, "held-out steps")
+
+
+def _only_source(steps, source: str | None, path: str):
+    if source is None:
+        return steps
+    if source not in steps.sources:
+        raise HostgapError("--source", f"{source!r} not in {path} "
+                           f"(sources: {', '.join(steps.sources)})")
+    return steps.subset(steps.source_idx == steps.sources.index(source))
 
 
 def _fitted_class_mask(model, steps) -> np.ndarray:

@@ -616,11 +616,22 @@ def split_mask(steps: Steps, test_fraction: float, seed: int = 0) -> np.ndarray:
 
 
 def held_out(model: Model, steps: Steps) -> np.ndarray:
-    """Steps ``model`` did not train on: all of them unless these are its training data."""
+    """Steps ``model`` did not train on: all of them unless these are its training data (the
+    same content, or the same content of the one source it was fitted on)."""
     split = model.provenance.get("split") or {}
-    if model.provenance.get("data_sha256_all") != steps.data_sha256():
-        return np.ones(len(steps), bool)
-    return split_mask(steps, float(split.get("test_fraction", 0)), int(split.get("seed", 0)))
+    keep = np.ones(len(steps), bool)
+    src = model.provenance.get("fit_source")
+    if src is None:
+        part = keep.copy()
+    elif src in steps.sources:
+        part = steps.source_idx == steps.sources.index(src)
+    else:
+        return keep
+    sub = steps.subset(part) if src is not None else steps
+    if model.provenance.get("data_sha256_all") != sub.data_sha256():
+        return keep
+    keep[part] = split_mask(sub, float(split.get("test_fraction", 0)), int(split.get("seed", 0)))
+    return keep
 
 
 # ------------------------------------------------------------------ JSON

@@ -440,10 +440,12 @@ def _check_kind(kind, steps: Steps, origin: str) -> None:
     if unknown:
         raise HostgapError(origin, f"column kind: unknown value(s) {sorted(unknown)[:3]}; "
                            "expected prefill, decode or mixed")
-    wrong = (kind == "decode") & steps.is_prefill
+    # A decode step may process several tokens per request (speculative verification); it is
+    # only inconsistent when it holds context (prefill) requests.
+    wrong = (kind == "decode") & (steps.n_prefill > 0)
     if wrong.any():
-        raise HostgapError(origin, f"{int(wrong.sum())} step(s) of kind 'decode' contain "
-                           "prefill work (context requests or q > 1)")
+        raise HostgapError(origin, f"{int(wrong.sum())} step(s) of kind 'decode' hold context "
+                           "(prefill) requests")
 
 
 # ------------------------------------------------------- vLLM step annotations
