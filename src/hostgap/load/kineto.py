@@ -11,9 +11,10 @@ columns are then built with one list comprehension per field. A file whose event
 the typed schema (a string where a number belongs, ...) is decoded again leniently, event by
 event, and the misfits are skipped and counted by reason.
 
-Timestamps: ``ns = round(ts_us * 1000)``. A float64 holds a µs timestamp to better than 1 ns
-up to ~9e12 µs (over 100 days of uptime on the monotonic clock Kineto uses), so nothing is
-truncated to whole µs.
+Timestamps: ``ns = round(ts_us * 1000)``, never truncated to whole µs. The float64 that a
+3-decimal µs timestamp parses to gives the exact ns below 2**41 µs (~25 days of uptime on the
+monotonic clock Kineto uses) and is within 1 ns up to 2**43 µs (~100 days); the file's decimal
+text is the limit there, not the conversion.
 """
 
 from __future__ import annotations
