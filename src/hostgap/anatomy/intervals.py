@@ -49,15 +49,17 @@ def gaps(seg_start: np.ndarray, seg_end: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def grouped_running_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Running max of ``values`` restarting at each change of ``group`` (rows pre-grouped)."""
+    """Running max of ``values`` restarting at each change of ``group`` (rows pre-grouped).
+
+    Works on ranks, so any int64 values (even near the type's limits) are safe."""
     if not len(values):
         return values.astype(np.int64)
     new = np.concatenate(([True], group[1:] != group[:-1]))
-    lane = np.cumsum(new) - 1
-    lo = int(values.min())
-    span = int(values.max()) - lo + 1
-    shifted = (values - lo) + lane.astype(np.int64) * span
-    return np.maximum.accumulate(shifted) - lane.astype(np.int64) * span + lo
+    lane = (np.cumsum(new) - 1).astype(np.int64)
+    uniq, rank = np.unique(values, return_inverse=True)
+    width = np.int64(len(uniq))
+    acc = np.maximum.accumulate(rank.astype(np.int64) + lane * width) - lane * width
+    return uniq[acc].astype(np.int64)
 
 
 def grouped_union(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:

@@ -143,6 +143,8 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
         taxes = tb.kernel_taxes(trace, links, host_step, m_start, floor.ns, lane_prev_end(trace, op_rows))
     unattributed = _unattributed(trace, taxes, m_start, m_end, wall_end, n_steps)
 
+    step_device = _step_devices(trace, op_rows, op_step, n_steps)
+    step_tax = _per_step_taxes(taxes, n_steps) if taxes is not None else None
     steps = []
     for i in range(n_steps):
         kind_i, comp = composition(m_names[i])
@@ -151,7 +153,7 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
             "index": i,
             "name": m_names[i],
             "kind": kind_i,
-            "device": _step_device(trace, op_rows, op_step, i),
+            "device": None if step_device[i] < 0 else int(step_device[i]),
             "start_ns": int(m_start[i]),
             "marker_end_ns": int(m_end[i]),
             "wall_ns": int(wall[i]),
@@ -172,7 +174,7 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
         }
         if copies is not None:
             row.update({k: int(v[i]) for k, v in copies.items()})
-        row["taxbreak"] = _step_taxbreak(taxes, i, int(k_sum[i]), int(unattributed[i]))
+        row["taxbreak"] = None if step_tax is None else _step_taxbreak(step_tax, i, int(k_sum[i]), int(unattributed[i]))
         row.update(dict.fromkeys(COMPOSITION_FIELDS) if comp is None else comp)
         steps.append(row)
 
@@ -187,8 +189,10 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
         summary=summary,
         taxbreak=trace_tax,
         verdict=v,
-        top_ops=_top(trace, taxes, links, "op", n_steps, config.top),
-        top_frames=_top(trace, taxes, links, "frame", n_steps, config.top),
+        top_ops=_top(trace, taxes, links, "op", n_steps, config.top) if taxes is not None
+        else _top_cpu(trace, links, op_rows, m_start, m_end, n_steps, "op", config.top),
+        top_frames=_top(trace, taxes, links, "frame", n_steps, config.top) if taxes is not None
+        else _top_cpu(trace, links, op_rows, m_start, m_end, n_steps, "frame", config.top),
         unassigned={
             "gpu_ops_outside_steps": int(np.sum(~in_step)),
             "unlinked_gpu_ops": int(links.unlinked_gpu_ops),
@@ -241,10 +245,18 @@ def _max_by(group, values, n):
     return out
 
 
-def _step_device(trace: Trace, op_rows, op_step, i) -> int | None:
-    d = trace.events.device[op_rows[op_step == i]]
-    d = d[d >= 0]
-    return int(np.bincount(d).argmax()) if len(d) else None
+def _step_devices(trace: Trace, op_rows, op_step, n) -> np.ndarray:
+    """The device most of each step's GPU ops ran on (NONE when none)."""
+    d = trace.events.device[op_rows].astype(np.int64)
+    ok = (op_step >= 0) & (d >= 0)
+    out = np.full(n, NONE, dtype=np.int64)
+    if not ok.any() or not n:
+        return out
+    counts = np.zeros((n, int(d[ok].max()) + 1), dtype=np.int64)
+    np.add.at(counts, (op_step[ok], d[ok]), 1)
+    has = counts.sum(axis=1) > 0
+    out[has] = counts[has].argmax(axis=1)
+    return out
 
 
 # -- per-step parts --------------------------------------------------------------------------
@@ -332,17 +344,28 @@ def _unattributed(trace, taxes, m_start, m_end, wall_end, n_steps):
     return np.maximum(win_e - win_s - covered, 0)
 
 
-def _step_taxbreak(taxes, i, device_active, unattributed) -> dict | None:
-    if taxes is None:
-        return None
-    s = tb.sums(taxes, taxes.step == i)
-    orchestrate = s.ft_ns + s.ct_ns + s.kt_ns
+def _per_step_taxes(taxes, n) -> dict[str, np.ndarray]:
+    """TaxBreak sums per step, all at once (bincount over the launch table)."""
+    st = taxes.step
+    fw = np.nan_to_num(taxes.dkt_fw_ns, nan=0.0)
+    launches = _sum_by(st, np.ones(len(st), dtype=np.int64), n)
     return {
-        "ft_ns": s.ft_ns, "ct_ns": s.ct_ns, "kt_ns": s.kt_ns, "kt_fw_ns": s.kt_fw_ns,
-        "py_ns": s.py_ns, "dispatch_ns": s.dispatch_ns, "unattributed_ns": unattributed,
-        "device_active_ns": device_active, "orchestrate_ns": orchestrate,
-        "hdbi": tb.hdbi(device_active, orchestrate), "launches": s.launches,
+        "ft_ns": _sum_by(st, taxes.dft_ns, n),
+        "ct_ns": _sum_by(st, taxes.dct_ns, n),
+        "kt_ns": np.rint(launches * taxes.floor_ns).astype(np.int64),
+        "kt_fw_ns": _sum_by(st, fw, n),
+        "py_ns": _sum_by(st, taxes.t_py_ns, n),
+        "dispatch_ns": _sum_by(st, taxes.t_dispatch_ns, n),
+        "launches": launches,
     }
+
+
+def _step_taxbreak(per_step: dict, i: int, device_active: int, unattributed: int) -> dict:
+    row = {k: int(v[i]) for k, v in per_step.items()}
+    orchestrate = row["ft_ns"] + row["ct_ns"] + row["kt_ns"]
+    row.update({"unattributed_ns": unattributed, "device_active_ns": device_active,
+                "orchestrate_ns": orchestrate, "hdbi": tb.hdbi(device_active, orchestrate)})
+    return row
 
 
 # -- summary, verdict, rankings -------------------------------------------------------------
@@ -471,4 +494,39 @@ def _top(trace, taxes, links, by: str, n_steps: int, top: int) -> list[dict]:
         name = trace.names[uniq[j]] if uniq[j] >= 0 else ("(no Python frame in trace)" if by == "frame" else "(no op)")
         out.append({"name": name, "host_ns_per_step": float(total[j] / n_steps), "host_ns": int(total[j]),
                     "launches": int(count[j]), "share": float(total[j] / grand)})
+    return out
+
+
+def _top_cpu(trace, links, compute_rows, m_start, m_end, n_steps, by, top) -> list[dict]:
+    """CPU-only traces: host time per top-level framework op = the time before it since the
+    previous top-level op (or the step start) + its own time outside leaf compute ops."""
+    ev = trace.events
+    ops = links.ops
+    if not len(ops.rows) or not n_steps:
+        return []
+    tops = ops.rows[ops.parent < 0]
+    st = _step_of(ev.start_ns[tops], m_start, m_end)
+    tops, st = tops[st >= 0], st[st >= 0]
+    if not len(tops):
+        return []
+    order = np.lexsort((ev.start_ns[tops], ev.tid[tops]))
+    tops, st = tops[order], st[order]
+    same = np.concatenate(([False], (ev.tid[tops][1:] == ev.tid[tops][:-1]) & (st[1:] == st[:-1])))
+    prev_end = np.where(same, np.concatenate(([0], ev.end_ns[tops][:-1])), m_start[st])
+    before = np.maximum(ev.start_ns[tops] - prev_end, 0)
+    seg_s, seg_e = merge(ev.start_ns[compute_rows], ev.end_ns[compute_rows])
+    inside = ev.dur_ns[tops] - covered_each(ev.start_ns[tops], ev.end_ns[tops], seg_s, seg_e)
+    charge = (before + inside).astype(float)
+    rows = tops if by == "op" else links.frame_of[tops]
+    codes = np.where(rows >= 0, ev.name[np.maximum(rows, 0)], -1)
+    uniq, inv = np.unique(codes, return_inverse=True)
+    total = np.bincount(inv, weights=charge)
+    count = np.bincount(inv)
+    grand = max(float(total.sum()), 1.0)
+    out = []
+    for j in np.argsort(-total)[:top]:
+        name = trace.names[uniq[j]] if uniq[j] >= 0 else ("(no Python frame in trace)" if by == "frame" else "(no op)")
+        out.append({"name": name, "host_ns_per_step": float(total[j] / n_steps), "host_ns": int(total[j]),
+                    "launches": int(count[j]), "share": float(total[j] / grand),
+                    "basis": "CPU: time before the op since the previous op + time inside it outside compute ops"})
     return out

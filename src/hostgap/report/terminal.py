@@ -176,8 +176,9 @@ def render_anatomy(doc: dict, con: Console) -> None:
     for key, title in (("top_ops", "framework ops"), ("top_frames", "Python frames")):
         rows = doc.get(key) or []
         if rows:
-            t = Table(title=f"where the host time went: {title} by ΔFT+ΔCT", title_justify="left")
-            for c in ("name", "ms/step", "launches", "share"):
+            basis = "ΔFT+ΔCT" if doc.get("activity") == "gpu" else "host time outside compute ops"
+            t = Table(title=f"where the host time went: {title} by {basis}", title_justify="left")
+            for c in ("name", "ms/step", "launches" if doc.get("activity") == "gpu" else "calls", "share"):
                 t.add_column(c, justify="left" if c == "name" else "right")
             for r in rows:
                 t.add_row(_trim(r["name"], 80), ms(r["host_ns_per_step"]), f"{r['launches']:,}", pct(r["share"]))
