@@ -7,6 +7,7 @@ import math
 import sys
 
 import click
+import numpy as np
 
 from hostgap.errors import HostgapError
 
@@ -89,44 +90,77 @@ def account_cmd(preset, batch, context, q_tokens, tp, dtype, engine, as_json, as
 @click.command("fit")
 @click.option("--results", "results", multiple=True, type=click.Path(), help="Results JSON of `hostgap measure` (repeatable).")
 @click.option("--db", default=None, help="Runs database (hostgap.store).")
+@click.option("--vidur-mlp", "vidur_mlp", multiple=True, type=click.Path(),
+              help="vidur *_mlp.csv kernel times (A100): fit per-op efficiencies (repeatable).")
 @click.option("--all-reduce", "all_reduce", default=None, type=click.Path(), help="vidur all_reduce.csv to fit collective cost.")
 @click.option("--device-file", default=None, type=click.Path(), help="Extra device specs (JSON/TOML).")
 @click.option("-o", "--output", default="hostgap-model.json", show_default=True, help="Model JSON to write.")
 @click.option("--json", "as_json", is_flag=True, help="Print the model JSON to stdout too.")
 @click.argument("files", nargs=-1, type=click.Path())
-def fit_cmd(results, db, all_reduce, device_file, output, as_json, files):
+def fit_cmd(results, db, vidur_mlp, all_reduce, device_file, output, as_json, files):
     """Fit device scale and host term per (device, engine) from measured runs.
 
-    Prints held-out (leave-one-out) MAPE and max error of the step time.
+    Prints held-out error: leave-one-out over measured cells (MAPE, max error of the step
+    time) and, with two or more vidur files, each file scored by a fit on the others.
 
     \b
-    Example:
+    Examples:
       hostgap fit --results runs/*.json -o model.json
+      hostgap fit --vidur-mlp a100_llama3-8b_mlp.csv --vidur-mlp a100_llama2-7b_mlp.csv \\
+                  --all-reduce a100_dgx_all_reduce.csv -o a100.json
     """
-    from hostgap.model import fitting, tp, vidur
+    from hostgap.model import fitting, roofline, tp, vidur
     from hostgap.model.devices import find_device
 
     docs = fitting.load_results([*results, *files], db)
-    if not docs:
-        raise HostgapError("--results", "no measured runs given (pass --results FILE... or --db PATH)")
+    if not docs and not vidur_mlp:
+        raise HostgapError("--results", "no measured runs given (pass --results FILE..., --db PATH or --vidur-mlp CSV)")
     extra = _devices(device_file)
+    a100 = find_device("a100-80gb")
+    kernel_data, rl = {}, None
+    if vidur_mlp:
+        samples = [vidur.as_hostgap_ops(vidur.read_mlp(p, a100)) for p in vidur_mlp]
+        kernel_data.update({str(p): fitting.file_hash(p) for p in vidur_mlp})
+        if len(samples) > 1:
+            rows = []
+            for i, held in enumerate(samples):
+                cal = _concat([s for j, s in enumerate(samples) if j != i])
+                m = roofline.evaluate(roofline.fit(cal, a100.name), held)
+                gemm = [m[k] for k in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj") if k in m]
+                rows.append((str(vidur_mlp[i]).rsplit("/", 1)[-1], f"{np.mean([g.mape for g in gemm]) * 100:.1f}",
+                             f"{m['overall'].mape * 100:.1f}", f"{m['overall'].max_error * 100:.1f}"))
+            click.echo("per-op roofline, each vidur file held out (fit on the others):")
+            click.echo(_table(("held-out file", "GEMM MAPE %", "all-op MAPE %", "max err %"), rows))
+        rl = roofline.fit(_concat(samples), a100.name, source="vidur kernel times: " + ", ".join(map(str, vidur_mlp)))
     ar = None
     if all_reduce:
-        ar = tp.fit_all_reduce(vidur.read_all_reduce(all_reduce), find_device("a100-80gb"))
-    model = fitting.fit(docs, extra, all_reduce=ar)
-    if not model.groups:
+        ar = tp.fit_all_reduce(vidur.read_all_reduce(all_reduce), a100)
+        kernel_data[str(all_reduce)] = fitting.file_hash(all_reduce)
+    model = fitting.fit(docs, extra, rl=rl, all_reduce=ar, kernel_data=kernel_data)
+    if docs and not model.groups and rl is None:
         raise HostgapError("--results", "no (device, engine) group has two usable cells; " + "; ".join(model.skipped[:3]))
     fitting.write_model(model, output)
     for s in model.skipped:
         _log(f"skipped: {s}")
-    rows = [(g.device_name, g.engine, g.n_cells, f"{g.device_scale:.3f}", _ms(g.host.serial_ns), f"{g.host.per_seq_ns / 1e3:.1f}",
-             f"{g.host.per_kernel_ns / 1e3:.2f}", f"{g.heldout.mape * 100:.1f}", f"{g.heldout.max_error * 100:.1f}",
-             f"{g.heldout_host_only.mape * 100:.1f}") for g in model.groups]
-    click.echo(_table(("device", "engine", "cells", "dev scale", "serial ms", "per-seq us", "per-kernel us",
-                       "held-out MAPE %", "max err %", "host-only MAPE %"), rows))
+    if model.groups:
+        rows = [(g.device_name, g.engine, g.n_cells, f"{g.device_scale:.3f}", _ms(g.host.serial_ns), f"{g.host.per_seq_ns / 1e3:.1f}",
+                 f"{g.host.per_kernel_ns / 1e3:.2f}", f"{g.heldout.mape * 100:.1f}", f"{g.heldout.max_error * 100:.1f}",
+                 f"{g.heldout_host_only.mape * 100:.1f}") for g in model.groups]
+        click.echo(_table(("device", "engine", "cells", "dev scale", "serial ms", "per-seq us", "per-kernel us",
+                           "held-out MAPE %", "max err %", "host-only MAPE %"), rows))
+    if ar is not None:
+        click.echo("all-reduce: " + ", ".join(f"k={k} {ar.latency_ns[k] / 1e3:.1f} us + size / {ar.bw_bytes_per_s[k] / 1e9:.0f} GB/s"
+                                            for k in sorted(ar.latency_ns)))
     click.echo(f"wrote {output} (schema_version {model.to_dict()['schema_version']}, data sha256 {model.provenance['data_sha256'][:12]})")
     if as_json:
         _echo_json(model.to_dict())
+
+
+def _concat(samples):
+    from hostgap.model.roofline import OpSamples
+
+    return OpSamples(*(np.concatenate([getattr(s, f) for s in samples]) for f in
+                       ("key", "flops", "bytes", "kernels", "peak_flops", "bw_bytes_per_s", "time_ns", "group")))
 
 
 # -- predict ------------------------------------------------------------------------------
@@ -147,9 +181,14 @@ def _setup(preset, batch, context, tp, dtype, engine, mode, device, device_file,
     fitted = fitting.load_model(model_path) if model_path else None
     group = fitted.group_for(dev.name, engine) if fitted else None
     if group is None:
-        basis = ("no fitted model: default efficiencies and host term (docs/models.md)" if not fitted
-                 else f"{model_path} has no group for {dev.name}/{engine}: default efficiencies and host term")
-        setup = Setup(arch, cell, dev, mode, default_model(dev.name), 1.0, DEFAULT_HOST[engine],
+        rl = fitted.roofline_for(dev.name) if fitted else None
+        if rl is not None:
+            basis = (f"{model_path}: per-op efficiencies fitted for {dev.name} ({rl.source}); "
+                     f"no measured runs for {dev.name}/{engine}: default host term")
+        else:
+            basis = ("no fitted model: default efficiencies and host term (docs/models.md)" if not fitted
+                     else f"{model_path} has no group for {dev.name}/{engine}: default efficiencies and host term")
+        setup = Setup(arch, cell, dev, mode, rl or default_model(dev.name), 1.0, DEFAULT_HOST[engine],
                       fitted.all_reduce if fitted else None, fitted.tp_form if fitted else "additive", kernels)
         return setup, basis, None
     basis = (f"fitted model {model_path} ({group.device_name}/{group.engine}, {group.n_cells} cells, "
@@ -222,6 +261,14 @@ def predict_cmd(preset, batch, context, tp, dtype, engine, mode, device, device_
     results = [*results, *files]
     docs = fitting.load_results(results, db) if (results or db) else []
     measured = _measured_match(docs, setup, mode, dtype)
+    ks = [c.k_step for c in measured if c.k_step == c.k_step and c.k_step > 0]
+    if kernels_per_step is None and ks:
+        from dataclasses import replace
+
+        setup = replace(setup, kernels_per_step=float(np.median(ks)))
+        basis += f"; kernels per step {np.median(ks):g} from {len(ks)} measured run(s)"
+        base = whatif.predict(setup)
+        wis = [whatif.run(setup, s) for s in what_ifs]
     if not model_path or "default" in basis:
         _log(f"note: {basis}")
     if as_json:
@@ -302,14 +349,25 @@ def regimes_cmd(results, db, as_json, as_csv, files):
     for (model, dev, eng, mode), cs in sorted(groups.items()):
         prompts = sorted({c.prompt_len for c in cs})
         batches = sorted({c.batch for c in cs})
-        grid = {(c.batch, c.prompt_len): c for c in cs}
-        click.echo(f"\n{model} on {dev} ({eng} {mode}): rows batch, columns prompt length")
-        rows = [(str(b), *(f"{grid[(b, p)].host_fraction:.2f} {short.get(grid[(b, p)].regime, '?')}" if (b, p) in grid else "."
-                           for p in prompts)) for b in batches]
+        grid: dict = {}
+        for c in cs:
+            grid.setdefault((c.batch, c.prompt_len), []).append(c.host_fraction)
+        click.echo(f"\n{model} on {dev} ({eng} {mode}): host fraction (median over runs), rows batch, columns prompt length")
+        rows = [(str(b), *(_regime_text(grid[(b, p)], short) if (b, p) in grid else "." for p in prompts)) for b in batches]
         click.echo(_table(("batch", *map(str, prompts)), rows))
-    click.echo("\nboundaries (H: host-bound, B: balanced, D: device-bound):")
+    click.echo("\nH: host-bound, B: balanced, D: device-bound. Boundaries:")
     for b in bounds:
         click.echo(f"  {b.model}: {b.note}")
+    for model in sorted({c.model for c in cells} - {b.model for b in bounds}):
+        click.echo(f"  {model}: no boundary: needs two or more batch sizes or prompt lengths")
+
+
+def _regime_text(fractions, short) -> str:
+    from hostgap.anatomy.verdict import classify
+
+    f = float(np.median(fractions))
+    n = f" (n={len(fractions)})" if len(fractions) > 1 else ""
+    return f"{f:.2f} {short.get(classify(f), '?')}{n}"
 
 
 def register(cli: click.Group) -> None:

@@ -246,6 +246,13 @@ class FittedModel:
     all_reduce: AllReduceModel | None = None
     tp_form: str = "additive"
     skipped: tuple = field(default=())
+    rooflines: tuple = field(default=())  # per-op fits (e.g. from vidur kernel times), by device
+
+    def roofline_for(self, device: str) -> RooflineModel | None:
+        for r in self.rooflines:
+            if r.device == device:
+                return r
+        return None
 
     def group_for(self, device: str, engine: str) -> GroupModel | None:
         for g in self.groups:
@@ -260,12 +267,23 @@ class FittedModel:
         return {"schema_version": hostgap.SCHEMA_VERSION, "kind": MODEL_KIND, "provenance": self.provenance,
                 "tp_form": self.tp_form, "groups": [g.to_dict() for g in self.groups],
                 "all_reduce": self.all_reduce.to_dict() if self.all_reduce else None,
+                "rooflines": [r.to_dict() for r in self.rooflines],
                 "skipped": list(self.skipped)}
 
 
-def data_hash(docs: list[dict]) -> str:
-    """sha256 of the inputs in canonical JSON (sorted keys, order of runs ignored)."""
+def file_hash(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def data_hash(docs: list[dict], kernel_data: dict | None = None) -> str:
+    """sha256 of the inputs: runs in canonical JSON (sorted keys, order ignored) and the
+    sha256 of each kernel-time file."""
     items = sorted(json.dumps(d, sort_keys=True, default=str) for d in docs)
+    items += sorted((kernel_data or {}).values())
     return hashlib.sha256("\n".join(items).encode()).hexdigest()
 
 
@@ -277,8 +295,13 @@ def _versions() -> dict:
 
 
 def fit(docs: list[dict], extra_devices: dict | None = None, rl: RooflineModel | None = None,
-        all_reduce: AllReduceModel | None = None, tp_form: str = "additive") -> FittedModel:
-    """Fit every (device, engine) group with enough usable cells (>= 2)."""
+        all_reduce: AllReduceModel | None = None, tp_form: str = "additive",
+        kernel_data: dict | None = None) -> FittedModel:
+    """Fit every (device, engine) group with enough usable cells (>= 2).
+
+    ``rl``: per-op efficiencies fitted on kernel times of one device; groups on that device
+    use them (their step data then set only the scale), others the defaults.
+    """
     cells = [cell_from_results(d, str(d.get("run_id", ""))) for d in docs]
     usable = [c for c in cells if c.usable]
     skipped = [f"{c.run_id}: missing differencing t/g step or arch/batch" for c in cells if not c.usable]
@@ -295,10 +318,14 @@ def fit(docs: list[dict], extra_devices: dict | None = None, rl: RooflineModel |
         model_rl = rl if rl is not None and rl.device == dev.name else default_model(dev.name)
         fitted.append(fit_group([c for _, c in members], dev, model_rl))
     prov = {"created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "versions": _versions(),
-            "data_sha256": data_hash(docs), "runs": [c.run_id for c in cells],
+            "data_sha256": data_hash(docs, kernel_data), "runs": [c.run_id for c in cells],
             "devices": sorted({g.device_name for g in fitted} | {g.device for g in fitted}),
             "n_cells": len(usable)}
-    return FittedModel(tuple(fitted), prov, all_reduce, tp_form, tuple(skipped))
+    if kernel_data:
+        prov["kernel_data_sha256"] = dict(kernel_data)
+    if rl is not None:
+        prov["devices"] = sorted(set(prov["devices"]) | {rl.device})
+    return FittedModel(tuple(fitted), prov, all_reduce, tp_form, tuple(skipped), (rl,) if rl is not None else ())
 
 
 def write_model(model: FittedModel, path: str | Path) -> None:
@@ -329,9 +356,10 @@ def load_model(path: str | Path) -> FittedModel:
     try:
         groups = tuple(GroupModel.from_dict(g) for g in d["groups"])
         ar = AllReduceModel.from_dict(d["all_reduce"]) if d.get("all_reduce") else None
+        rls = tuple(RooflineModel.from_dict(r) for r in d.get("rooflines", ()))
     except (KeyError, TypeError, ValueError) as e:
         raise HostgapError(str(p), f"malformed model: {e}") from None
-    return FittedModel(groups, d.get("provenance", {}), ar, d.get("tp_form", "additive"), tuple(d.get("skipped", ())))
+    return FittedModel(groups, d.get("provenance", {}), ar, d.get("tp_form", "additive"), tuple(d.get("skipped", ())), rls)
 
 
 # -- regime map ---------------------------------------------------------------------------

@@ -63,7 +63,7 @@ class AllReduceModel:
         keys = np.array(sorted(int(x) for x in self.latency_ns))
         kk = int(keys[np.argmin(np.abs(keys - k))])
         scale = 1.0 if device is None else device.interconnect_bw_bytes_per_s / self.interconnect_bw_bytes_per_s
-        return self.latency_ns[kk] + size / (self.bw_bytes_per_s[kk] * scale)
+        return self.latency_ns[kk] + 1e9 * size / (self.bw_bytes_per_s[kk] * scale)
 
     def to_dict(self) -> dict:
         return {"device": self.device, "source": self.source,
@@ -92,7 +92,7 @@ def fit_all_reduce(samples, device: DeviceSpec, single_node: bool = True) -> All
         if m.sum() < 2:
             continue
         a, b = _fit_affine(samples.size_bytes[m], samples.time_ns[m])
-        lat[int(k)], bw[int(k)] = a, 1.0 / b
+        lat[int(k)], bw[int(k)] = a, 1e9 / b  # b: ns per byte
     return AllReduceModel(device.name, lat, bw, device.interconnect_bw_bytes_per_s,
                           "fitted on vidur a100_dgx all_reduce (median times, single node)")
 

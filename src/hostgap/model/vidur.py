@@ -126,6 +126,12 @@ def read_all_reduce(path: str | Path, stat: str = "median") -> AllReduceSamples:
     )
 
 
+def as_hostgap_ops(s: OpSamples) -> OpSamples:
+    """The same samples keyed by hostgap's op names, so a fit plugs into ``device_time``."""
+    key = np.array([VIDUR_OPS[str(k)] for k in s.key])
+    return OpSamples(key, s.flops, s.bytes, s.kernels, s.peak_flops, s.bw_bytes_per_s, s.time_ns, s.group)
+
+
 def validate_cross_model(calibrate: OpSamples, score: OpSamples, keyed_by: str = "op") -> dict:
     """Fit on one model's rows, score on the other's: Metrics per op, per family, overall.
 
