@@ -172,3 +172,38 @@ def test_real_vllm_decode_step_parses_and_is_too_little_to_fit(tmp_path):
     assert steps.n_requests[0] == 32 and steps.sum_c[0] == 55086 and not steps.is_prefill[0]
     with pytest.raises(HostgapError, match="too few"):
         A.fit(steps)
+
+
+def test_harvest_extras_partial_and_blank_steps(tmp_path):
+    """As the harvest writes it: extra columns, int request ids, a partial first step, a step
+    whose annotation had no composition, kind 'unknown'."""
+    comp = ("ctx_requests", "ctx_q", "ctx_s", "ctx_qq", "ctx_qs",
+            "gen_requests", "gen_q", "gen_s", "gen_qq", "gen_qs")
+    rows = [
+        # step 0: partial (left out), step 1: decode of 2, step 2: no composition, step 3 mixed
+        (0, "decode", 9e6, (0, 0, 0, 0, 0, 1, 1, 10, 1, 10), True),
+        (1, "decode", 5e6, (0, 0, 0, 0, 0, 2, 2, 30, 2, 30), False),
+        (2, "unknown", 4e6, (None,) * 10, False),
+        (3, "mixed", 7e6, (1, 8, 8, 64, 64, 1, 1, 21, 1, 21), False),
+    ]
+    table = {"schema_version": [1] * 4, "source": ["cpu"] * 4, "step": [r[0] for r in rows],
+             "kind": [r[1] for r in rows], "wall_ns": [r[2] for r in rows],
+             "gpu_active_ns": [1e6] * 4, "host_exposed_ns": [r[2] - 1e6 for r in rows],
+             "host_wait_ns": [0] * 4, "partial": [r[4] for r in rows],
+             "queued": [False] * 4, "concurrency": [4] * 4}
+    for j, k in enumerate(comp):
+        table[k] = pa.array([r[3][j] for r in rows], pa.int64())
+    pq.write_table(pa.table(table), tmp_path / "h.parquet")
+    s = load_steps(str(tmp_path / "h.parquet"))
+    np.testing.assert_array_equal(s.step, [1, 3])
+    assert any("partial" in n for n in s.notes) and any("composition" in n for n in s.notes)
+    req = {"schema_version": [1] * 6, "source": ["cpu"] * 6, "step": [0, 1, 1, 2, 3, 3],
+           "request": [7, 7, 8, 7, 7, 9], "phase": ["decode"] * 4 + ["prefill", "decode"],
+           "q": [1, 1, 1, 1, 8, 1], "s": [10, 10, 20, 11, 8, 21], "prompt_len": [9] * 6}
+    pq.write_table(pa.table(req), tmp_path / "h.requests.parquet")
+    s = load_steps(str(tmp_path / "h.parquet"))
+    # with requests, step 2 gets its composition from them; step 0 stays out (partial)
+    np.testing.assert_array_equal(s.step, [1, 2, 3])
+    np.testing.assert_array_equal(s.n_requests, [2, 1, 2])
+    assert list(s.requests.request) == ["7", "8", "7", "7", "9"]
+    assert s.is_prefill.tolist() == [False, False, True]

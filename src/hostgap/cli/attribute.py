@@ -30,7 +30,10 @@ def _log(msg: str) -> None:
 def _load(path: str, requests: str | None):
     from hostgap.model.steps_table import load_steps
 
-    return load_steps(path, requests)
+    steps = load_steps(path, requests)
+    for note in steps.notes:
+        _log(f"{path}: {note}")
+    return steps
 
 
 def _ms(v) -> str:

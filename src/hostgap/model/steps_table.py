@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -78,6 +78,7 @@ class Steps:
     sum_pc: np.ndarray  # NaN where the input lacks Σq·s
     requests: Requests | None = None
     origin: str = ""
+    notes: tuple[str, ...] = ()  # what reading left out, for the user
 
     def __len__(self) -> int:
         return len(self.step)
@@ -98,7 +99,8 @@ class Steps:
             keep = np.repeat(mask, np.diff(r.offsets)).astype(bool)
             req = Requests(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
                            r.request[keep], r.p[keep], r.c[keep], r.prefill[keep])
-        return Steps(sources=self.sources, requests=req, origin=self.origin, **cols)
+        return Steps(sources=self.sources, requests=req, origin=self.origin, notes=self.notes,
+                     **cols)
 
     def data_sha256(self) -> str:
         """Hash of the content (not the file): the same steps as CSV or Parquet hash alike."""
@@ -216,32 +218,66 @@ def _default_source(origin: str) -> str:
 
 def steps_from_harvest(cols: dict, req_cols: dict | None, origin: str = "STEPS",
                        req_origin: str = "requests") -> Steps:
-    """Build :class:`Steps` from the harvest layout (plus its requests table when given)."""
+    """Build :class:`Steps` from the harvest layout (plus its requests table when given).
+
+    Steps flagged ``partial`` (first/last of a capture) are left out, and so are steps without
+    composition when other steps have it (a trace's short-form annotations); each with a note.
+    """
     _need(cols, ("step", "wall_ns"), origin, "harvest table")
+    cols, dropped, notes = _drop_unusable(cols, req_cols is not None, origin)
     n = len(cols["step"])
     sources, sidx = _source_codes(cols, n, _default_source(origin))
     step = _int_ids(cols["step"], origin, "step")
     comp = {k: _num(cols, k, n) for k in _COMPOSITION + ("ctx_qs", "gen_qs")}
-    missing = [k for k in _COMPOSITION if np.isnan(comp[k]).all()]
-    if missing and req_cols is None:
-        raise HostgapError(origin, "steps carry no batch composition (no values in "
-                           f"{', '.join(missing)}) and no requests table: attribution needs "
-                           "q and s per request or their per-step sums")
-    agg = _aggregates_from_columns(comp, n) if not missing else None
-    steps = _make_steps(cols, n, sources, sidx, step, agg, origin)
+    steps = _make_steps(cols, n, sources, sidx, step, _aggregates_from_columns(comp), origin)
     if req_cols is not None:
-        steps = _attach_requests(steps, req_cols, req_origin, check=agg is not None)
-    _validate(steps, origin)
+        steps = _attach_requests(steps, req_cols, req_origin, dropped)
     _check_kind(cols.get("kind"), steps, origin)
-    return steps
+    if req_cols is not None:
+        lost = np.isnan(comp["ctx_requests"]) & (steps.n_requests == 0)
+        if lost.any():
+            notes.append(f"{int(lost.sum())} step(s) without composition or request rows "
+                         "left out")
+            steps = steps.subset(~lost)
+    _validate(steps, origin)
+    return replace(steps, notes=tuple(notes))
 
 
-def _aggregates_from_columns(comp: dict, n: int) -> dict:
+def _truthy(v: np.ndarray) -> np.ndarray:
+    return np.array([str(x).lower() in ("1", "1.0", "true") for x in v])
+
+
+def _drop_unusable(cols: dict, has_requests: bool, origin: str):
+    """Rows to leave out: partial steps; steps without composition (when no requests table)."""
+    n = len(cols["step"])
+    drop = _truthy(cols["partial"]) if "partial" in cols else np.zeros(n, bool)
+    notes = [f"{int(drop.sum())} partial step(s) (first/last of a capture) left out"] \
+        if drop.any() else []
+    incomplete = np.zeros(n, bool)
     for k in _COMPOSITION:
-        bad = np.isnan(comp[k])
-        if bad.any():
-            raise HostgapError(k, f"{int(bad.sum())} step(s) lack this composition field "
-                               f"(first at row {int(np.argmax(bad))})")
+        incomplete |= np.isnan(_num(cols, k, n))
+    if not has_requests:
+        if incomplete[~drop].all():
+            raise HostgapError(origin, "steps carry no batch composition (ctx_*/gen_* are "
+                               "blank) and there is no requests table: attribution needs q and "
+                               "s per request or their per-step sums (the short vLLM annotation "
+                               "has no s)")
+        if incomplete[~drop].any():
+            notes.append(f"{int((incomplete & ~drop).sum())} step(s) without composition "
+                         "left out")
+        drop |= incomplete
+    src = cols.get("source")
+    dropped = {(str(src[i]) if src is not None else None, int(float(cols["step"][i])))
+               for i in np.flatnonzero(drop)}
+    if drop.any():
+        cols = {k: v[~drop] for k, v in cols.items()}
+        if len(cols["step"]) == 0:
+            raise HostgapError(origin, "no usable steps (all partial or without composition)")
+    return cols, dropped, notes
+
+
+def _aggregates_from_columns(comp: dict) -> dict:
+    """Per-step sums from the ctx_/gen_ columns (NaN where a step lacks them)."""
     qs = comp["ctx_qs"] + comp["gen_qs"]
     return {
         "n_requests": comp["ctx_requests"] + comp["gen_requests"],
@@ -269,8 +305,7 @@ def _make_steps(cols, n, sources, sidx, step, agg, origin) -> Steps:
     host = _num(cols, "host_exposed_ns", n)
     host = np.where(np.isnan(host) & ~np.isnan(gpu), wall - gpu, host)
     queued = cols.get("queued")
-    queued = np.zeros(n, bool) if queued is None else np.array(
-        [str(x).lower() in ("1", "1.0", "true") for x in queued])
+    queued = np.zeros(n, bool) if queued is None else _truthy(queued)
     empty = np.full(n, np.nan)
     agg = agg or {k: empty for k in ("n_requests", "n_prefill", "sum_p", "sum_c", "sum_pp",
                                      "sum_pc")}
@@ -283,9 +318,16 @@ def _step_keys(sidx: np.ndarray, step: np.ndarray) -> np.ndarray:
     return sidx.astype(np.int64) * (1 << 40) + step
 
 
-def _attach_requests(steps: Steps, rc: dict, origin: str, check: bool) -> Steps:
-    """Group request rows onto their steps; fill or cross-check the aggregates."""
+def _attach_requests(steps: Steps, rc: dict, origin: str, dropped=frozenset()) -> Steps:
+    """Group request rows onto their steps; fill or cross-check the aggregates. Rows of
+    ``dropped`` (source, step) pairs are left out with their steps."""
     _need(rc, ("step", "q", "s"), origin, "requests table")
+    if dropped:
+        src = rc.get("source")
+        gone = np.array([((str(src[i]) if src is not None else None), int(float(st)))
+                         in dropped or (None, int(float(st))) in dropped
+                         for i, st in enumerate(rc["step"])])
+        rc = {k: v[~gone] for k, v in rc.items()}
     m = len(rc["step"])
     fallback = steps.sources[0] if len(steps.sources) == 1 else _default_source(steps.origin)
     names = np.array([str(x) if str(x) not in ("", "nan") else fallback
@@ -310,10 +352,17 @@ def _attach_requests(steps: Steps, rc: dict, origin: str, check: bool) -> Steps:
     phase = rc.get("phase")
     prefill = (np.array([str(x) == "prefill" for x in phase]) if phase is not None
                else p > 1)
-    req_ids = rc.get("request")
-    req_ids = (np.array([str(x) for x in req_ids], dtype=object) if req_ids is not None
-               else np.array([str(i) for i in range(m)], dtype=object))
-    return _with_requests(steps, owner, p, c, prefill, req_ids, origin, check)
+    return _with_requests(steps, owner, p, c, prefill, _ids(rc.get("request"), m), origin,
+                          check=True)
+
+
+def _ids(v, m: int) -> np.ndarray:
+    """Request ids as text; numeric ids without a trailing '.0'."""
+    if v is None:
+        return np.array([str(i) for i in range(m)], dtype=object)
+    if v.dtype != object and np.all(np.isfinite(v)) and np.all(v == np.round(v)):
+        return np.array([str(int(x)) for x in v], dtype=object)
+    return np.array([str(x) for x in v], dtype=object)
 
 
 def _with_requests(steps, owner, p, c, prefill, req_ids, origin, check) -> Steps:
@@ -384,8 +433,7 @@ def steps_from_generic(cols: dict, origin: str = "STEPS") -> Steps:
     steps = _make_steps(step_cols, n, sources, (ukey >> 40).astype(np.int32),
                         (ukey & ((1 << 40) - 1)).astype(np.int64), None, origin)
     req_ids = cols.get("request")
-    req_ids = (np.array([str(x) for x in req_ids[is_req]], dtype=object) if req_ids is not None
-               else np.array([str(i) for i in range(int(is_req.sum()))], dtype=object))
+    req_ids = _ids(req_ids[is_req] if req_ids is not None else None, int(is_req.sum()))
     p, c = _num(cols, "q", m)[is_req], _num(cols, "s", m)[is_req]
     phase = cols.get("phase")
     prefill = (np.array([str(x) == "prefill" for x in phase[is_req]]) if phase is not None
@@ -435,11 +483,7 @@ def _validate(steps: Steps, origin: str) -> None:
 def _check_kind(kind, steps: Steps, origin: str) -> None:
     if kind is None:
         return
-    kind = np.array([str(k) for k in kind])
-    unknown = set(kind) - {"prefill", "decode", "mixed", ""}
-    if unknown:
-        raise HostgapError(origin, f"column kind: unknown value(s) {sorted(unknown)[:3]}; "
-                           "expected prefill, decode or mixed")
+    kind = np.array([str(k) for k in kind])  # informational; other values are ignored
     # A decode step may process several tokens per request (speculative verification); it is
     # only inconsistent when it holds context (prefill) requests.
     wrong = (kind == "decode") & (steps.n_prefill > 0)
