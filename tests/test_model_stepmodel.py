@@ -152,3 +152,20 @@ def test_cli_account_prints_totals_and_json():
     assert d["totals"]["weight_bytes"] == 2 * (8_030_261_248 - 128256 * 4096 + 4096)
     r = CliRunner().invoke(cli, ["account", "olmoe-1b-7b", "--batch", "8", "--tp", "2"])
     assert r.exit_code == 0 and "experts" in r.output and "total" in r.output
+
+
+def test_fit_and_regimes_from_the_runs_database(tmp_path):
+    store = pytest.importorskip("hostgap.store")
+    db_path = tmp_path / "runs.sqlite"
+    db = store.RunsDB(db_path)
+    for d in _results(batches=(1, 4, 16), prompts=(512,)):
+        db.add(d)
+    out = tmp_path / "m.json"
+    r = CliRunner().invoke(cli, ["fit", "--db", str(db_path), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert fitting.load_model(out).groups[0].n_cells == 3
+    r = CliRunner().invoke(cli, ["regimes", "--db", str(db_path), "--json"])
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(r.output)["cells"]) == 3
+    r = CliRunner().invoke(cli, ["regimes", "--db", str(tmp_path / "absent.sqlite")])
+    assert r.exit_code == 2 and "no runs database" in r.output

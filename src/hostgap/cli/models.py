@@ -89,7 +89,7 @@ def account_cmd(preset, batch, context, q_tokens, tp, dtype, engine, as_json, as
 
 @click.command("fit")
 @click.option("--results", "results", multiple=True, type=click.Path(), help="Results JSON of `hostgap measure` (repeatable).")
-@click.option("--db", default=None, help="Runs database (hostgap.store).")
+@click.option("--db", default=None, help="Runs database (default: hostgap's, when no files are given).")
 @click.option("--vidur-mlp", "vidur_mlp", multiple=True, type=click.Path(),
               help="vidur *_mlp.csv kernel times (A100): fit per-op efficiencies (repeatable).")
 @click.option("--all-reduce", "all_reduce", default=None, type=click.Path(), help="vidur all_reduce.csv to fit collective cost.")
@@ -112,6 +112,8 @@ def fit_cmd(results, db, vidur_mlp, all_reduce, device_file, output, as_json, fi
     from hostgap.model import fitting, roofline, tp, vidur
     from hostgap.model.devices import find_device
 
+    if not (results or files or db or vidur_mlp):
+        db = fitting.default_db()
     docs = fitting.load_results([*results, *files], db)
     if not docs and not vidur_mlp:
         raise HostgapError("--results", "no measured runs given (pass --results FILE..., --db PATH or --vidur-mlp CSV)")
@@ -235,7 +237,7 @@ def _measured_match(docs, setup, mode, dtype):
 @click.option("--what-if", "what_ifs", multiple=True,
               help="graphs | spec:gamma=4,alpha=0.7[,draft=PRESET] | fp8 | tp=K | host=F (repeatable).")
 @click.option("--results", multiple=True, type=click.Path(), help="Measured runs to show beside the prediction.")
-@click.option("--db", default=None, help="Runs database (hostgap.store).")
+@click.option("--db", default=None, help="Runs database (default: hostgap's, when no files are given).")
 @click.option("--json", "as_json", is_flag=True, help="JSON to stdout: device, host and total separately.")
 @click.argument("files", nargs=-1, type=click.Path())
 def predict_cmd(preset, batch, context, tp, dtype, engine, mode, device, device_file, model_path, kernels_per_step,
@@ -312,7 +314,7 @@ def _measured_dict(c, base) -> dict:
 
 @click.command("regimes")
 @click.option("--results", multiple=True, type=click.Path(), help="Results JSON files (repeatable).")
-@click.option("--db", default=None, help="Runs database (hostgap.store).")
+@click.option("--db", default=None, help="Runs database (default: hostgap's, when no files are given).")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--csv", "as_csv", is_flag=True)
 @click.argument("files", nargs=-1, type=click.Path())
@@ -326,6 +328,8 @@ def regimes_cmd(results, db, as_json, as_csv, files):
     from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN
     from hostgap.model import fitting
 
+    if not (results or files or db):
+        db = fitting.default_db()
     docs = fitting.load_results([*results, *files], db)
     cells = fitting.regime_cells(docs)
     if not cells:

@@ -147,6 +147,8 @@ def load_results(paths=(), db: str | None = None) -> list[dict]:
             from hostgap.store import RunsDB  # type: ignore[import-not-found]
         except ImportError:
             raise HostgapError("--db", "the runs database is not available in this build; pass --results FILE") from None
+        if str(db) != ":memory:" and not Path(db).is_file():
+            raise HostgapError(str(db), "no runs database there (run `hostgap measure` first, or pass --results FILE)")
         try:
             docs.extend(RunsDB(db).results())
         except HostgapError:
@@ -154,6 +156,16 @@ def load_results(paths=(), db: str | None = None) -> list[dict]:
         except Exception as e:  # the store's own failure, reported as one line
             raise HostgapError(str(db), f"cannot read runs database: {e}") from None
     return docs
+
+
+def default_db() -> str | None:
+    """The runs database's default location when it exists (and the store is installed)."""
+    try:
+        from hostgap.store import default_path  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    p = default_path()
+    return str(p) if p.is_file() else None
 
 
 def device_for(cell: MeasuredCell, extra: dict | None = None) -> DeviceSpec:
