@@ -261,3 +261,16 @@ def test_split_mask_is_deterministic_and_held_out_respects_training(noisy):
     assert (A.held_out(m2, data.steps) == a).all()
     other = synth_steps(50, seed=99).steps
     assert A.held_out(m2, other).all()
+
+
+def test_pc_term_pays_off_when_chunk_and_depth_pair():
+    """Chunked prefill over deep caches: attention work ~ q·s. Without Σp·c the model must
+    spread it over Σp, Σc and Σp², and loses accuracy (METHOD.md §8's blind spot)."""
+    strong = tuple((b, (c[0], c[1], c[2], c[3], c[4], 0.5)) for b, c in synth_steps.__kwdefaults__
+                   ["prefill_truth"])
+    data = synth_steps(900, seed=8, noise=0.005, decode_fraction=0.0, prefill_truth=strong)
+    test = A.split_mask(data.steps, 0.3)
+    train, held = data.steps.subset(~test), data.steps.subset(test)
+    with_pc = A.evaluate(A.fit(train), held).groups[0]
+    without = A.evaluate(A.fit(train, use_pc=False), held).groups[0]
+    assert with_pc.rel_err[1] * 2 < without.rel_err[1]

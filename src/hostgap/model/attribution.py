@@ -166,6 +166,10 @@ def fit(steps: Steps, *, target: str = "wall_ns", classes=CLASSES, use_pc: bool 
     roughly multiplicative noise of step timings; ``"absolute"`` minimises Σ(T̂ − T)².
     Refuses (HostgapError) on too few steps, one batch size only, or no steps at all.
     """
+    if target not in ("wall_ns", "gpu_active_ns"):
+        raise HostgapError("target", f"{target!r}: use wall_ns or gpu_active_ns")
+    if loss not in ("relative", "absolute"):
+        raise HostgapError("loss", f"{loss!r}: use relative or absolute")
     y = measured(steps, target)
     X = step_features(steps)
     is_pre = steps.is_prefill
