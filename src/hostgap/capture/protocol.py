@@ -304,7 +304,8 @@ def _results(cfg: MeasureConfig, arch: Arch, run_id: str, raw: dict, describe: d
     activity = next(iter(next(iter(raw["traced"].values()))), {}).get("activity", "gpu")
     diff = difference(series, cfg.n1, cfg.n2, estimator=cfg.estimator, activity=activity,
                       n_boot=cfg.n_boot, seed=cfg.seed, prompt_len=cfg.prompt_len)
-    anatomy = anatomy_of(run.path / raw["anatomy_trace"], cfg.floor_file) if raw["anatomy_trace"] else None
+    floor_file = cfg.floor_file if cfg.device == "cuda" else None  # no launch floor on a CPU
+    anatomy = anatomy_of(run.path / raw["anatomy_trace"], floor_file) if raw["anatomy_trace"] else None
     return build_results(
         schema_version=RESULTS_SCHEMA_VERSION, run_id=run_id, cfg=cfg, arch=arch, diff=diff,
         anatomy=anatomy, describe=describe, raw=raw, run_dir=str(run.path), build_s=build_s,

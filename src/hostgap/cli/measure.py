@@ -37,7 +37,8 @@ def _stderr():
 def _stdout():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False, width=max(100, Console().width))
+    probe = Console()
+    return Console(highlight=False, soft_wrap=False, width=probe.width if probe.is_terminal else 160)
 
 
 class _Bar:

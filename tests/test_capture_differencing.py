@@ -1,0 +1,134 @@
+"""The differencing math: exact answers on constructed series, invariants on generated ones."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hostgap.capture.differencing import (
+    Series,
+    bootstrap_slopes,
+    difference,
+    estimate,
+    linear_fit,
+    percentile_ci,
+    slope_agreement,
+    sweep_points,
+    two_point_slope,
+)
+
+
+def _series(ns, wall_fn, busy_fn, k0=100, k=50, repeats=4, noisy=True):
+    rng = np.random.default_rng(0)
+    noise = lambda: int(rng.integers(0, 1000)) if noisy else 0  # noqa: E731
+    return Series(
+        wall_ns={n: [wall_fn(n) + noise() for _ in range(repeats)] for n in ns},
+        traced_wall_ns={n: [int(wall_fn(n) * 1.2)] for n in ns},
+        busy_ns={n: [busy_fn(n) + noise() for _ in range(2)] for n in ns},
+        kernel_sum_ns={n: [busy_fn(n) + 10 * n] for n in ns},
+        kernel_union_ns={n: [busy_fn(n)] for n in ns},
+        kernel_count={n: [k0 + k * (n - 1)] for n in ns},
+        copies={n: [2 * n] for n in ns},
+        copy_ns={n: [3 * n] for n in ns},
+        h2d_bytes={n: [8 * n] for n in ns},
+        d2h_bytes={n: [8 * n] for n in ns},
+    )
+
+
+def test_exact_line_gives_exact_split():
+    ns = [1, 13, 23, 41, 72, 128]
+    s = _series(ns, lambda n: 10_000_000 + 4_000_000 * n, lambda n: 1_000_000 + 500_000 * n, noisy=False)
+    d = difference(s, 1, 128, prompt_len=128)
+    assert d.t_step_ns == pytest.approx(4_000_000)
+    assert d.g_step_ns == pytest.approx(500_000)
+    assert d.h_step_ns == pytest.approx(3_500_000)
+    assert d.host_fraction == pytest.approx(3.5 / 4)
+    assert d.k_step == pytest.approx(50)
+    assert d.r2_wall == pytest.approx(1.0) and d.r2_gpu == pytest.approx(1.0)
+    assert d.slope_agreement == pytest.approx(0, abs=1e-9)
+    assert d.sum_minus_union_step_ns == pytest.approx(10)
+    assert d.copies_per_step == pytest.approx(2)
+    assert d.profiler_inflation == pytest.approx(0.2, rel=1e-6)
+    assert d.kv_range == (129, 255)
+    assert d.fit_kernels.r2 == pytest.approx(1.0)
+
+
+def test_noisy_repeats_give_a_ci_around_the_estimate():
+    ns = [1, 16, 32, 64]
+    s = _series(ns, lambda n: 5_000_000 + 2_000_000 * n, lambda n: 300_000 * n)
+    d = difference(s, 1, 64)
+    lo, hi = d.ci["t_step_ns"]
+    assert lo <= d.t_step_ns <= hi
+    assert hi - lo < 100  # noise is < 1000 ns per run over 63 steps
+    assert d.ci["repeats_untraced"] == [4, 4]
+    hlo, hhi = d.ci["h_step_ns"]
+    assert hlo <= d.h_step_ns <= hhi
+
+
+def test_two_point_slope_and_errors():
+    assert two_point_slope(1, 10.0, 11, 60.0) == 5.0
+    with pytest.raises(ValueError):
+        two_point_slope(3, 1.0, 3, 2.0)
+    with pytest.raises(ValueError):
+        difference(_series([1, 2], lambda n: n, lambda n: n), 2, 1)
+
+
+def test_linear_fit_r2_drops_for_a_curve():
+    n = np.arange(1, 20)
+    assert linear_fit(n, 3 * n + 1).r2 == pytest.approx(1.0)
+    assert linear_fit(n, n**3).r2 < 0.95
+    with pytest.raises(ValueError):
+        linear_fit([2, 2, 2], [1, 2, 3])
+
+
+def test_slope_agreement():
+    assert slope_agreement(101.0, 100.0) == pytest.approx(0.01)
+    assert slope_agreement(1.0, 0.0) is None
+
+
+def test_estimators_and_bootstrap_bounds():
+    x = [5, 1, 9, 3]
+    assert estimate(x, "min") == 1 and estimate(x, "median") == 4 and estimate(x, "mean") == 4.5
+    with pytest.raises(ValueError):
+        estimate(x, "max")
+    b = bootstrap_slopes([10, 12, 11], [110, 130, 120], 10, "min", n_boot=500)
+    # every resampled min lies within the sample range, so the slope does too
+    assert b.min() >= (110 - 12) / 10 and b.max() <= (130 - 10) / 10
+    lo, hi = percentile_ci(b)
+    assert lo <= hi
+
+
+@pytest.mark.parametrize("n1,n2", [(1, 128), (1, 64), (4, 512), (1, 10)])
+def test_sweep_points_span_a_decade(n1, n2):
+    pts = sweep_points(n1, n2)
+    assert pts[0] == n1 and pts[-1] == n2
+    assert pts == sorted(set(pts))
+    assert len(pts) >= 5
+    assert pts[1] <= max(n1 + 1, round(n2 / 10))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    t=st.floats(1e3, 1e8), gshare=st.floats(0.01, 0.99), base=st.floats(0, 1e9),
+    n2=st.integers(3, 600), repeats=st.integers(1, 6),
+)
+def test_split_invariants(t, gshare, base, n2, repeats):
+    g = t * gshare
+    ns = sweep_points(1, n2)
+    s = Series(
+        wall_ns={n: [int(base + t * n)] * repeats for n in ns},
+        traced_wall_ns={n: [int(base + 1.1 * t * n)] for n in ns},
+        busy_ns={n: [int(base / 2 + g * n)] for n in ns},
+        kernel_sum_ns={n: [int(base / 2 + g * n)] for n in ns},
+        kernel_union_ns={n: [int(base / 2 + g * n)] for n in ns},
+        kernel_count={n: [7 * n] for n in ns},
+    )
+    d = difference(s, 1, n2, n_boot=50)
+    assert d.h_step_ns == pytest.approx(d.t_step_ns - d.g_step_ns)
+    assert 0 < d.host_fraction < 1
+    assert math.isclose(d.host_fraction, 1 - gshare, abs_tol=1e-2 + 2 / (t * (n2 - 1)))
+    assert d.k_step == 7
