@@ -162,7 +162,7 @@ def _concat(samples):
     from hostgap.model.roofline import OpSamples
 
     return OpSamples(*(np.concatenate([getattr(s, f) for s in samples]) for f in
-                       ("key", "flops", "bytes", "kernels", "peak_flops", "bw_bytes_per_s", "time_ns", "group")))
+                       ("key", "flops", "bytes", "kernels", "peak_flops", "bw_bytes_per_s", "time_ns", "group", "tokens")))
 
 
 # -- predict ------------------------------------------------------------------------------

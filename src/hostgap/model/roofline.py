@@ -37,15 +37,15 @@ class Efficiency:
 
 
 DEFAULT_EFFICIENCY: dict[str, Efficiency] = {
-    # Rounded from the per-family fit on vidur's A100 kernel times (Llama-3-8B and
-    # Llama-2-7B, all TP degrees; docs/models.md). Attention has no vidur rows: decode
+    # Rounded from the per-family fit (band-weighted) on vidur's A100 kernel times
+    # (Llama-3-8B and Llama-2-7B rows, all TP degrees; docs/models.md). Attention has no vidur rows: decode
     # attention kernels read the KV cache at roughly 60 % of peak bandwidth (FlashDecoding /
     # paged attention reports), 5 us floor.
-    "gemm": Efficiency(8_000.0, 0.70, 0.80),
+    "gemm": Efficiency(5_600.0, 0.68, 0.78),
     "attention": Efficiency(5_000.0, 0.5, 0.6),
-    "norm": Efficiency(2_000.0, 0.5, 0.40),
-    "elementwise": Efficiency(2_000.0, 0.5, 0.50),
-    "gather": Efficiency(2_500.0, 0.5, 0.15),
+    "norm": Efficiency(3_600.0, 0.5, 0.38),
+    "elementwise": Efficiency(2_500.0, 0.5, 0.60),
+    "gather": Efficiency(3_900.0, 0.5, 0.15),
     "quant": Efficiency(2_500.0, 0.5, 0.5),
     "collective": Efficiency(10_000.0, 1.0, 0.5),
 }
@@ -135,25 +135,40 @@ class OpSamples:
     bw_bytes_per_s: np.ndarray
     time_ns: np.ndarray
     group: np.ndarray = field(default=None)  # e.g. the model the row comes from
+    tokens: np.ndarray = field(default=None)  # tokens the op processed (for error breakdowns)
 
     def take(self, mask: np.ndarray) -> "OpSamples":
         return OpSamples(*(None if v is None else v[mask] for v in (
             self.key, self.flops, self.bytes, self.kernels, self.peak_flops, self.bw_bytes_per_s,
-            self.time_ns, self.group)))
+            self.time_ns, self.group, self.tokens)))
 
     def __len__(self) -> int:
         return len(self.time_ns)
 
 
+def band_weights(tokens: np.ndarray | None, n: int) -> np.ndarray:
+    """Residual weights giving every factor-of-2 band of token counts the same total weight.
+
+    Profiles sample tokens on a linear grid (vidur: 1, 2, 4, 8, 16, 24, ... 4096), so
+    prefill-sized rows outnumber decode-sized ones ~20:1; unweighted, the fit would serve
+    prefill and miss decode. Weights multiply residuals, hence the square root.
+    """
+    if tokens is None:
+        return np.ones(n)
+    band = np.floor(np.log2(np.maximum(tokens, 1))).astype(int)
+    return np.sqrt(1.0 / np.bincount(band)[band])
+
+
 def _fit_one(s: OpSamples) -> Efficiency:
     """Least squares on log time (relative error) over log-parameters, a few starts."""
     t = s.time_ns
+    w = band_weights(s.tokens, len(t))
 
     def predict(p):
         return op_time_ns(s.flops, s.bytes, s.peak_flops, s.bw_bytes_per_s, np.exp(p[0]), np.exp(p[1]), np.exp(p[2]), s.kernels)
 
     def resid(p):
-        return np.log(predict(p)) - np.log(t)
+        return w * (np.log(predict(p)) - np.log(t))
 
     lo = [np.log(1.0), np.log(1e-3), np.log(1e-3)]
     hi = [np.log(1e7), np.log(1.0), np.log(1.0)]

@@ -78,7 +78,7 @@ def read_mlp(path: str | Path, device: DeviceSpec, group: str | None = None,
     required = _DIMS + tuple(f"time_stats.{op}.{stat}" for op in VIDUR_OPS)
     rows = _read_rows(path, required)
     group = group or Path(path).stem
-    cols = {c: [] for c in ("key", "flops", "bytes", "kernels", "time_ns")}
+    cols = {c: [] for c in ("key", "flops", "bytes", "kernels", "time_ns", "tokens")}
     cache = {}
     for r in rows:
         k, T = int(r["num_tensor_parallel_workers"]), int(r["num_tokens"])
@@ -94,12 +94,13 @@ def read_mlp(path: str | Path, device: DeviceSpec, group: str | None = None,
             cols["bytes"].append(o.bytes)
             cols["kernels"].append(1.0)  # vidur times one kernel per op (vLLM fused kernels)
             cols["time_ns"].append(float(r[f"time_stats.{vop}.{stat}"]) * 1e6)
+            cols["tokens"].append(T)
     n = len(cols["key"])
     return OpSamples(
         key=np.array(cols["key"]), flops=np.array(cols["flops"]), bytes=np.array(cols["bytes"]),
         kernels=np.array(cols["kernels"]), peak_flops=np.full(n, device.peak(dtype)),
         bw_bytes_per_s=np.full(n, device.mem_bw_bytes_per_s), time_ns=np.array(cols["time_ns"]),
-        group=np.full(n, group),
+        group=np.full(n, group), tokens=np.array(cols["tokens"]),
     )
 
 
@@ -129,7 +130,10 @@ def read_all_reduce(path: str | Path, stat: str = "median") -> AllReduceSamples:
 def as_hostgap_ops(s: OpSamples) -> OpSamples:
     """The same samples keyed by hostgap's op names, so a fit plugs into ``device_time``."""
     key = np.array([VIDUR_OPS[str(k)] for k in s.key])
-    return OpSamples(key, s.flops, s.bytes, s.kernels, s.peak_flops, s.bw_bytes_per_s, s.time_ns, s.group)
+    return OpSamples(key, s.flops, s.bytes, s.kernels, s.peak_flops, s.bw_bytes_per_s, s.time_ns, s.group, s.tokens)
+
+
+TOKEN_RANGES = ((1, 64, "decode-sized, T <= 64"), (65, 512, "64 < T <= 512"), (513, 1 << 30, "T > 512"))
 
 
 def validate_cross_model(calibrate: OpSamples, score: OpSamples, keyed_by: str = "op") -> dict:
@@ -143,7 +147,7 @@ def validate_cross_model(calibrate: OpSamples, score: OpSamples, keyed_by: str =
         if keyed_by == "op":
             return s
         key = np.where(np.isin(s.key, GEMM_OPS), "gemm", s.key)
-        return OpSamples(key, s.flops, s.bytes, s.kernels, s.peak_flops, s.bw_bytes_per_s, s.time_ns, s.group)
+        return OpSamples(key, s.flops, s.bytes, s.kernels, s.peak_flops, s.bw_bytes_per_s, s.time_ns, s.group, s.tokens)
 
     model = roofline.fit(rekey(calibrate), source=f"vidur {calibrate.group[0]}", keyed_by="op")
     pred = roofline.predict(model, rekey(score))
@@ -153,6 +157,10 @@ def validate_cross_model(calibrate: OpSamples, score: OpSamples, keyed_by: str =
         out[str(op)] = roofline.error_metrics(pred[m], score.time_ns[m])
     g = np.isin(score.key, GEMM_OPS)
     out["gemm (all four)"] = roofline.error_metrics(pred[g], score.time_ns[g])
+    if score.tokens is not None:
+        for lo, hi, label in TOKEN_RANGES:
+            m = g & (score.tokens >= lo) & (score.tokens <= hi)
+            out[f"gemm, {label}"] = roofline.error_metrics(pred[m], score.time_ns[m])
     out["other ops"] = roofline.error_metrics(pred[~g], score.time_ns[~g])
     out["overall"] = roofline.error_metrics(pred, score.time_ns)
     return {"model": model, "metrics": out}
