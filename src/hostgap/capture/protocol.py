@@ -199,26 +199,34 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
     p = plan(cfg)
     tally = _Tally(p["tokens"], progress)
 
+    from hostgap.capture.workload import check_fits
+
+    check_fits(arch, cfg.dtype, cfg.batch, cfg.prompt_len + cfg.n2, cfg.device,
+               source=f"--model {cfg.model_path}" if cfg.model_path else None)
     engine = load_engine(cfg.engine)(work, **(engine_kw or {}))
     run = rundir.RunDir.create(run_root)
-    run.write_json("config.json", {"schema_version": RESULTS_SCHEMA_VERSION, "run_id": run_id,
-                                   "config": cfg.to_dict(), "workload": work.to_dict()})
     try:
-        tally.set_phase("build")
-        t0 = time.perf_counter()
-        engine.prepare()
-        build_s = time.perf_counter() - t0
-        raw = _run_phases(cfg, engine, p, tally, run)
-        describe = engine.describe()
-    finally:
-        engine.close()
-    tally.set_phase("analyse")
-    from hostgap.capture import manifest as mf
+        run.write_json("config.json", {"schema_version": RESULTS_SCHEMA_VERSION, "run_id": run_id,
+                                       "config": cfg.to_dict(), "workload": work.to_dict()})
+        try:
+            tally.set_phase("build")
+            t0 = time.perf_counter()
+            engine.prepare()
+            build_s = time.perf_counter() - t0
+            raw = _run_phases(cfg, engine, p, tally, run)
+            describe = engine.describe()
+        finally:
+            engine.close()
+        tally.set_phase("analyse")
+        from hostgap.capture import manifest as mf
 
-    run.write_json("manifest.json", mf.manifest(argv, extra={"engine": describe, "run_id": run_id}))
-    run.write_json("timings.json", raw)
-    results = _results(cfg, arch, run_id, raw, describe, run, build_s)
-    run.write_json("results.json", results)
+        run.write_json("manifest.json", mf.manifest(argv, extra={"engine": describe, "run_id": run_id}))
+        run.write_json("timings.json", raw)
+        results = _results(cfg, arch, run_id, raw, describe, run, build_s)
+        run.write_json("results.json", results)
+    except BaseException:
+        run.remove_if_incomplete()  # a failed or interrupted run leaves no half-written directory
+        raise
     tally.set_phase("done")
     return results
 

@@ -111,6 +111,13 @@ class RunDir:
     def write_json(self, name: str, obj) -> Path:
         return write_json(self.path / name, obj)
 
+    def remove_if_incomplete(self) -> bool:
+        """Delete this run directory when it has no results.json (an aborted run)."""
+        if self.path.is_dir() and not (self.path / "results.json").exists():
+            shutil.rmtree(self.path, ignore_errors=True)
+            return True
+        return False
+
     def rel(self, p: Path | None) -> str | None:
         if p is None:
             return None

@@ -105,7 +105,7 @@ def run_sweep(cells: list[MeasureConfig], db, *, on_cell: CellProgress | None = 
             out.run_ids.append(result["run_id"])
             emit(i, len(resolved), key, "done")
         except KeyboardInterrupt:
-            _remove_incomplete(run_dir)
+            _remove_incomplete(run_dir)  # measure() cleans up too; this covers the gap before it
             out.interrupted = True
             return out
         except HostgapError as e:
