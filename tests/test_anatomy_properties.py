@@ -1,0 +1,178 @@
+"""Invariants of the step anatomy over generated timelines (hypothesis).
+
+A generated timeline has 1-4 ProfilerSteps; in each, host threads run a sequence of
+(optionally framed) framework ops, each launching 0-3 kernels, a graph or a copy, plus bare
+launches; GPU work runs serially per stream, sometimes right after its launch, sometimes queued
+behind earlier work or delayed. Markers may end before their host work does.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+from anatomy_builders import H100, Timeline
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.events import GPU_OP_KINDS, Kind
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FOLDER = tempfile.mkdtemp(prefix="hostgap-anatomy-props-")
+
+
+@st.composite
+def timelines(draw) -> Timeline:
+    t = Timeline(props=H100)
+    free = {}  # stream -> when its last op ends
+
+    def gpu_start(stream, launch_at):
+        lag = draw(st.sampled_from([1, 2, 3, 5, 40]))
+        start = max(launch_at + lag, free.get(stream, 0))
+        return start + draw(st.sampled_from([0, 0, 0, 2]))
+
+    def run_kernels(stream, launch_at, n):
+        out = []
+        for _ in range(n):
+            s = gpu_start(stream, launch_at)
+            d = draw(st.integers(1, 30))
+            free[stream] = s + d
+            out.append((s, d))
+            launch_at = s
+        return out
+
+    def host_work(tid, stream, cursor):
+        """One op (maybe framed) or a bare call on thread ``tid`` from ``cursor``; returns end."""
+        what = draw(st.sampled_from(["op", "op", "graph", "copy", "bare", "idle"]))
+        if what == "idle":
+            return cursor + draw(st.integers(1, 10))
+        framed = draw(st.booleans())
+        f_start = cursor
+        cursor += draw(st.integers(0, 3))
+        o_start = cursor
+        cursor += draw(st.integers(0, 2))
+        n_launch = draw(st.integers(0, 3)) if what == "op" else 1
+        for _ in range(n_launch):
+            cursor += draw(st.integers(0, 4))
+            dur = draw(st.integers(1, 3))
+            if what in ("op", "bare"):
+                ((ks, kd),) = run_kernels(stream, cursor, 1)
+                t.launch_kernel(cursor, dur, f"k{draw(st.integers(0, 3))}", ks, kd, stream=stream, tid=tid)
+            elif what == "graph":
+                ks = run_kernels(stream, cursor, draw(st.integers(1, 4)))
+                t.graph_launch(cursor, dur, [(f"g{j}", s, d) for j, (s, d) in enumerate(ks)], stream=stream, tid=tid)
+            else:
+                ((cs, cd),) = run_kernels(stream, cursor, 1)
+                t.copy(cursor, dur, cs, cd, draw(st.integers(1, 4096)),
+                       direction=draw(st.sampled_from(["HtoD", "DtoH"])), stream=stream, tid=tid)
+            cursor += dur
+        cursor += draw(st.integers(0, 2))
+        if what != "bare":
+            t.op(f"aten::op{draw(st.integers(0, 2))}", o_start, cursor - o_start, tid=tid)
+        cursor += draw(st.integers(0, 2))
+        if framed and what != "bare":
+            t.frame("model.py(1): forward", f_start, cursor - f_start, tid=tid)
+        return cursor
+
+    n_steps = draw(st.integers(1, 4))
+    two_threads = draw(st.booleans())
+    cursor = 0
+    for i in range(n_steps):
+        start = cursor
+        end = {1: start + draw(st.integers(0, 3))}
+        if two_threads:
+            end[2] = start + draw(st.integers(0, 3))
+        if i == 0:  # at least one GPU op: CPU-only traces are tested elsewhere
+            t.launch_kernel(end[1], 1, "k0", end[1] + 2, draw(st.integers(1, 30)), stream=7)
+            free[7] = t.events[-1]["ts"] + t.events[-1]["dur"]
+            end[1] += 1
+        for _ in range(draw(st.integers(0, 5))):
+            tid = draw(st.sampled_from(sorted(end)))
+            end[tid] = host_work(tid, 7 if tid == 1 else draw(st.sampled_from([8, 9])), end[tid])
+        cursor = max(end.values()) + draw(st.integers(0, 5))
+        marker_dur = max(1, int((cursor - start) * draw(st.sampled_from([0.3, 1.0, 1.0]))))
+        t.annotation(f"ProfilerStep#{i + 1}", start, marker_dur)
+        cursor += 1
+    return t
+
+
+def analysed(t: Timeline):
+    trace = t.load(FOLDER)
+    a = analyze(trace, AnatomyConfig(launch_floor_ns=4500.0))
+    return trace, a, a.to_dict()
+
+
+@SETTINGS
+@given(timelines())
+def test_step_invariants(t):
+    trace, a, doc = analysed(t)
+    for s in doc["steps"]:
+        assert s["kernel_union_ns"] <= s["kernel_sum_ns"]
+        assert s["gpu_active_ns"] <= s["kernel_sum_ns"] + s["h2d_ns"] + s["d2h_ns"]
+        assert s["kernel_union_ns"] <= s["gpu_active_ns"]
+        assert 0 <= s["host_wait_ns"] <= s["wall_ns"]
+        assert s["host_exposed_ns"] == max(s["wall_ns"] - s["gpu_active_ns"], 0)
+        if s["host_fraction"] is not None:
+            assert 0.0 <= s["host_fraction"] <= 1.0
+        tb = s["taxbreak"]
+        if tb["hdbi"] is not None:
+            assert 0.0 < tb["hdbi"] <= 1.0
+        else:
+            assert s["kernel_sum_ns"] == 0
+        assert tb["ft_ns"] >= 0 and tb["ct_ns"] >= 0 and tb["kt_fw_ns"] >= 0 and tb["unattributed_ns"] >= 0
+        assert tb["orchestrate_ns"] == tb["ft_ns"] + tb["ct_ns"] + tb["kt_ns"]
+    v = doc["verdict"]
+    for key in ("host_fraction", "host_wait_share", "hdbi"):
+        assert v[key] is None or 0.0 <= v[key] <= 1.0
+    tax = doc["taxbreak"]
+    assert tax["unique_ratio"] is None or 0.0 < tax["unique_ratio"] <= 1.0
+    for row in doc["top_ops"] + doc["top_frames"]:
+        assert 0.0 <= row["share"] <= 1.0
+
+
+@SETTINGS
+@given(timelines())
+def test_every_gpu_op_in_at_most_one_step(t):
+    trace, a, doc = analysed(t)
+    ev = trace.events
+    kernels = ev.kind == Kind.KERNEL
+    copies = ev.kind == Kind.MEMCPY
+    steps = doc["steps"]
+    in_steps = sum(s["kernel_count"] + s["h2d_count"] + s["d2h_count"] for s in steps)
+    total = int(np.sum(ev.of_kind(*GPU_OP_KINDS)))
+    assert in_steps + doc["unassigned"]["gpu_ops_outside_steps"] == total
+    assert sum(s["kernel_sum_ns"] for s in steps) <= int(ev.dur_ns[kernels].sum())
+    assert sum(s["h2d_ns"] + s["d2h_ns"] for s in steps) <= int(ev.dur_ns[copies].sum())
+    assert sum(s["kernel_count"] for s in steps) == doc["taxbreak"]["total_kernels"]
+
+
+@SETTINGS
+@given(timelines())
+def test_per_launch_host_intervals_never_overlap_on_a_thread(t):
+    trace, a, doc = analysed(t)
+    k = a.kernels
+    ev = trace.events
+    assert np.all(k.t_py_ns >= 0) and np.all(k.t_dispatch_ns >= 0)
+    assert np.array_equal(k.t_py_ns, k.py_end_ns - k.py_start_ns)
+    assert np.array_equal(k.t_dispatch_ns, k.dispatch_end_ns - k.dispatch_start_ns)
+    for th in np.unique(k.thread):
+        sel = np.flatnonzero(k.thread == th)
+        lr = k.launch_row[sel]
+        s = np.concatenate((k.py_start_ns[sel], k.dispatch_start_ns[sel], ev.start_ns[lr]))
+        e = np.concatenate((k.py_end_ns[sel], k.dispatch_end_ns[sel], ev.end_ns[lr]))
+        keep = e > s
+        order = np.lexsort((e[keep], s[keep]))
+        s, e = s[keep][order], e[keep][order]
+        assert np.all(e[:-1] <= s[1:]), "two TaxBreak intervals on one thread overlap"
+
+
+@SETTINGS
+@given(timelines())
+def test_step_taxbreak_adds_up_to_the_trace(t):
+    trace, a, doc = analysed(t)
+    tax = doc["taxbreak"]
+    steps = doc["steps"]
+    for key in ("ft_ns", "ct_ns", "kt_ns", "unattributed_ns", "device_active_ns"):
+        assert abs(sum(s["taxbreak"][key] for s in steps) - tax[key]) <= len(steps), key
+    assert sum(s["launches"] + s["graph_launches"] for s in steps) >= tax["launches"] + tax["graph_launches"]
