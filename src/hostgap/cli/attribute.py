@@ -280,7 +280,8 @@ def _select_step(steps, step_id: int, source: str | None, path: str) -> np.ndarr
                                f"(sources: {', '.join(steps.sources)})")
         m &= steps.source_idx == steps.sources.index(source)
     if not m.any():
-        raise HostgapError("--step", f"step {step_id} not in {path}")
+        where = f"source {source!r} of {path}" if source is not None else path
+        raise HostgapError("--step", f"step {step_id} not in {where}")
     if m.sum() > 1:
         raise HostgapError("--step", f"step {step_id} exists in several sources; pick one with "
                            f"--source ({', '.join(steps.sources)})")

@@ -181,7 +181,11 @@ def fit(steps: Steps, *, target: str = "wall_ns", classes=CLASSES, use_pc: bool 
             continue
         Xc, yc = X[mask], y[mask]
         wden = yc if loss == "relative" else np.full(len(yc), np.median(yc))
-        fitted[name] = fit_class(name, Xc, yc, wden, use_pc=use_pc, origin=steps.origin)
+        other = "decode" if name == "prefill" else "prefill"
+        hint = (f"fit the other class only (--classes {other})"
+                if (~mask).any() and other in classes else "")
+        fitted[name] = fit_class(name, Xc, yc, wden, use_pc=use_pc, origin=steps.origin,
+                                 hint=hint)
         baseline[name] = _fit_baseline(Xc, yc, wden)
     if not fitted:
         raise HostgapError(steps.origin, "no steps of the requested classes to fit")
@@ -195,14 +199,14 @@ def fit(steps: Steps, *, target: str = "wall_ns", classes=CLASSES, use_pc: bool 
 
 
 def fit_class(name: str, X: np.ndarray, y: np.ndarray, wden: np.ndarray, *,
-              use_pc: bool = True, origin: str = "STEPS") -> ClassModel:
+              use_pc: bool = True, origin: str = "STEPS", hint: str = "") -> ClassModel:
     """Fit one class: refuse degenerate data, merge unidentifiable terms, search the break."""
     cand = [j for j in _CANDIDATES[name] if j != 5 or (use_pc and not np.isnan(X[:, 5]).any())]
     need = max(MIN_STEPS, MIN_STEPS_PER_TERM * len(cand))
     if len(y) < need:
         raise HostgapError(origin, f"{len(y)} {name} step(s) are too few to fit the {name} "
-                           f"model (need >= {need}); collect more, or fit the other class only "
-                           f"(--classes {'decode' if name == 'prefill' else 'prefill'})")
+                           f"model (need >= {need}); collect more steps"
+                           + (f", or {hint}" if hint else ""))
     batches = np.unique(X[:, 4])
     if len(batches) < 2:
         raise HostgapError(origin, f"every {name} step has the same batch size "
