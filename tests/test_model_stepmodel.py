@@ -48,7 +48,8 @@ def _results(preset="llama-3.2-1b", batches=(1, 2, 4, 8, 16, 32), prompts=(128, 
 
 
 def test_fit_host_recovers_known_coefficients_from_noisy_data():
-    docs = _results(noise=0.02)
+    # two models: kernel counts must vary for the per-kernel cost to be identifiable
+    docs = _results(noise=0.02) + _results("llama-3.2-3b", noise=0.02, seed=1)
     cells = [fitting.cell_from_results(d) for d in docs]
     s = fitting._samples(cells)
     m = fit_host(s, DEFAULT_HOST["hf"])

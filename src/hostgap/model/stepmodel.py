@@ -140,7 +140,9 @@ def _predict(p, s: HostSamples, base: HostModel) -> np.ndarray:
 def fit_host(samples: HostSamples, base: HostModel, launch_floor_ns: float | None = None) -> HostModel:
     """Least squares on relative error of ``serial + per_seq b + max(per_kernel k, g)``.
 
-    With one distinct batch size the per-sequence part is not identifiable and stays 0.
+    With one distinct batch size the per-sequence part is not identifiable and stays 0. The
+    per-kernel cost is identifiable from cells whose kernel counts differ (models, engines)
+    or whose orchestration is hidden; with one kernel count it trades off against serial.
     """
     if len(samples) == 0:
         raise ValueError("no samples")
