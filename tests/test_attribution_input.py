@@ -207,3 +207,26 @@ def test_harvest_extras_partial_and_blank_steps(tmp_path):
     np.testing.assert_array_equal(s.n_requests, [2, 1, 2])
     assert list(s.requests.request) == ["7", "8", "7", "7", "9"]
     assert s.is_prefill.tolist() == [False, False, True]
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(1, 600), st.integers(0, 5000)), min_size=1,
+                         max_size=12), min_size=1, max_size=15))
+def test_generic_rows_aggregate_exactly(tmp_path_factory, batches):
+    lines = ["step,q,s,wall_ns"]
+    for k, reqs in enumerate(batches):
+        lines += [f"{k},{q},{q + extra}," for q, extra in reqs]
+        lines.append(f"{k},,,{1000 + k}")
+    path = tmp_path_factory.mktemp("g") / "g.csv"
+    path.write_text("\n".join(lines) + "\n")
+    s = load_steps(str(path))
+    for k, reqs in enumerate(batches):
+        q = np.array([a for a, _ in reqs], float)
+        c = q + np.array([b for _, b in reqs], float)
+        assert s.n_requests[k] == len(reqs) and s.sum_p[k] == q.sum()
+        assert s.sum_c[k] == c.sum() and s.sum_pp[k] == (q * q).sum()
+        assert s.sum_pc[k] == (q * c).sum() and s.wall_ns[k] == 1000 + k

@@ -274,3 +274,19 @@ def test_pc_term_pays_off_when_chunk_and_depth_pair():
     with_pc = A.evaluate(A.fit(train), held).groups[0]
     without = A.evaluate(A.fit(train, use_pc=False), held).groups[0]
     assert with_pc.rel_err[1] * 2 < without.rel_err[1]
+
+
+def test_gpu_active_target_and_absolute_loss(noisy):
+    data, _, test = noisy
+    train = data.steps.subset(~A.split_mask(data.steps, 0.3, seed=0))
+    dev = A.fit(train, target="gpu_active_ns")
+    assert not dev.components
+    sh = A.attribute(dev, test)
+    assert (sh.host_ns == 0).all()
+    per = np.bincount(sh.step_index, weights=sh.share_ns, minlength=len(test))
+    assert np.median(np.abs(per / test.gpu_active_ns - 1)) < 0.02
+    ab = A.fit(train, loss="absolute")
+    g = {x.step_class: x for x in A.evaluate(ab, test).groups}
+    assert g["all"].r2 > 0.99
+    with pytest.raises(HostgapError, match="loss"):
+        A.fit(train, loss="l1")
