@@ -63,6 +63,9 @@ def test_fp8_halves_weight_bytes_and_adds_launches():
     assert w.scenario.device_ns < w.baseline.device_ns  # memory-bound decode: fewer bytes
     assert w.scenario.orchestration_ns > w.baseline.orchestration_ns
     assert any("1.7x" in a for a in w.assumptions)
+    slow = whatif.run(_setup(), "fp8:gemm_eff=0.4")  # less efficient 8-bit GEMMs: less gain
+    assert slow.scenario.device_ns > w.scenario.device_ns
+    assert slow.baseline.device_ns == w.baseline.device_ns
 
 
 def test_tp_additive_form_keeps_the_host_term():

@@ -238,10 +238,12 @@ def _measured_match(docs, setup, mode, dtype):
               help="graphs | spec:gamma=4,alpha=0.7[,draft=PRESET] | fp8 | tp=K | host=F (repeatable).")
 @click.option("--results", multiple=True, type=click.Path(), help="Measured runs to show beside the prediction.")
 @click.option("--db", default=None, help="Runs database (default: hostgap's, when no files are given).")
+@click.option("--tp-form", type=click.Choice(["additive", "compute_comm", "host_over_k", "host_times_k", "additive_skew"]),
+              default=None, help="Host term vs TP degree for --what-if tp=K (default: the model's, else additive).")
 @click.option("--json", "as_json", is_flag=True, help="JSON to stdout: device, host and total separately.")
 @click.argument("files", nargs=-1, type=click.Path())
 def predict_cmd(preset, batch, context, tp, dtype, engine, mode, device, device_file, model_path, kernels_per_step,
-                what_ifs, results, db, as_json, files):
+                what_ifs, results, db, tp_form, as_json, files):
     """Predict one decode step of PRESET: device time + host term, and what-ifs.
 
     Measured runs (--results, or FILES after PRESET) of the same cell are shown beside the
@@ -255,7 +257,11 @@ def predict_cmd(preset, batch, context, tp, dtype, engine, mode, device, device_
     """
     from hostgap.model import fitting, whatif
 
+    from dataclasses import replace
+
     setup, basis, _ = _setup(preset, batch, context, tp, dtype, engine, mode, device, device_file, model_path, kernels_per_step)
+    if tp_form:
+        setup = replace(setup, tp_form=tp_form)
     specs = [whatif.parse(s) for s in what_ifs]  # validate before any work
     del specs
     base = whatif.predict(setup)
@@ -265,8 +271,6 @@ def predict_cmd(preset, batch, context, tp, dtype, engine, mode, device, device_
     measured = _measured_match(docs, setup, mode, dtype)
     ks = [c.k_step for c in measured if c.k_step == c.k_step and c.k_step > 0]
     if kernels_per_step is None and ks:
-        from dataclasses import replace
-
         setup = replace(setup, kernels_per_step=float(np.median(ks)))
         basis += f"; kernels per step {np.median(ks):g} from {len(ks)} measured run(s)"
         base = whatif.predict(setup)

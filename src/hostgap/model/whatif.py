@@ -10,9 +10,10 @@ Each what-if states its assumptions and changes only what it names:
   tokens per sequence, paying the serial host term once per cycle. Tokens per cycle
   E = (1 - A^(G+1)) / (1 - A) (G + 1 at A = 1); per-token speed-up = baseline step / (cycle / E).
   A = 0 gives E = 1: no per-token gain (a loss, by the verify and draft cost).
-- ``fp8``: W8A8. Quantised matmul weights take 1 byte (x 0.5), matmuls run at the FP8 peak
-  (bf16 rate where the device has none), one activation-quantisation kernel per matmul adds
-  device time and launches (the paper measured ~1.7x launches).
+- ``fp8[:gemm_eff=F]``: W8A8. Quantised matmul weights take 1 byte (x 0.5), matmuls run at the
+  FP8 peak (bf16 rate where the device has none), one activation-quantisation kernel per matmul
+  adds device time and launches (the paper measured ~1.7x launches). ``gemm_eff`` scales the
+  8-bit GEMMs' efficiencies relative to 16-bit (default 1: no FP8 kernel data calibrates it).
 - ``tp=K``: tensor parallelism over K ranks: per-rank device time, all-reduce time, and the
   host term per the model's TP form (``additive`` by default: host does not change with K).
 - ``host=F``: a host CPU F times faster single-thread: serial host work and the CPU part of
@@ -176,10 +177,22 @@ def speculative(s: Setup, kw: dict) -> WhatIf:
     ), base, cycle, tokens_per_step=e, extra={"gamma": gamma, "alpha": alpha, "expected_tokens": e})
 
 
+def _derated(rl: RooflineModel, acc: Account, factor: float) -> RooflineModel:
+    """``rl`` with the 8-bit GEMMs' e_c and e_m multiplied by ``factor``."""
+    effs = dict(rl.efficiencies)
+    for o in acc.ops:
+        if o.family == "gemm" and o.compute_dtype in ("fp8", "int8"):
+            e = rl.efficiency(o.name, o.family)
+            effs[o.name] = replace(e, e_c=e.e_c * factor, e_m=e.e_m * factor)
+    return replace(rl, efficiencies=effs, keyed_by="op")
+
+
 def fp8(s: Setup, kw: dict) -> WhatIf:
     base = predict(s)
     cell8 = replace(s.cell, dtype="fp8")
-    new = predict(s, cell=cell8)
+    factor = _float(kw, "gemm_eff", 1.0, "fp8", 0.01, 2.0)
+    s8 = replace(s, roofline=_derated(s.roofline, account(s.arch, cell8), factor)) if factor != 1.0 else s
+    new = predict(s8, cell=cell8)
     a16, a8 = account(s.arch, s.cell), account(s.arch, cell8)
     w_ratio = a8.weight_bytes / a16.weight_bytes
     l_ratio = a8.launches / a16.launches
@@ -190,7 +203,9 @@ def fp8(s: Setup, kw: dict) -> WhatIf:
         f"matmuls at the FP8 peak ({s.device.peak('fp8') / 1e12:.0f} TFLOP/s)" if has
         else f"{s.device.name} has no FP8 tensor cores: matmuls at the 16-bit peak",
         "quantisation kernels use the 'quant' roofline family",
-    ), base, new, extra={"weight_bytes_ratio": w_ratio, "launch_ratio": l_ratio})
+        f"8-bit GEMM efficiency = 16-bit x {factor:g}" + (" (set fp8:gemm_eff=F from FP8 kernel measurements;"
+                                                          " small-batch FP8 GEMMs often reach less bandwidth)" if factor == 1.0 else ""),
+    ), base, new, extra={"weight_bytes_ratio": w_ratio, "launch_ratio": l_ratio, "gemm_eff": factor})
 
 
 def _form_total(form: str, s: Setup, p1: StepPrediction, pk: StepPrediction, k: int) -> float:
