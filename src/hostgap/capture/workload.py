@@ -162,14 +162,20 @@ def build_model(workload: Workload):
 
 
 def _load_local(workload: Workload, torch, transformers, torch_dtype):
+    import importlib.util
+
     path = workload.model_path
+    # device_map loads straight onto the GPU but needs accelerate; without it load, then move.
+    direct = workload.device != "cpu" and importlib.util.find_spec("accelerate") is not None
+    kw = {"device_map": workload.device} if direct else {}
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, device_map=workload.device,
-            **_dtype_kw(transformers, torch_dtype),
+            path, local_files_only=True, **kw, **_dtype_kw(transformers, torch_dtype),
         )
     except (OSError, ValueError) as e:
         raise HostgapError(f"--model {path}", f"cannot load checkpoint: {str(e).splitlines()[0]}") from None
+    if not direct:
+        model = model.to(workload.device)
     return model.eval()
 
 
