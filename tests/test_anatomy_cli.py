@@ -1,0 +1,256 @@
+"""``hostgap steps``, ``kernels``, ``trim`` and the anatomy sections of ``analyze``, end to end."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from anatomy_builders import H100, US, Timeline
+from click.testing import CliRunner
+
+from hostgap import SCHEMA_VERSION
+from hostgap.anatomy.markers import find_markers
+from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.cli import cli
+from hostgap.events import Kind
+from hostgap.load import load_trace
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def four_steps() -> Timeline:
+    """Four decode steps 100 µs apart; step i launches kernels named s{i}a and s{i}b (the second
+    via a graph in odd steps), with an op and a frame around the launches, and one H2D copy."""
+    t = Timeline(props=H100)
+    for i in range(4):
+        base = 100 * i
+        t.annotation(f"ProfilerStep#{i + 1}", base, 60)
+        t.frame("model.py(1): forward", base + 1, 40)
+        t.op("aten::linear", base + 2, 20)
+        t.launch_kernel(base + 4, 2, f"s{i}a", base + 30, 10)
+        if i % 2:
+            t.graph_launch(base + 10, 3, [(f"s{i}b", base + 41, 5), (f"s{i}b", base + 47, 5)])
+        else:
+            t.launch_kernel(base + 10, 2, f"s{i}b", base + 41, 5)
+        t.copy(base + 25, 2, base + 60, 1, 16)
+    return t
+
+
+@pytest.fixture
+def trace4(tmp_path) -> str:
+    return four_steps().write(tmp_path, "four.json")
+
+
+def one_line_error(r, *words):
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("hostgap: error: ")
+    for w in words:
+        assert w in lines[0]
+    assert "Traceback" not in r.output
+
+
+# -- steps -----------------------------------------------------------------------------------
+
+
+def test_steps_json(trace4):
+    r = run("steps", trace4, "--json", "--launch-floor-us", "4.5")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["schema_version"] == SCHEMA_VERSION
+    assert [s["index"] for s in doc["steps"]] == [0, 1, 2, 3]
+    assert [s["kernel_count"] for s in doc["steps"]] == [2, 3, 2, 3]
+    assert [s["graph_launches"] for s in doc["steps"]] == [0, 1, 0, 1]
+    assert doc["steps"][0]["wall_ns"] == 100 * US
+    assert doc["taxbreak"]["floor_source"] == "cli" and doc["taxbreak"]["launch_floor_ns"] == 4500
+    assert doc["verdict"]["verdict"] in ("host-bound", "balanced", "device-bound")
+
+
+def test_steps_csv(trace4):
+    r = run("steps", trace4, "--csv")
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert len(rows) == 4
+    for key in ("index", "kind", "wall_ns", "gpu_active_ns", "host_exposed_ns", "host_wait_ns", "host_fraction",
+                "kernel_count", "queued", "partial", "tb_hdbi", "tb_ft_ns", "gen_requests"):
+        assert key in rows[0], key
+    js = json.loads(run("steps", trace4, "--json").stdout)["steps"]
+    assert [int(r["gpu_active_ns"]) for r in rows] == [s["gpu_active_ns"] for s in js]
+
+
+def test_steps_terminal(trace4):
+    r = run("steps", trace4)
+    assert r.exit_code == 0, r.output
+    assert "ProfilerStep" in r.stdout or "steps of" in r.stdout
+
+
+def test_steps_help_has_example():
+    for verb in ("steps", "kernels", "trim"):
+        r = run(verb, "--help")
+        assert r.exit_code == 0 and "Example" in r.stdout and f"hostgap {verb}" in r.stdout
+
+
+# -- kernels ---------------------------------------------------------------------------------
+
+
+def test_kernels_csv_one_row_per_launch(trace4):
+    r = run("kernels", trace4, "--csv", "--launch-floor-us", "4.5")
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert len(rows) == 4 + 2 + 2  # eager launches + graph launches (one row each, not per replayed kernel)
+    graph = [x for x in rows if x["graph"] == "True"]
+    assert len(graph) == 2 and all(x["gpu_ops"] == "2" for x in graph)
+    first = rows[0]
+    for key in ("step", "kernel", "op", "frame", "t_py_ns", "t_dispatch_ns", "t_launch_ns", "i_lib", "dft_ns",
+                "dct_ns", "dkt_fw_ns", "queued"):
+        assert key in first, key
+    # step 0: op aten::linear [2, 22] in frame [1, 41]; launch [4, 6] -> kernel s0a at 30
+    assert (first["step"], first["kernel"], first["op"]) == ("0", "s0a", "aten::linear")
+    assert int(first["t_py_ns"]) == 1 * US and int(first["t_dispatch_ns"]) == 2 * US
+    assert int(first["t_launch_ns"]) == 26 * US
+    assert float(first["dkt_fw_ns"]) == 26 * US - 4500
+    second = rows[1]
+    assert int(second["t_dispatch_ns"]) == 4 * US and int(second["t_py_ns"]) == 0  # from the previous launch end
+
+
+def test_kernels_json(trace4):
+    r = run("kernels", trace4, "--json")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert len(rows) == 8 and {x["step"] for x in rows} == {0, 1, 2, 3}
+
+
+# -- analyze gains the step and TaxBreak sections ------------------------------------------
+
+
+def test_analyze_has_steps_and_taxbreak(trace4):
+    r = run("analyze", trace4, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert len(doc["steps"]) == 4
+    assert doc["taxbreak"]["applicable"] is True and doc["taxbreak"]["hdbi"] is not None
+    assert "verdict" in doc and "summary" in doc and "top_ops" in doc
+    text = run("analyze", trace4)
+    assert text.exit_code == 0 and "HDBI" in text.stdout
+
+
+# -- trim ------------------------------------------------------------------------------------
+
+
+def test_trim_round_trip(trace4, tmp_path):
+    out = tmp_path / "small.json.gz"
+    r = run("trim", trace4, "--steps", "1:3", "-o", out, "-q")
+    assert r.exit_code == 0, r.output
+    small = load_trace(str(out))
+    _, markers = find_markers(small)
+    assert small.names_of(markers) == ["ProfilerStep#2", "ProfilerStep#3"]
+    kernels = sorted(set(small.names_of(small.events.kind == Kind.KERNEL)))
+    assert kernels == ["s1a", "s1b", "s2a", "s2b"]
+    cfg = AnatomyConfig(launch_floor_ns=4500.0)
+    before = analyze(load_trace(trace4), cfg).steps[1:3]
+    after = analyze(small, cfg).steps
+    for key in ("kernel_count", "kernel_sum_ns", "gpu_active_ns", "launches", "graph_launches", "h2d_bytes"):
+        assert [s[key] for s in after] == [s[key] for s in before], key
+    assert after[0]["wall_ns"] == before[0]["wall_ns"]
+    assert after[0]["taxbreak"]["ft_ns"] == before[0]["taxbreak"]["ft_ns"]
+
+
+def test_trim_real_trace_round_trip(tmp_path):
+    src = TRACES / "hta" / "a100_deep_queue_rank0.json.gz"
+    if not src.exists():
+        pytest.skip(f"shared trace corpus not available ({src} missing)")
+    out = tmp_path / "dq.json.gz"
+    r = run("trim", src, "--steps", "1:3", "-o", out, "-q")
+    assert r.exit_code == 0, r.output
+    big = analyze(load_trace(str(src))).steps[1:3]
+    small = analyze(load_trace(str(out))).steps
+    assert [s["name"] for s in small] == [s["name"] for s in big]
+    assert [s["kernel_count"] for s in small] == [s["kernel_count"] for s in big]
+    assert [s["kernel_sum_ns"] for s in small] == [s["kernel_sum_ns"] for s in big]
+    assert out.stat().st_size < src.stat().st_size
+
+
+@pytest.mark.parametrize("steps", ["abc", "3:1", "7:9", "1:2:3", ""])
+def test_trim_bad_steps(trace4, tmp_path, steps):
+    out = tmp_path / "x.json.gz"
+    r = run("trim", trace4, "--steps", steps, "-o", out)
+    one_line_error(r, "--steps")
+    assert not out.exists()
+
+
+def test_trim_keeps_existing_output_on_error(trace4, tmp_path):
+    out = tmp_path / "keep.json.gz"
+    out.write_bytes(b"precious")
+    r = run("trim", trace4, "--steps", "9:12", "-o", out)
+    assert r.exit_code == 2 and out.read_bytes() == b"precious"
+
+
+def test_trim_without_markers(tmp_path):
+    t = Timeline()
+    t.launch_kernel(1, 1, "k", 3, 1)
+    r = run("trim", t.write(tmp_path), "--steps", "0:1", "-o", tmp_path / "o.json")
+    one_line_error(r, "no step markers")
+
+
+def test_trim_into_missing_folder(trace4, tmp_path):
+    r = run("trim", trace4, "--steps", "0:1", "-o", tmp_path / "nope" / "o.json")
+    one_line_error(r, "folder")
+
+
+# -- bad options -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", ["steps", "kernels", "analyze"])
+def test_bad_step_marker(trace4, verb):
+    one_line_error(run(verb, trace4, "--step-marker", "(["), "--step-marker", "regular expression")
+    one_line_error(run(verb, trace4, "--step-marker", "^nothing_matches$"), "no annotation matches")
+
+
+def test_trim_bad_step_marker(trace4, tmp_path):
+    one_line_error(run("trim", trace4, "--steps", "0:1", "--step-marker", "([", "-o", tmp_path / "o.json"),
+                   "--step-marker")
+
+
+@pytest.mark.parametrize("content, word", [("{oops", "not JSON"),
+                                           (json.dumps({"kind": "launch_floor", "device": "cuda"}), "mean_ns"),
+                                           (json.dumps({"kind": "x", "mean_ns": 4000}), "launch-floor")])
+@pytest.mark.parametrize("verb", ["steps", "kernels"])
+def test_bad_floor_file(trace4, tmp_path, content, word, verb):
+    f = tmp_path / "floor.json"
+    f.write_text(content)
+    one_line_error(run(verb, trace4, "--floor-file", f), str(f), word)
+
+
+def test_missing_floor_file(trace4, tmp_path):
+    one_line_error(run("steps", trace4, "--floor-file", tmp_path / "absent.json"), "absent.json")
+
+
+def test_good_floor_file(trace4, tmp_path):
+    f = tmp_path / "floor.json"
+    f.write_text(json.dumps({"kind": "launch_floor", "device": "cuda", "mean_ns": 5000.0}))
+    doc = json.loads(run("steps", trace4, "--json", "--floor-file", f).stdout)
+    assert doc["taxbreak"]["launch_floor_ns"] == 5000.0 and str(f) in doc["taxbreak"]["floor_source"]
+
+
+def test_negative_launch_floor(trace4):
+    one_line_error(run("steps", trace4, "--launch-floor-us", "-2"), "--launch-floor-us")
+
+
+def test_cpu_only_trace_steps_json(tmp_path):
+    t = Timeline()
+    t.annotation("ProfilerStep#1", 0, 50)
+    t.op("aten::mm", 5, 20)
+    doc = json.loads(run("steps", t.write(tmp_path), "--json").stdout)
+    assert doc["activity"] == "cpu-compute"
+    assert doc["taxbreak"]["hdbi"] is None and doc["taxbreak"]["ft_ns"] is None
+    assert doc["steps"][0]["taxbreak"] is None
+    rows = list(csv.DictReader(io.StringIO(run("kernels", t.write(tmp_path, "c.json"), "--csv").stdout)))
+    assert rows == []
