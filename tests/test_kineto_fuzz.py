@@ -68,6 +68,8 @@ def apply(doc: dict, mutations) -> dict:
     events = doc["traceEvents"]
     for what, i, field, arg, value in mutations:
         ev = events[i % len(events)] if events else {}
+        if not isinstance(ev, dict):  # an inserted garbage value: mutate a throwaway instead
+            ev = {}
         if what == "drop":
             ev.pop(field, None)
         elif what == "set":

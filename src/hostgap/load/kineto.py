@@ -19,8 +19,9 @@ text is the limit there, not the conversion.
 
 from __future__ import annotations
 
-import gzip
 import zlib
+from collections import Counter
+from operator import attrgetter
 from typing import Annotated, Any
 
 import msgspec
@@ -33,7 +34,6 @@ from hostgap.events import (
     DeviceInfo,
     EventTable,
     Kind,
-    NameTable,
     SkipCounter,
     Trace,
     TraceMeta,
@@ -54,24 +54,29 @@ always fits in int64, and no real clock is within orders of magnitude of it."""
 IntArg = I64 | str | None
 
 
-class _Args(msgspec.Struct):
-    correlation: IntArg = None
-    external_id: IntArg = msgspec.field(default=None, name="External id")
-    external_id_legacy: IntArg = msgspec.field(default=None, name="external id")
-    device: IntArg = None
-    stream: IntArg = None
-    bytes: IntArg = None
+class _Args(msgspec.Struct, gc=False):
+    # absent args default to NONE (not None) so the six columns convert to int64 in one call
+    correlation: IntArg = NONE
+    external_id: IntArg = msgspec.field(default=NONE, name="External id")
+    external_id_legacy: IntArg = msgspec.field(default=NONE, name="external id")
+    device: IntArg = NONE
+    stream: IntArg = NONE
+    bytes: IntArg = NONE
     name: Any = None  # metadata events: {"name": "<process name>"}
 
 
-class _Event(msgspec.Struct):
+_ARG_NAMES = ("correlation", "external_id", "external_id_legacy", "device", "stream", "bytes")
+_EMPTY_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str | None = None
     name: str | None = None
     ts: Num | None = None
     dur: Num | None = None
-    pid: I64 | str | None = None
-    tid: I64 | str | None = None
+    pid: I64 | str | None = NONE
+    tid: I64 | str | None = NONE
     args: _Args | None = None
 
 
@@ -161,12 +166,24 @@ def _read_bytes(path: str) -> bytes:
         raise HostgapError(path, "empty file")
     if raw[:2] == b"\x1f\x8b":
         try:
-            raw = gzip.decompress(raw)
+            raw = _gunzip(raw)
         except (EOFError, OSError, zlib.error) as e:
             raise HostgapError(path, f"truncated or corrupt gzip ({_short(e)})") from None
         if not raw:
             raise HostgapError(path, "empty file inside gzip")
     return raw
+
+
+def _gunzip(data: bytes) -> bytes:
+    """All members of a gzip stream (zlib directly: about twice as fast as ``gzip.decompress``)."""
+    parts = []
+    while data:
+        d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        parts.append(d.decompress(data))
+        if not d.eof:
+            raise EOFError("compressed stream ended before the end-of-stream marker")
+        data = d.unused_data.lstrip(b"\x00")  # members may be followed by zero padding
+    return b"".join(parts) if len(parts) != 1 else parts[0]
 
 
 def _decode_loose(path: str, raw: bytes) -> _LooseDoc:
@@ -230,27 +247,25 @@ _ARG_FIELDS = {
 
 
 def _columns(events: list[_Event], skipped: SkipCounter):
-    """Classify events and build the columns (one comprehension per field)."""
-    n_all = len(events)
-    ph = [e.ph for e in events]
-    flows = sum(1 for p in ph if p in _FLOW_PHASES)
-    processes = _process_names(events, ph)
-    keep = [i for i, p in enumerate(ph) if p == "X"]
-    other = n_all - len(keep) - flows - sum(1 for p in ph if p == "M")
-    skipped.add("instant or other non-duration events", other)
-    ev = [events[i] for i in keep]
+    """Classify events and build the columns: one pass per field over the duration events,
+    then numpy masks drop the events that are skipped."""
+    phases = Counter(e.ph for e in events)
+    flows = sum(phases[p] for p in _FLOW_PHASES)
+    processes = _process_names(events) if phases["M"] else {}
+    skipped.add("instant or other non-duration events", len(events) - phases["X"] - flows - phases["M"])
+    ev = [e for e in events if e.ph == "X"] if phases["X"] != len(events) else events
 
     cats = [e.cat for e in ev]
-    kind = np.array([_CATEGORY_KIND.get(c, -1) if c is not None else -1 for c in cats], dtype=np.int16)
+    kind = np.array([_CATEGORY_KIND.get(c, -1) for c in cats], dtype=np.int16)
     unknown = kind < 0
     if unknown.any():
-        for c in set(cats[i] for i in np.flatnonzero(unknown)):
+        for c, n in Counter(cats[i] for i in np.flatnonzero(unknown)).items():
             reason = f"ignored category: {c}" if c in _IGNORED_CATEGORIES else f"unknown category: {c}"
-            skipped.add(reason, sum(1 for i in np.flatnonzero(unknown) if cats[i] == c))
+            skipped.add(reason, n)
 
-    # typed decode guarantees int | float | None; numpy turns None into NaN
-    ts = np.array([e.ts for e in ev], dtype=np.float64)
-    dur = np.array([e.dur for e in ev], dtype=np.float64)
+    # typed decode guarantees int | float | None; None becomes NaN
+    ts = _floats(ev, "ts")
+    dur = _floats(ev, "dur")
     bad_time = ~unknown & (np.isnan(ts) | np.isnan(dur))
     skipped.add("missing ts or dur", int(bad_time.sum()))
     neg = ~unknown & ~bad_time & (dur < 0)
@@ -260,33 +275,27 @@ def _columns(events: list[_Event], skipped: SkipCounter):
     skipped.add("timestamp out of range", int(huge.sum()))
     ok = ~(unknown | bad_time | neg | huge)
     sel = np.flatnonzero(ok)
-    ev = [ev[i] for i in sel]
+    if len(sel) < len(ev):  # the kept events only, so skipped ones cannot add malformed-arg counts
+        ev = [ev[i] for i in sel]
     kind = kind[sel].astype(np.int8)
-    start_ns = np.rint(ts[sel] * 1000.0).astype(np.int64)
-    dur_ns = np.rint(dur[sel] * 1000.0).astype(np.int64)
+    with np.errstate(invalid="ignore"):
+        start_ns = np.rint(ts[sel] * 1000.0).astype(np.int64)
+        dur_ns = np.rint(dur[sel] * 1000.0).astype(np.int64)
 
-    names = NameTable()
-    name = names.codes([e.name if isinstance(e.name, str) else "" for e in ev])
-    name_list = names.names()
+    name, name_list = _intern(ev)
     runtime = kind == Kind.RUNTIME
     if runtime.any():
         api_kind = np.array([int(classify_api(s)) for s in name_list], dtype=np.int8)
         kind[runtime] = api_kind[name[runtime]]
 
-    args = [e.args for e in ev]
-    pid = _ids([e.pid for e in ev])
-    tid = _ids([e.tid for e in ev])
-    correlation = _arg(args, "correlation", skipped)
-    ext = _arg(args, "external_id", skipped)
-    ext_legacy = _arg(args, "external_id_legacy", skipped)
+    pid = _ids(ev, "pid")
+    tid = _ids(ev, "tid")
+    correlation, ext, ext_legacy, arg_device, arg_stream, nbytes = _args_columns(ev, skipped)
     external_id = np.where(ext != NONE, ext, ext_legacy)
     gpu_side = kind <= Kind.GPU_ANNOTATION
-    device = np.where(gpu_side, _arg(args, "device", skipped), NONE)
     # Kineto puts a GPU op on pid = device, tid = stream; args say so too when present.
-    device = np.where(gpu_side & (device == NONE), pid, device)
-    stream = np.where(gpu_side, _arg(args, "stream", skipped), NONE)
-    stream = np.where(gpu_side & (stream == NONE), tid, stream)
-    nbytes = np.maximum(_arg(args, "bytes", skipped), 0)
+    device = np.where(gpu_side, np.where(arg_device != NONE, arg_device, pid), NONE)
+    stream = np.where(gpu_side, np.where(arg_stream != NONE, arg_stream, tid), NONE)
     is_copy = kind == Kind.MEMCPY
     copy_kind = np.zeros(len(ev), dtype=np.int8)
     if is_copy.any():
@@ -305,30 +314,45 @@ def _columns(events: list[_Event], skipped: SkipCounter):
         "link_key": np.zeros(len(ev), dtype=np.int64),
         "external_id": external_id,
         "name": name,
-        "bytes": np.where((kind == Kind.MEMCPY) | (kind == Kind.MEMSET), nbytes, 0),
+        "bytes": np.where(is_copy | (kind == Kind.MEMSET), np.maximum(nbytes, 0), 0),
         "copy_kind": copy_kind,
     }
     return columns, name_list, processes, flows
 
 
-_STR_IDS: dict[str, int] = {}
+def _floats(ev: list[_Event], field: str) -> np.ndarray:
+    try:
+        return np.fromiter(map(attrgetter(field), ev), dtype=np.float64, count=len(ev))
+    except TypeError:  # a None among them: numpy turns it into NaN
+        return np.array([getattr(e, field) for e in ev], dtype=np.float64)
 
 
-def _ids(values: list) -> np.ndarray:
+def _intern(ev: list[_Event]) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Name codes (int32) and the distinct names, in order of first appearance."""
+    codes: dict[str, int] = {}
+    get = codes.setdefault
+    names = (n if n is not None else "" for n in map(attrgetter("name"), ev))
+    out = np.fromiter((get(n, len(codes)) for n in names), dtype=np.int32, count=len(ev))
+    return out, tuple(codes)
+
+
+def _ids(ev: list[_Event], field: str) -> np.ndarray:
     """pid/tid column: ints kept; strings ("Spans", "stream 7 ...") mapped to stable negatives
     below -1 so they never collide with a real id or with NONE."""
-    out = np.empty(len(values), dtype=np.int64)
+    try:
+        return np.fromiter(map(attrgetter(field), ev), dtype=np.int64, count=len(ev))  # all ints
+    except (ValueError, TypeError, OverflowError):
+        pass
     mapping: dict[str, int] = {}
-    for i, v in enumerate(values):
-        if isinstance(v, int):
-            out[i] = v
-        elif v is None:
-            out[i] = NONE
-        else:
-            s = str(v)
-            n = _small_int(s) if s.isascii() and s.isdigit() else None
-            out[i] = n if n is not None else mapping.setdefault(s, -2 - len(mapping))
-    return out
+
+    def code(v) -> int:
+        if v is None:
+            return NONE
+        s = str(v)
+        n = _small_int(s) if s.isascii() and s.isdigit() else None
+        return n if n is not None else mapping.setdefault(s, -2 - len(mapping))
+
+    return np.array([v if type(v) is int else code(v) for v in map(attrgetter(field), ev)], dtype=np.int64)
 
 
 def _small_int(s: str) -> int | None:
@@ -336,28 +360,35 @@ def _small_int(s: str) -> int | None:
     return n if n < 2**63 else None
 
 
-def _arg(args: list, field: str, skipped: SkipCounter) -> np.ndarray:
-    """One int64 arg column; NONE where absent. Strings holding an integer are converted; other
-    strings count as malformed args (the event is kept)."""
-    values = [NONE if a is None else (v if (v := getattr(a, field)) is not None else NONE) for a in args]
+def _args_columns(ev: list[_Event], skipped: SkipCounter) -> list[np.ndarray]:
+    """The six int64 arg columns (rows of :data:`_ARG_NAMES`); NONE where absent. Strings that
+    hold an integer are converted; other strings and nulls count as malformed args (the event is
+    kept, the arg ignored)."""
+    args = [a if a is not None else _EMPTY_ARGS for a in map(attrgetter("args"), ev)]
     try:
-        return np.array(values, dtype=np.int64)
-    except (ValueError, OverflowError, TypeError):
+        return [np.fromiter(map(attrgetter(f), args), dtype=np.int64, count=len(args)) for f in _ARG_NAMES]
+    except (ValueError, OverflowError, TypeError):  # strings or nulls among them
         pass
-    out = np.empty(len(values), dtype=np.int64)
-    for i, v in enumerate(values):
-        n = _int_or_none(v) if isinstance(v, str) else v
-        if n is None or not -(2**63) <= n < 2**63:
-            skipped.add(MALFORMED_ARGS)
-            n = NONE
-        out[i] = n
+    rows = [attrgetter(*_ARG_NAMES)(a) for a in args]
+    out = np.empty((len(_ARG_NAMES), len(rows)), dtype=np.int64)
+    for i, row in enumerate(rows):
+        for j, v in enumerate(row):
+            if v is None:  # an explicit JSON null
+                v = NONE
+            elif isinstance(v, str):
+                n = _int_or_none(v)
+                if n is None or not -(2**63) <= n < 2**63:
+                    skipped.add(MALFORMED_ARGS)
+                    n = NONE
+                v = n
+            out[j, i] = v
     return out
 
 
-def _process_names(events: list[_Event], ph: list[str]) -> dict[int, str]:
+def _process_names(events: list[_Event]) -> dict[int, str]:
     out = {}
-    for e, p in zip(events, ph):
-        if p == "M" and e.name == "process_name" and isinstance(e.pid, int) and e.args is not None:
+    for e in events:
+        if e.ph == "M" and e.name == "process_name" and isinstance(e.pid, int) and e.args is not None:
             if isinstance(e.args.name, str):
                 out[e.pid] = e.args.name
     return out
