@@ -170,3 +170,16 @@ def test_fit_and_regimes_from_the_runs_database(tmp_path):
     assert len(json.loads(r.output)["cells"]) == 3
     r = CliRunner().invoke(cli, ["regimes", "--db", str(tmp_path / "absent.sqlite")])
     assert r.exit_code == 2 and "no runs database" in r.output
+
+
+def test_graphs_what_if_is_shown_beside_a_measured_graph_run(tmp_path):
+    eager = _results(batches=(2,), prompts=(512,), noise=0.0)
+    graph = _results(batches=(2,), prompts=(512,), noise=0.0, mode="graph")
+    paths = _write(tmp_path, eager + graph)
+    r = CliRunner().invoke(cli, ["predict", "llama-3.2-1b", "--device", "h100", "--engine", "hf", "--batch", "2",
+                                 "--context", "544", "--what-if", "graphs", "--json", *paths])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)  # the "no fitted model" note goes to stderr
+    assert len(d["measured"]) == 1 and d["measured"][0]["run_id"].endswith("eager")
+    (w,) = d["what_ifs"]
+    assert len(w["measured"]) == 1 and w["measured"][0]["run_id"].endswith("graph")

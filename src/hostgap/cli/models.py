@@ -282,7 +282,8 @@ def predict_cmd(preset, batch, context, tp, dtype, engine, mode, device, device_
             "schema_version": __import__("hostgap").SCHEMA_VERSION, "preset": preset, "device": setup.device.name,
             "cell": setup.cell.to_dict(), "mode": mode, "basis": basis, "prediction": base.to_dict(),
             "measured": [_measured_dict(c, base) for c in measured],
-            "what_ifs": [w.to_dict() for w in wis],
+            "what_ifs": [{**w.to_dict(), "measured": [_measured_dict(c, w.scenario) for c in
+                                                      _scenario_measured(w, docs, setup, mode, dtype)]} for w in wis],
         })
         return
     click.echo(f"{preset} on {setup.device.name}: batch {batch}, KV {context}, TP {tp}, {dtype}, {engine} {mode}")
@@ -302,10 +303,18 @@ def predict_cmd(preset, batch, context, tp, dtype, engine, mode, device, device_
                    f"host {_ms(w.scenario.host_ns)} ms")
         for a in w.assumptions:
             click.echo(f"  assumes: {a}")
-        if w.name == "graphs":
-            for c in _measured_match(docs, setup, "graph", dtype):
-                err = (w.scenario.total_ns - c.t_step_ns) / c.t_step_ns
-                click.echo(f"  measured {c.run_id}: {_ms(c.t_step_ns)} ms ({err * 100:+.1f} % error)")
+        for c in _scenario_measured(w, docs, setup, mode, dtype):
+            err = (w.scenario.total_ns - c.t_step_ns) / c.t_step_ns
+            click.echo(f"  measured {c.run_id}: {_ms(c.t_step_ns)} ms ({err * 100:+.1f} % error)")
+
+
+def _scenario_measured(w, docs, setup, mode, dtype):
+    """Measured runs of the what-if's own cell (graph mode; fp8 weights), when given."""
+    if w.name == "graphs" and mode != "graph":
+        return _measured_match(docs, setup, "graph", dtype)
+    if w.name == "fp8" and dtype != "fp8":
+        return _measured_match(docs, setup, mode, "fp8")
+    return []
 
 
 def _measured_dict(c, base) -> dict:
