@@ -246,6 +246,9 @@ def write_table(rows: list[dict], path: Path, columns: tuple[str, ...], meta: di
             import pyarrow.parquet as pq
 
             pq.write_table(table, tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is not what a results file should have
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -357,6 +357,7 @@ class VllmRuntime:
     shm_before: set[str] = field(default_factory=set)
     leftovers: dict = field(default_factory=dict)
     _next_id: int = 0
+    log_copy: str | None = None
 
     @property
     def log_path(self) -> Path:
@@ -536,7 +537,7 @@ class VllmRuntime:
             "engine": "vllm", "vllm_version": self.version, "vllm_tested": VLLM_TESTED,
             "options": self.opts.to_dict(), "startup_ns": self.startup_ns,
             "shutdown_ns": self.shutdown_ns, "engine_pids": self.pids,
-            "engine_log": str(self.log_path), "leftovers": self.leftovers,
+            "engine_log": self.log_copy or str(self.log_path), "leftovers": self.leftovers,
             "processes": "frontend (this process), EngineCore, Worker (rank 0)",
         }
 
@@ -613,8 +614,10 @@ class VllmEngine(Engine):
             self.opts = runtime.opts
             self.run_dir = runtime.run_dir
         else:
-            self.run_dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="hostgap-vllm-"))
-        self._own_dir = runtime is None and run_dir is None
+            run_dir = run_dir or extra.get("run_dir")
+            self.run_dir = Path(run_dir) / "vllm" if run_dir else Path(tempfile.mkdtemp(prefix="hostgap-vllm-"))
+        self._own_dir = runtime is None and not run_dir
+        self._trace_dirs: list[Path] = []
         self.runtime = runtime or VllmRuntime(w.arch, self.opts, self.run_dir, profile=True)
         self.prompts = prompt_ids(w.arch.vocab, [w.prompt_len] * w.batch, w.seed)
         self.last_request_timing: list[dict] = []
@@ -646,6 +649,7 @@ class VllmEngine(Engine):
     def generate_traced(self, n_tokens: int, trace_dir: Path) -> tuple[int, Path]:
         trace_dir = Path(trace_dir)
         trace_dir.mkdir(parents=True, exist_ok=True)
+        self._trace_dirs.append(trace_dir)
         with self.runtime.profiling() as got:
             wall = self._run(n_tokens)
         src = got[0]
@@ -657,8 +661,29 @@ class VllmEngine(Engine):
         if self.shared:
             return
         self.runtime.close()
+        self._write_record()
         if self._own_dir:
-            shutil.rmtree(self.run_dir / "vllm-cache", ignore_errors=True)
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _write_record(self) -> None:
+        """After shutdown, write ``vllm-engine.json`` (start-up and shutdown times, processes,
+        leftovers) and the engine log into the run directory: the one given, else the parent
+        of the protocol's ``traces`` folder."""
+        if not self._own_dir:
+            where = self.run_dir.parent
+        else:
+            dirs = [d for d in self._trace_dirs if not d.name.startswith(".")]
+            if not dirs:
+                return
+            where = dirs[0].parent
+        with contextlib.suppress(OSError):
+            if self._own_dir and self.runtime.log_path.exists():
+                shutil.copyfile(self.runtime.log_path, where / "vllm-engine.log")
+                self.runtime.log_copy = str(where / "vllm-engine.log")
+            from hostgap.capture.rundir import write_json
+
+            write_json(where / "vllm-engine.json", {"schema_version": 1, **self.runtime.describe(),
+                                                     "calls": self.calls})
 
     def describe(self) -> dict:
         d = self.runtime.describe()
