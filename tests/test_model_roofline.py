@@ -12,7 +12,7 @@ from hostgap.errors import HostgapError
 from hostgap.model import roofline, vidur
 from hostgap.model.accounting import decode_cell, account
 from hostgap.model.arch import get_preset
-from hostgap.model.devices import BUILTIN, DeviceSpec, find_device, load_device_file
+from hostgap.model.devices import BUILTIN, find_device, load_device_file
 from hostgap.model.roofline import Efficiency, OpSamples, op_time_ns
 
 VIDUR = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "vidur"

@@ -15,7 +15,7 @@ from hostgap.model.accounting import account, decode_cell
 from hostgap.model.arch import get_preset
 from hostgap.model.devices import find_device
 from hostgap.model.roofline import default_model, device_time
-from hostgap.model.stepmodel import DEFAULT_HOST, HostModel, HostSamples, fit_host, leave_one_out
+from hostgap.model.stepmodel import DEFAULT_HOST, HostModel, fit_host, leave_one_out
 
 TRUE = HostModel(serial_ns=1.5e6, per_seq_ns=40e3, per_kernel_ns=11e3, launch_floor_ns=4.5e3, graph_launch_ns=30e3)
 SCALE = 1.2

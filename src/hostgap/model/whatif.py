@@ -22,7 +22,6 @@ Each what-if states its assumptions and changes only what it names:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 from hostgap.errors import HostgapError
