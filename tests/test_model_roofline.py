@@ -148,3 +148,28 @@ def test_vidur_reader_rejects_other_csv(tmp_path):
     p.write_text("a,b\n1,2\n")
     with pytest.raises(HostgapError, match="not a vidur profile"):
         vidur.read_mlp(p, find_device("a100"))
+
+
+def test_cli_fit_on_vidur_files_then_predict_on_a100(tmp_path):
+    from click.testing import CliRunner
+
+    from hostgap.cli import cli
+    from hostgap.model.fitting import load_model
+
+    files = [VIDUR / "a100_llama3-8b_mlp.csv", VIDUR / "a100_llama2-7b_mlp.csv", VIDUR / "a100_dgx_all_reduce.csv"]
+    if not all(f.exists() for f in files):
+        pytest.skip(f"vidur profiles not found under {VIDUR}")
+    out = tmp_path / "a100.json"
+    r = CliRunner().invoke(cli, ["fit", "--vidur-mlp", str(files[0]), "--vidur-mlp", str(files[1]),
+                                 "--all-reduce", str(files[2]), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "held-out file" in r.output
+    m = load_model(out)
+    assert m.roofline_for("a100-80gb").efficiencies["gate_up_proj"].e_m > 0.5
+    assert len(m.provenance["kernel_data_sha256"]) == 3 and set(m.all_reduce.latency_ns) == {2, 4, 8}
+    r = CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--device", "a100", "--model", str(out), "--json",
+                                 "--what-if", "tp=2"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert "held-out GEMM MAPE" in d["basis"]
+    assert d["what_ifs"][0]["scenario"]["collective_ns"] > 0

@@ -131,7 +131,12 @@ def fit_cmd(results, db, vidur_mlp, all_reduce, device_file, output, as_json, fi
                              f"{m['overall'].mape * 100:.1f}", f"{m['overall'].max_error * 100:.1f}"))
             click.echo("per-op roofline, each vidur file held out (fit on the others):")
             click.echo(_table(("held-out file", "GEMM MAPE %", "all-op MAPE %", "max err %"), rows))
-        rl = roofline.fit(_concat(samples), a100.name, source="vidur kernel times: " + ", ".join(map(str, vidur_mlp)))
+        held = ""
+        if len(samples) > 1:
+            held = ("; held-out GEMM MAPE " + "/".join(r[1] for r in rows) + " %, all-op MAPE "
+                    + "/".join(r[2] for r in rows) + " %, max " + "/".join(r[3] for r in rows) + " %")
+        names = ", ".join(str(p).rsplit("/", 1)[-1] for p in vidur_mlp)
+        rl = roofline.fit(_concat(samples), a100.name, source=f"vidur kernel times {names}{held}")
     ar = None
     if all_reduce:
         ar = tp.fit_all_reduce(vidur.read_all_reduce(all_reduce), a100)
