@@ -1,0 +1,287 @@
+"""``hostgap compare A B``: two runs or traces side by side, and a regression gate.
+
+Per-step numbers of each side (:func:`metrics`), then B − A with its sign, absolute and
+relative (:func:`compare`). Basis:
+
+- ``differencing`` (both sides measured runs): wall, device-active, host-exposed, host fraction
+  and kernels per step from the differencing method (``results.json``);
+- ``steps`` (otherwise, or ``--basis steps``): medians over the steady decode steps of each
+  trace (falling back to the non-partial steps when a trace has no steady decode steps).
+
+TaxBreak parts are per-step medians over the same steps; HDBI is the trace-level index.
+
+``--fail-if`` grammar (no ``eval``; :func:`parse_conditions`)::
+
+    conditions := cond ("," cond)*
+    cond       := METRIC OP NUMBER [UNIT]
+    OP         := ">" | ">=" | "<" | "<="
+    NUMBER     := ["+" | "-"] digits ["." digits]
+    UNIT       := "%"            relative change (B − A) / |A|, in percent
+                | "pp"           change in percentage points (fractions: host_fraction ...)
+                | ns|us|µs|ms|s  absolute change of a time metric (``*_ns``)
+                | (none)         absolute change in the metric's own unit
+
+``host_fraction>+5%`` holds when B's host fraction is more than 5 % (relative) above A's;
+``host_fraction>+2pp`` when it is more than 2 percentage points above; ``wall_ns>+0.1ms`` when
+B's step is more than 0.1 ms longer; ``hdbi<-0.05`` when B's HDBI dropped by more than 0.05.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from hostgap import SCHEMA_VERSION
+from hostgap.errors import HostgapError
+from hostgap.report.inputs import Input
+
+STEP_KEYS = ("wall_ns", "gpu_active_ns", "host_exposed_ns", "host_wait_ns", "host_fraction", "kernel_count",
+             "launches", "graph_launches", "kernel_sum_ns", "kernel_union_ns")
+TAX_KEYS = ("ft_ns", "ct_ns", "kt_ns", "kt_fw_ns", "py_ns", "dispatch_ns", "unattributed_ns",
+            "orchestrate_ns", "device_active_ns")
+METRICS = STEP_KEYS + TAX_KEYS + ("hdbi", "unique_kernels", "kernels_per_token")
+FRACTIONS = ("host_fraction", "hdbi")
+DIFF_KEYS = {"wall_ns": "t_step_ns", "gpu_active_ns": "g_step_ns", "host_exposed_ns": "h_step_ns",
+             "host_fraction": "host_fraction", "kernel_count": "k_step"}
+
+
+def unit_of(metric: str) -> str:
+    if metric.endswith("_ns"):
+        return "ns"
+    if metric in FRACTIONS:
+        return "fraction"
+    return "count"
+
+
+def step_pool(anatomy: dict) -> tuple[list[dict], str]:
+    """The steps whose medians stand for the trace, and which ones they are."""
+    steps = (anatomy or {}).get("steps") or []
+    steady = set(((anatomy or {}).get("summary") or {}).get("steady", {}).get("indices") or [])
+    pool = [s for s in steps if s["index"] in steady]
+    if pool:
+        return pool, "steady decode steps"
+    pool = [s for s in steps if not s.get("partial")]
+    if pool:
+        return pool, "non-partial steps (no steady decode steps)"
+    return steps, "all steps"
+
+
+def _median(values) -> float | None:
+    v = [x for x in values if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return float(np.median(v)) if v else None
+
+
+def metrics(inp: Input, basis: str = "steps") -> dict:
+    """Per-step numbers of one input (``basis``: "steps" or "differencing")."""
+    an = inp.anatomy or {}
+    pool, pool_name = step_pool(an)
+    out: dict = {k: _median([s.get(k) for s in pool]) for k in STEP_KEYS}
+    for k in TAX_KEYS:
+        out[k] = _median([(s.get("taxbreak") or {}).get(k) for s in pool])
+    tax = an.get("taxbreak") or {}
+    out["hdbi"] = tax.get("hdbi")
+    out["unique_kernels"] = tax.get("unique_kernels")
+    out["kernels_per_token"] = tax.get("kernels_per_token")
+    if basis == "differencing":
+        d = (inp.results or {}).get("differencing") or {}
+        for k, dk in DIFF_KEYS.items():
+            out[k] = d.get(dk)
+        out["kernels_per_token"] = d.get("kernels_per_output_token", out["kernels_per_token"])
+    return {"values": out, "steps_used": len(pool), "steps": pool_name}
+
+
+def choose_basis(a: Input, b: Input, requested: str = "auto") -> str:
+    if requested == "steps":
+        return "steps"
+    both_runs = a.results is not None and b.results is not None
+    if requested == "differencing":
+        if not both_runs:
+            src = a.source if a.results is None else b.source
+            raise HostgapError(src, "--basis differencing needs measured runs on both sides (this is a bare trace)")
+        return "differencing"
+    return "differencing" if both_runs else "steps"
+
+
+def delta(a: float | None, b: float | None) -> tuple[float | None, float | None]:
+    """(B − A, (B − A) / |A|); relative is None when A is 0 or either side is missing."""
+    if a is None or b is None:
+        return None, None
+    d = b - a
+    if a == 0:
+        return d, (0.0 if d == 0 else None)
+    return d, d / abs(a)
+
+
+def compare(a: Input, b: Input, basis: str = "auto", conditions: list[Condition] | None = None) -> dict:
+    """The compare document (what ``--json`` prints)."""
+    basis = choose_basis(a, b, basis)
+    ma, mb = metrics(a, basis), metrics(b, basis)
+    rows = []
+    for k in METRICS:
+        va, vb = ma["values"].get(k), mb["values"].get(k)
+        if va is None and vb is None:
+            continue
+        d, r = delta(va, vb)
+        rows.append({"metric": k, "unit": unit_of(k), "a": va, "b": vb, "delta": d, "relative": r})
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "basis": basis,
+        "a": _side(a, ma),
+        "b": _side(b, mb),
+        "activity_label": _activity_label(a, b),
+        "metrics": rows,
+        "fail_if": [],
+        "failed": False,
+    }
+    if conditions:
+        table = {r["metric"]: r for r in rows}
+        results = [evaluate(c, table, a, b) for c in conditions]
+        doc["fail_if"] = results
+        doc["failed"] = any(r["holds"] for r in results)
+    return doc
+
+
+def _side(inp: Input, m: dict) -> dict:
+    v = (inp.anatomy or {}).get("verdict") or {}
+    if inp.results:
+        v = inp.results.get("verdict") or v
+    return {"label": inp.label, "source": inp.source, "kind": inp.kind, "activity": inp.activity,
+            "steps_used": m["steps_used"], "steps": m["steps"], "verdict": v.get("verdict")}
+
+
+def _activity_label(a: Input, b: Input) -> str:
+    acts = {a.activity, b.activity}
+    if acts == {"gpu"}:
+        return "GPU-active"
+    if acts == {"cpu-compute"}:
+        return "CPU-compute (device-active analogue)"
+    return "device-active (GPU-active on GPU, CPU-compute analogue on CPU)"
+
+
+# -- --fail-if ----------------------------------------------------------------------------
+
+_COND = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(>=|<=|>|<)\s*([+-]?\d+(?:\.\d*)?|[+-]?\.\d+)\s*(%|pp|ns|us|µs|ms|s)?\s*$")
+_TIME = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
+
+
+@dataclass(frozen=True)
+class Condition:
+    text: str
+    metric: str
+    op: str
+    threshold: float  # in the metric's unit, or a ratio for "%"
+    relative: bool
+
+
+def parse_conditions(expr: str) -> list[Condition]:
+    """Parse ``--fail-if``; HostgapError naming the bad part."""
+    out = []
+    for part in expr.split(","):
+        if not part.strip():
+            continue
+        m = _COND.match(part)
+        if not m:
+            raise HostgapError("--fail-if", f"cannot parse {part.strip()!r}: expected METRIC OP NUMBER[UNIT], "
+                               "e.g. host_fraction>+5% or hdbi<-0.05")
+        metric, op, num, unit = m.group(1), m.group(2), float(m.group(3)), m.group(4)
+        if metric not in METRICS:
+            raise HostgapError("--fail-if", f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
+        relative = unit == "%"
+        if relative:
+            value = num / 100.0
+        elif unit == "pp":
+            if metric not in FRACTIONS:
+                raise HostgapError("--fail-if", f"{part.strip()!r}: 'pp' applies to fractions ({', '.join(FRACTIONS)})")
+            value = num / 100.0
+        elif unit in _TIME:
+            if not metric.endswith("_ns"):
+                raise HostgapError("--fail-if", f"{part.strip()!r}: a time unit needs a *_ns metric")
+            value = num * _TIME[unit]
+        else:
+            value = num
+        out.append(Condition(part.strip(), metric, op, value, relative))
+    if not out:
+        raise HostgapError("--fail-if", "no condition given")
+    return out
+
+
+def evaluate(c: Condition, table: dict, a: Input, b: Input) -> dict:
+    """Whether condition ``c`` holds for B against A; HostgapError when it cannot be computed."""
+    row = table.get(c.metric)
+    if row is None or row["a"] is None or row["b"] is None:
+        missing = a if row is None or row["a"] is None else b
+        raise HostgapError("--fail-if", f"{c.text}: {c.metric} is not available for {missing.source}")
+    value = row["relative"] if c.relative else row["delta"]
+    if value is None:  # relative change from 0
+        value = math.copysign(math.inf, row["delta"])
+    holds = {">": value > c.threshold, ">=": value >= c.threshold,
+             "<": value < c.threshold, "<=": value <= c.threshold}[c.op]
+    return {"condition": c.text, "metric": c.metric, "value": value, "relative": c.relative,
+            "threshold": c.threshold, "holds": bool(holds)}
+
+
+# -- terminal ------------------------------------------------------------------------------
+
+
+def fmt_value(metric: str, v) -> str:
+    if v is None:
+        return "—"
+    u = unit_of(metric)
+    if u == "ns":
+        return f"{v / 1e6:.3f} ms"
+    if metric == "host_fraction":
+        return f"{100 * v:.1f}%"
+    if u == "fraction":
+        return f"{v:.3f}"
+    return f"{v:,.1f}" if v != int(v) else f"{int(v):,}"
+
+
+def fmt_delta(metric: str, d) -> str:
+    if d is None:
+        return "—"
+    u = unit_of(metric)
+    if u == "ns":
+        return f"{d / 1e6:+.3f} ms"
+    if metric == "host_fraction":
+        return f"{100 * d:+.1f} pp"
+    if u == "fraction":
+        return f"{d:+.3f}"
+    return f"{d:+,.1f}" if d != int(d) else f"{int(d):+,}"
+
+
+def fmt_rel(r) -> str:
+    return "—" if r is None else f"{100 * r:+.1f}%"
+
+
+def render(doc: dict, con) -> None:
+    from rich.table import Table
+
+    a, b = doc["a"], doc["b"]
+    con.print(f"[bold]A[/bold] {a['label']}  ({a['kind']}, verdict {a['verdict']})")
+    con.print(f"[bold]B[/bold] {b['label']}  ({b['kind']}, verdict {b['verdict']})")
+    basis = ("differencing (both measured runs)" if doc["basis"] == "differencing"
+             else f"median over steps (A: {a['steps_used']} {a['steps']}; B: {b['steps_used']} {b['steps']})")
+    t = Table(title=f"per step, B − A; basis: {basis}; device-active = {doc['activity_label']}",
+              title_justify="left")
+    for c in ("metric", "A", "B", "B − A", "relative"):
+        t.add_column(c, justify="left" if c == "metric" else "right")
+    for r in doc["metrics"]:
+        t.add_row(r["metric"], fmt_value(r["metric"], r["a"]), fmt_value(r["metric"], r["b"]),
+                  fmt_delta(r["metric"], r["delta"]), fmt_rel(r["relative"]))
+    con.print(t)
+
+
+def fail_lines(doc: dict) -> list[str]:
+    lines = []
+    for r in doc["fail_if"]:
+        shown = fmt_rel(r["value"]) if r["relative"] else fmt_delta(r["metric"], r["value"])
+        state = "HOLDS" if r["holds"] else "ok"
+        lines.append(f"fail-if {r['condition']}: {state} (B − A = {shown})")
+    return lines
+
+
+def csv_rows(doc: dict) -> list[dict]:
+    return [{"basis": doc["basis"], "a": doc["a"]["label"], "b": doc["b"]["label"], **r} for r in doc["metrics"]]

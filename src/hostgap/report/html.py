@@ -1,0 +1,312 @@
+"""``hostgap report``: one self-contained HTML file (no scripts, no network) with figures.
+
+The page is built from :func:`report_data` (the document ``hostgap report --json`` prints, also
+embedded in the page as inert JSON) and the SVG figures of :mod:`hostgap.report.figures`.
+Every string that can come from a trace or a file name is escaped with :func:`html.escape`;
+the embedded JSON escapes ``<``, ``>`` and ``&`` so no text can close its element; and a
+Content-Security-Policy forbids scripts and network loads altogether.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import xml.etree.ElementTree as ET
+
+import msgspec
+
+from hostgap import SCHEMA_VERSION, __version__
+from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN
+from hostgap.errors import HostgapError
+from hostgap.report import figures as F
+from hostgap.report.compare import fmt_value, metrics
+from hostgap.report.inputs import Input
+
+KEY_METRICS = ("wall_ns", "gpu_active_ns", "host_exposed_ns", "host_wait_ns", "host_fraction", "kernel_count",
+               "launches", "hdbi", "ft_ns", "ct_ns", "kt_ns", "kt_fw_ns", "unattributed_ns", "orchestrate_ns")
+
+FIGURES = ("verdict", "steps", "taxbreak", "differencing", "kernels", "host", "gaps", "timeline")
+"""Figure ids per input: ``fig-<name>-<i>``; plus ``fig-summary`` and ``fig-regime`` once."""
+
+CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
+       "script-src 'none'; base-uri 'none'; form-action 'none'")
+
+_ACTIVE_TAGS = {"script", "foreignobject", "iframe", "object", "embed", "handler", "animate", "set"}
+
+
+def active_content(svg: str) -> str | None:
+    """What in an SVG could run or load something (None when nothing): script-like elements,
+    ``on*`` event attributes, ``javascript:`` links. Checks elements and attributes, so an
+    escaped name in a ``<text>`` element is text, as it should be."""
+    try:
+        root = ET.fromstring(svg)
+    except ET.ParseError as e:
+        return f"not well-formed SVG ({e})"
+    for el in root.iter():
+        tag = el.tag.rsplit("}", 1)[-1].lower()
+        if tag in _ACTIVE_TAGS:
+            return f"<{tag}> element"
+        for k, v in el.attrib.items():
+            name = k.rsplit("}", 1)[-1].lower()
+            if name.startswith("on"):
+                return f"{name} attribute"
+            if name == "href" and not v.startswith("#") and not v.startswith("data:image/"):
+                return f"external link {v[:40]!r}"
+    return None
+
+esc = html.escape
+
+
+def key_numbers(inp: Input) -> dict:
+    """The numbers of the verdict card: measured runs on their differencing numbers (with the
+    run's checks), traces on the median over their steady decode steps."""
+    basis = "differencing" if inp.results is not None else "steps"
+    m = metrics(inp, basis)
+    v = dict((inp.results or {}).get("verdict") or (inp.anatomy or {}).get("verdict") or {})
+    out = {
+        "basis": basis,
+        "steps": m["steps"],
+        "steps_used": m["steps_used"],
+        "verdict": v.get("verdict"),
+        "verdict_basis": v.get("basis"),
+        "verdict_note": v.get("note") or "",
+        "values": {k: m["values"].get(k) for k in KEY_METRICS},
+    }
+    if inp.results is not None:
+        d = inp.results.get("differencing") or {}
+        out["checks"] = {k: d.get(k) for k in ("r2_wall", "r2_gpu", "slope_agreement", "profiler_inflation",
+                                               "sum_minus_union_step_ns", "h2d_bytes_per_step",
+                                               "d2h_bytes_per_step", "kernels_per_output_token")}
+        out["ci"] = d.get("ci")
+        out["kv_range"] = d.get("kv_range")
+    return out
+
+
+def report_data(inputs: list[Input]) -> dict:
+    """The report document (``hostgap report --json``); the HTML shows exactly these numbers."""
+    docs = []
+    for i, inp in enumerate(inputs):
+        an = inp.anatomy or {}
+        docs.append({
+            "n": i + 1,
+            "label": inp.label,
+            "source": inp.source,
+            "kind": inp.kind,
+            "trace": inp.trace_path,
+            "activity": inp.activity,
+            "activity_label": F.activity_label(inp),
+            "run_id": (inp.results or {}).get("run_id"),
+            "key": key_numbers(inp),
+            "taxbreak": an.get("taxbreak"),
+            "summary_counts": {g: (an.get("summary") or {}).get(g, {}).get("count")
+                               for g in ("steady", "prefill", "warmup", "flagged")},
+            "steps": len(an.get("steps") or []),
+            "top_kernels": F.top_kernels(inp),
+            "top_ops": an.get("top_ops") or [],
+            "top_frames": an.get("top_frames") or [],
+            "notes": list(inp.notes),
+            "figures": [f"fig-{name}-{i}" for name in FIGURES],
+        })
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "hostgap_version": __version__,
+        "thresholds": {"host_bound_min": HOST_BOUND_MIN, "device_bound_max": DEVICE_BOUND_MAX},
+        "inputs": docs,
+        "regime": F.regime_points(inputs),
+        "figures": ["fig-summary", "fig-regime"] + [f for d in docs for f in d["figures"]],
+    }
+
+
+def figures_of(inputs: list[Input], max_bars: int = F.MAX_STEP_BARS) -> dict[str, F.Figure]:
+    out = {"fig-regime": F.regime_figure(inputs, "fig-regime")}
+    for i, inp in enumerate(inputs):
+        for fig in (F.steps_figure(inp, f"fig-steps-{i}", max_bars), F.taxbreak_figure(inp, f"fig-taxbreak-{i}", max_bars),
+                    F.differencing_figure(inp, f"fig-differencing-{i}"),
+                    F.kernels_figure(inp, f"fig-kernels-{i}", max_bars), F.host_figure(inp, f"fig-host-{i}"),
+                    F.gaps_figure(inp, f"fig-gaps-{i}"), F.timeline_figure(inp, f"fig-timeline-{i}")):
+            bad = active_content(fig.svg) if fig.svg is not None else None
+            if bad:
+                raise HostgapError(fig.id, f"figure SVG holds active content ({bad}); refusing to write it")
+            out[fig.id] = fig
+    return out
+
+
+def render(inputs: list[Input], title: str | None = None, max_bars: int = F.MAX_STEP_BARS,
+           progress=None) -> tuple[str, dict]:
+    """(HTML text, report document)."""
+    data = report_data(inputs)
+    if progress:
+        progress("drawing figures")
+    figs = figures_of(inputs, max_bars)
+    title = title or ("hostgap report: " + ", ".join(i.label for i in inputs[:3])
+                      + (f" and {len(inputs) - 3} more" if len(inputs) > 3 else ""))
+    parts = [_head(title), f"<body><header><h1>{esc(title)}</h1>",
+             f"<p class='meta'>hostgap {esc(__version__)}, written "
+             f"{esc(_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))}. "
+             "Definitions: METHOD.md of the hostgap project; every figure says how it was computed.</p></header>",
+             _summary(data), _figure(figs["fig-regime"])]
+    for i, inp in enumerate(inputs):
+        parts.append(_section(i, inp, data["inputs"][i], figs))
+    parts.append(_footer(data))
+    parts.append("</body></html>\n")
+    return "\n".join(parts), data
+
+
+# -- pieces -----------------------------------------------------------------------------------
+
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;margin:0 auto;
+max-width:1200px;padding:0 24px 48px;color:#222;line-height:1.4}
+h1{font-size:22px;margin:20px 0 4px}h2{font-size:18px;border-bottom:2px solid #ddd;margin-top:36px}
+h3{font-size:15px;margin:4px 0}.meta{color:#666;font-size:13px}
+table{border-collapse:collapse;font-size:13px;margin:6px 0}
+th,td{border-bottom:1px solid #e4e4e4;padding:3px 8px;text-align:right;vertical-align:top}
+th:first-child,td:first-child,td.name{text-align:left}td.name{font-family:ui-monospace,monospace;
+font-size:12px;word-break:break-all;max-width:700px}
+figure{margin:18px 0;padding:10px 12px;border:1px solid #e4e4e4;border-radius:6px;background:#fff}
+figcaption{font-size:13px;color:#444;margin-top:6px}
+.na{padding:18px;background:#f6f6f6;color:#666;font-style:italic;border-radius:4px}
+.verdict{display:inline-block;padding:3px 10px;border-radius:12px;font-weight:600;color:#fff}
+.v-host-bound{background:#c0562a}.v-balanced{background:#8a7a2a}.v-device-bound{background:#3d6aa8}
+.v-none{background:#888}.note{color:#8a5a00;font-size:13px}figure svg{height:auto;max-width:100%;display:block}
+details{font-size:13px;margin-top:24px}
+"""
+
+
+def _head(title: str) -> str:
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>{esc(title)}</title><style>{_STYLE}</style></head>")
+
+
+def _verdict_badge(v: str | None) -> str:
+    cls = f"v-{v}" if v in ("host-bound", "balanced", "device-bound") else "v-none"
+    return f"<span class='verdict {cls}'>{esc(v or 'no verdict')}</span>"
+
+
+def _num(key: str, value, shown: str | None = None) -> str:
+    """A table cell carrying its exact number (``data-value``) beside the shown text."""
+    raw = "" if value is None else repr(float(value))
+    return (f"<td data-key='{esc(key)}' data-value='{esc(raw)}'>"
+            f"{esc(shown if shown is not None else fmt_value(key, value))}</td>")
+
+
+def _summary(data: dict) -> str:
+    rows = []
+    for d in data["inputs"]:
+        k = d["key"]
+        v = k["values"]
+        rows.append(f"<tr data-input='{d['n']}'><td>{d['n']}</td><td class='name'>{esc(d['label'])}</td>"
+                    f"<td>{esc(d['kind'])}</td><td>{_verdict_badge(k['verdict'])}</td>"
+                    + "".join(_num(m, v.get(m)) for m in ("wall_ns", "gpu_active_ns", "host_exposed_ns",
+                                                          "host_fraction", "kernel_count", "hdbi"))
+                    + f"<td>{esc(k['basis'])}</td></tr>")
+    head = ("<tr><th>#</th><th>input</th><th>kind</th><th>verdict</th><th>wall / step</th><th>device-active</th>"
+            "<th>host-exposed</th><th>host fraction</th><th>kernels / step</th><th>HDBI</th><th>basis</th></tr>")
+    cap = (f"Per decode step. Basis 'differencing': a measured run's two-point differencing (untraced wall, traced "
+           f"device-active union); 'steps': median over the trace's steady decode steps. Device-active is the GPU "
+           f"union of kernels, copies and memsets; on CPU-only inputs it is the CPU-compute analogue. Verdict "
+           f"thresholds: host-bound at host fraction ≥ {HOST_BOUND_MIN:g}, device-bound below "
+           f"{DEVICE_BOUND_MAX:g}.")
+    return (f"<figure id='fig-summary'><h3>Inputs and their verdicts</h3><table>{head}{''.join(rows)}</table>"
+            f"<figcaption>{esc(cap)}</figcaption></figure>")
+
+
+def _figure(fig: F.Figure) -> str:
+    body = fig.svg if fig.svg is not None else "<div class='na'>Not drawn for this input.</div>"
+    cap = f"<figcaption>{esc(fig.caption)}</figcaption>"
+    return f"<figure id='{esc(fig.id)}'><h3>{esc(fig.title)}</h3>{body}{cap}</figure>"
+
+
+def _verdict_card(i: int, inp: Input, d: dict) -> str:
+    k = d["key"]
+    v = k["values"]
+    label = d["activity_label"]
+    names = {"wall_ns": "wall per step", "gpu_active_ns": label, "host_exposed_ns": "host-exposed",
+             "host_wait_ns": "host_wait", "host_fraction": "host fraction", "kernel_count": "kernels per step",
+             "launches": "launches per step", "hdbi": "HDBI", "ft_ns": "ΔFT per step", "ct_ns": "ΔCT per step",
+             "kt_ns": "ΔKT per step", "kt_fw_ns": "ΔKT_fw per step", "unattributed_ns": "unattributed host per step",
+             "orchestrate_ns": "T_Orchestrate per step"}
+    rows = [f"<tr><td>{esc(names[m])}</td>{_num(m, v.get(m))}</tr>" for m in KEY_METRICS if v.get(m) is not None]
+    checks = k.get("checks") or {}
+    if checks:
+        fmt = {"r2_wall": lambda x: f"{x:.4f}", "r2_gpu": lambda x: f"{x:.4f}",
+               "slope_agreement": lambda x: f"{100 * x:.2f}%", "profiler_inflation": lambda x: f"{100 * x:+.1f}%",
+               "sum_minus_union_step_ns": lambda x: f"{x / 1e6:.4f} ms",
+               "h2d_bytes_per_step": lambda x: f"{x:,.0f} B", "d2h_bytes_per_step": lambda x: f"{x:,.0f} B",
+               "kernels_per_output_token": lambda x: f"{x:,.1f}"}
+        for name, val in checks.items():
+            if val is not None:
+                rows.append(f"<tr><td>check: {esc(name.replace('_', ' '))}</td>{_num(name, val, fmt[name](val))}</tr>")
+    basis = ("differencing: t_step = (W(N2) − W(N1)) / (N2 − N1) from untraced runs, g_step from traced runs, "
+             "h_step = t_step − g_step" if k["basis"] == "differencing"
+             else f"median over {k['steps_used']} {k['steps']} of the trace")
+    if k["basis"] == "differencing" and k.get("kv_range"):
+        basis += f"; the mean over KV lengths {k['kv_range'][0]}..{k['kv_range'][1]}"
+    note = f"<p class='note'>{esc(k['verdict_note'])}</p>" if k["verdict_note"] else ""
+    cap = (f"Verdict from hostgap's thresholds on the host fraction (host-exposed / wall; "
+           f"host-bound ≥ {HOST_BOUND_MIN:g}, device-bound < {DEVICE_BOUND_MAX:g}), basis {k['verdict_basis']}. "
+           f"Numbers per decode step — {basis}. host_wait, launches and TaxBreak parts are medians of the per-step sums over "
+           f"{k['steps_used']} {k['steps']} of the trace (host work, exposed or hidden); HDBI = T_DeviceActive / (T_DeviceActive + T_Orchestrate) "
+           "over the whole trace.")
+    return (f"<figure id='fig-verdict-{i}'><h3>Verdict and key numbers</h3><p>{_verdict_badge(k['verdict'])}</p>"
+            f"{note}<table><tr><th>quantity</th><th>value</th></tr>{''.join(rows)}</table>"
+            f"<figcaption>{esc(cap)}</figcaption></figure>")
+
+
+def _name_table(rows: list[dict], cols: list[tuple[str, str]], title: str) -> str:
+    if not rows:
+        return ""
+    head = "".join(f"<th>{esc(c)}</th>" for _, c in cols)
+    body = []
+    for r in rows:
+        cells = []
+        for key, _ in cols:
+            val = r.get(key)
+            if key == "name":
+                cells.append(f"<td class='name'>{esc(str(val))}</td>")
+            elif key == "share":
+                cells.append(_num(key, val, f"{100 * val:.1f}%"))
+            elif key.endswith("_ns") or key == "host_ns_per_step":
+                cells.append(_num(key, val, f"{val / 1e6:.3f}"))
+            else:
+                cells.append(_num(key, val, "—" if val is None else f"{val:,}"))
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><caption>{esc(title)}</caption><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _section(i: int, inp: Input, d: dict, figs: dict) -> str:
+    notes = "".join(f"<p class='note'>{esc(n)}</p>" for n in d["notes"])
+    counts = d["summary_counts"]
+    meta = (f"{esc(d['kind'])} · {esc(str(d['source']))} · {d['steps']} steps (steady {counts['steady']}, "
+            f"prefill {counts['prefill']}, warm-up {counts['warmup']}, flagged {counts['flagged']})")
+    kern = _name_table(d["top_kernels"], [("name", "kernel"), ("count", "count"), ("total_ns", "total ms"),
+                                          ("share", "share of kernel time")], "top kernels (whole trace)")
+    ops = _name_table(d["top_ops"], [("name", "framework op"), ("host_ns_per_step", "ΔFT+ΔCT ms/step"),
+                                     ("launches", "launches"), ("share", "share")], "host time by framework op")
+    frames = _name_table(d["top_frames"], [("name", "Python frame"), ("host_ns_per_step", "ΔFT+ΔCT ms/step"),
+                                           ("launches", "launches"), ("share", "share")], "host time by Python frame")
+    g = lambda name: figs[f"fig-{name}-{i}"]  # noqa: E731
+    return "\n".join([
+        f"<section id='input-{i}'><h2>{i + 1}. {esc(d['label'])}</h2><p class='meta'>{meta}</p>{notes}",
+        _verdict_card(i, inp, d),
+        _figure(g("steps")), _figure(g("taxbreak")), _figure(g("differencing")),
+        _figure(g("kernels")).replace("</figure>", kern + "</figure>"),
+        _figure(g("host")).replace("</figure>", ops + frames + "</figure>"),
+        _figure(g("gaps")), _figure(g("timeline")),
+        "</section>",
+    ])
+
+
+def embedded_json(doc: dict) -> str:
+    """JSON text safe inside a ``<script type="application/json">`` element."""
+    text = msgspec.json.encode(doc).decode()
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _footer(data: dict) -> str:
+    return ("<details><summary>Report data (JSON, as printed by <code>hostgap report --json</code>)</summary>"
+            "<p>The numbers above, machine-readable, in the element with id <code>hostgap-data</code>.</p></details>"
+            f"<script type='application/json' id='hostgap-data'>{embedded_json(data)}</script>")

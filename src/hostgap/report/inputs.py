@@ -1,0 +1,293 @@
+"""Resolve a ``report``/``compare`` argument into the documents the reports are drawn from.
+
+An argument is, first that applies:
+
+1. a **run directory** (holds ``results.json``; its trace is ``results["anatomy_trace"]``
+   inside it, its sweep ``timings.json``);
+2. a **results JSON** file (``results.json`` of a run; the run directory is its folder);
+3. a **trace file** (Kineto JSON or Nsight Systems SQLite, format from content);
+4. a **run id** (or unique prefix) in the runs database.
+
+Whatever the form, the result is an :class:`Input`: the run's results (None for a bare trace),
+the differencing sweep points, and -- when a trace is at hand -- the anatomy and overview
+documents of that trace (the same dicts ``hostgap analyze --json`` prints) plus the timeline
+excerpt of one steady-state step. A run whose trace is missing falls back to the anatomy parts
+stored in its results (decode steps, summary, TaxBreak, verdict, top ops).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hostgap.errors import HostgapError
+
+EXCERPT_MAX_BARS = 1500
+"""Bars drawn in one timeline excerpt (GPU ops + host calls); the rest are counted, not drawn."""
+
+
+@dataclass(frozen=True)
+class Input:
+    """One report input, resolved."""
+
+    source: str  # the argument as given
+    kind: str  # "run" or "trace"
+    label: str  # short name for legends and headings
+    trace_path: str | None
+    results: dict | None = None
+    sweep: dict | None = None  # {"n", "wall_ns", "gpu_ns", "estimator"}: differencing points
+    anatomy: dict | None = None  # Anatomy.to_dict()
+    overview: dict | None = None  # hostgap.anatomy.overview.overview()
+    excerpt: dict | None = None  # one steady step's Gantt bars
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def activity(self) -> str:
+        if self.anatomy:
+            return self.anatomy.get("activity") or "gpu"
+        d = (self.results or {}).get("differencing") or {}
+        return d.get("activity") or "gpu"
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """How traces are analysed (the anatomy options of ``hostgap steps``)."""
+
+    step_marker: str | None = None
+    launch_floor_ns: float | None = None
+    floor_file: str | None = None
+    gap_threshold_ns: int = 30_000
+    top: int = 10
+    db: str | None = None
+
+
+def resolve(arg: str, config: InputConfig = InputConfig(), progress=None) -> Input:
+    """Turn one command-line argument into an :class:`Input` (HostgapError when it is none of
+    run directory, results JSON, trace file or run id)."""
+    p = Path(arg)
+    if p.is_dir():
+        if not (p / "results.json").is_file():
+            raise HostgapError(arg, "directory has no results.json: not a run directory")
+        return _from_results(arg, _read_json(p / "results.json"), p, config, progress)
+    if p.is_file():
+        if _looks_like_results(p):
+            return _from_results(arg, _read_json(p), p.parent, config, progress)
+        return from_trace(arg, config, progress)
+    results = _lookup_db(arg, config.db)
+    if results is None:
+        raise HostgapError(arg, "not a run directory, results JSON, trace file or run id in the runs database")
+    run_dir = Path(results["run_dir"]) if results.get("run_dir") else None
+    return _from_results(arg, results, run_dir if run_dir and run_dir.is_dir() else None, config, progress)
+
+
+def resolve_all(args, config: InputConfig = InputConfig(), progress=None) -> list[Input]:
+    return [resolve(a, config, progress) for a in args]
+
+
+# -- the three forms ---------------------------------------------------------------------
+
+
+def from_trace(path: str, config: InputConfig = InputConfig(), progress=None, *, label: str | None = None,
+               kind: str = "trace", results: dict | None = None, sweep: dict | None = None,
+               source: str | None = None) -> Input:
+    """Load and analyse one trace file."""
+    from hostgap.anatomy.overview import overview
+    from hostgap.anatomy.steps import AnatomyConfig, analyze
+    from hostgap.link import link
+    from hostgap.load import load_trace
+
+    _say(progress, f"loading {path}")
+    trace = load_trace(path)
+    _say(progress, f"analysing {path}")
+    links = link(trace)
+    cfg = AnatomyConfig(step_marker=config.step_marker, launch_floor_ns=config.launch_floor_ns,
+                        floor_file=config.floor_file, gap_threshold_ns=config.gap_threshold_ns, top=config.top)
+    an = analyze(trace, cfg, links)
+    doc = an.to_dict()
+    ov = overview(trace, links, gap_threshold_ns=config.gap_threshold_ns, top=config.top)
+    return Input(source=source or path, kind=kind, label=label or _trace_label(path), trace_path=str(path),
+                 results=results, sweep=sweep, anatomy=doc, overview=ov, excerpt=excerpt(trace, doc))
+
+
+def _from_results(arg: str, results: dict, run_dir: Path | None, config: InputConfig, progress) -> Input:
+    if not isinstance(results, dict) or "differencing" not in results:
+        raise HostgapError(arg, "not a hostgap results JSON (no 'differencing' key)")
+    sweep = None
+    notes = []
+    if run_dir is not None and (run_dir / "timings.json").is_file():
+        sweep = sweep_points(results, _read_json(run_dir / "timings.json"))
+    else:
+        notes.append("timings.json not found: the differencing fit is drawn without its points")
+    trace_rel = results.get("anatomy_trace")
+    trace_path = None
+    if trace_rel and run_dir is not None:
+        cand = Path(trace_rel) if os.path.isabs(trace_rel) else run_dir / trace_rel
+        trace_path = str(cand) if cand.is_file() else None
+    label = run_label(results)
+    if trace_path:
+        floor = results.get("floor_file")
+        cfg = config if config.floor_file or not floor or not os.path.isfile(floor) else \
+            InputConfig(**{**config.__dict__, "floor_file": floor})
+        return from_trace(trace_path, cfg, progress, label=label, kind="run", results=results, sweep=sweep,
+                          source=arg)
+    notes.append("the run's trace is not available: step figures use the decode steps stored in results.json")
+    return Input(source=arg, kind="run", label=label, trace_path=None, results=results, sweep=sweep,
+                 anatomy=anatomy_from_results(results), overview=None, excerpt=None, notes=tuple(notes))
+
+
+def anatomy_from_results(results: dict) -> dict:
+    """The anatomy document as far as ``results.json`` keeps it (decode steps only)."""
+    d = results.get("differencing") or {}
+    return {
+        "trace": results.get("anatomy_trace"),
+        "activity": d.get("activity") or "gpu",
+        "marker_family": "hostgap",
+        "steps": results.get("steps_decode") or [],
+        "summary": results.get("anatomy_summary") or {},
+        "taxbreak": results.get("taxbreak") or {"applicable": False, "note": "not in results.json"},
+        "verdict": results.get("anatomy_verdict") or results.get("verdict") or {},
+        "top_ops": results.get("top_ops") or [],
+        "top_frames": [],
+    }
+
+
+def sweep_points(results: dict, timings: dict) -> dict:
+    """Differencing points per N: untraced wall W(N) and traced device-active G(N), each the
+    run's estimator (min/median/mean) over its repeats -- the values the fitted lines use."""
+    from hostgap.capture.differencing import estimate
+
+    est = (results.get("differencing") or {}).get("estimator") or "min"
+    wall = {int(n): v for n, v in (timings.get("untraced_wall_ns") or {}).items() if v}
+    gpu = {int(n): [r["busy_ns"] for r in v] for n, v in (timings.get("traced") or {}).items() if v}
+    ns = sorted(set(wall) | set(gpu))
+    return {
+        "n": ns,
+        "wall_ns": [float(estimate(wall[n], est)) if n in wall else None for n in ns],
+        "gpu_ns": [float(estimate(gpu[n], est)) if n in gpu else None for n in ns],
+        "estimator": est,
+    }
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def run_label(results: dict) -> str:
+    parts = [results.get("preset") or Path(results.get("model_path") or "model").name,
+             results.get("engine"), results.get("mode"),
+             f"b{results['batch']}" if results.get("batch") is not None else None,
+             f"L{results['prompt_len']}" if results.get("prompt_len") is not None else None,
+             results.get("device_name") or results.get("device")]
+    return " ".join(str(p) for p in parts if p)
+
+
+def _trace_label(path: str) -> str:
+    return Path(path).name
+
+
+def _looks_like_results(p: Path) -> bool:
+    if p.suffix != ".json":
+        return False
+    with open(p, "rb") as f:
+        head = f.read(4096)
+    return b'"differencing"' in head or b'"run_id"' in head
+
+
+def _read_json(p: Path) -> dict:
+    try:
+        return json.loads(Path(p).read_bytes())
+    except FileNotFoundError:
+        raise HostgapError(str(p), "no such file") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise HostgapError(str(p), f"not valid JSON ({e})") from None
+
+
+def _lookup_db(arg: str, db: str | None) -> dict | None:
+    from hostgap.store import RunsDB, default_path
+
+    path = Path(db) if db else default_path()
+    if not path.is_file():
+        if db:
+            raise HostgapError(db, "runs database not found")
+        return None
+    with RunsDB(path) as rdb:
+        return rdb.get(arg)
+
+
+def _say(progress, msg: str) -> None:
+    if progress is not None:
+        progress(msg)
+
+
+# -- timeline excerpt ------------------------------------------------------------------
+
+
+def excerpt_step(anatomy: dict) -> tuple[int | None, str]:
+    """The step to draw and why: the steady decode step whose wall is the median of the steady
+    ones (else the longest non-partial step)."""
+    steps = anatomy.get("steps") or []
+    if not steps:
+        return None, ""
+    steady = set((anatomy.get("summary") or {}).get("steady", {}).get("indices") or [])
+    pool = [s for s in steps if s["index"] in steady and s["wall_ns"]]
+    if not pool:
+        pool = [s for s in steps if not s["partial"] and s["wall_ns"]] or steps
+        return max(pool, key=lambda s: s["wall_ns"])["index"], "the longest step (the trace has no steady decode steps)"
+    pool.sort(key=lambda s: (s["wall_ns"], s["index"]))
+    return pool[(len(pool) - 1) // 2]["index"], "the steady decode step with the median wall time"
+
+
+def excerpt(trace, anatomy: dict) -> dict | None:
+    """Gantt bars of one step's time window: device ops per (device, stream) lane and host
+    launch/runtime calls per thread (CPU traces: CPU-compute ops on their thread)."""
+    from hostgap.anatomy.timeline import activity_rows
+    from hostgap.events import HOST_API_KINDS
+
+    idx, choice = excerpt_step(anatomy)
+    if idx is None:
+        return None
+    step = next(s for s in anatomy["steps"] if s["index"] == idx)
+    lo = int(step["start_ns"])
+    hi = lo + int(step["wall_ns"])
+    ev = trace.events
+    activity, op_rows = activity_rows(trace)
+    host = np.flatnonzero(ev.of_kind(*HOST_API_KINDS))
+    lanes = []
+
+    def add(rows, lane_of, kind):
+        rows = rows[(ev.end_ns[rows] > lo) & (ev.start_ns[rows] < hi)]
+        keys = lane_of(rows)
+        for key in sorted(set(keys)):
+            sel = rows[keys == key]
+            lanes.append({"label": key, "kind": kind, "rows": sel})
+
+    if activity == "gpu":
+        add(op_rows, lambda r: np.array([f"GPU {d} stream {s}" for d, s in zip(ev.device[r], ev.stream[r])],
+                                        dtype=object), "device")
+        add(host, lambda r: np.array([f"host thread {t}" for t in ev.tid[r]], dtype=object), "host")
+    else:
+        add(op_rows, lambda r: np.array([f"CPU compute, thread {t}" for t in ev.tid[r]], dtype=object), "device")
+        add(host, lambda r: np.array([f"host thread {t}" for t in ev.tid[r]], dtype=object), "host")
+    total = sum(len(ln["rows"]) for ln in lanes)
+    keep = max(1, EXCERPT_MAX_BARS // max(len(lanes), 1))
+    names: dict[str, int] = {}
+    out_lanes = []
+    dropped = 0
+    for ln in lanes:
+        rows = ln["rows"]
+        if len(rows) > keep:  # keep the longest bars: they are the ones visible at this scale
+            order = np.argsort(-ev.dur_ns[rows], kind="stable")[:keep]
+            dropped += len(rows) - keep
+            rows = np.sort(rows[order])
+        bars = []
+        for r in rows.tolist():
+            nm = trace.names[int(ev.name[r])]
+            code = names.setdefault(nm, len(names))
+            bars.append([int(max(ev.start_ns[r], lo) - lo), int(min(ev.end_ns[r], hi) - lo), code])
+        out_lanes.append({"label": ln["label"], "kind": ln["kind"], "bars": bars})
+    return {"step": idx, "kind": step["kind"], "start_ns": lo, "wall_ns": hi - lo,
+            "lanes": out_lanes, "names": list(names), "bars": total, "dropped": dropped, "choice": choice,
+            "activity": activity}
