@@ -176,3 +176,69 @@ def test_step_taxbreak_adds_up_to_the_trace(t):
     for key in ("ft_ns", "ct_ns", "kt_ns", "unattributed_ns", "device_active_ns"):
         assert abs(sum(s["taxbreak"][key] for s in steps) - tax[key]) <= len(steps), key
     assert sum(s["launches"] + s["graph_launches"] for s in steps) >= tax["launches"] + tax["graph_launches"]
+
+
+# -- a naive reference for launch-time assignment ---------------------------------------------
+
+
+def _union_len(intervals) -> int:
+    total, reach = 0, None
+    for s, e in sorted(intervals):
+        if reach is None or s > reach:
+            total += e - s
+            reach = e
+        elif e > reach:
+            total += e - reach
+            reach = e
+    return total
+
+
+def naive_steps(events: list[dict]) -> list[dict]:
+    """Per-step numbers straight from the event dicts, one event at a time (µs → ns)."""
+    ns = 1000
+    markers = sorted((e["ts"] * ns, (e["ts"] + e["dur"]) * ns) for e in events if e["cat"] == "user_annotation")
+    starts = [m[0] for m in markers]
+
+    def step_of(t):
+        i = max((j for j, s in enumerate(starts) if s <= t), default=None)
+        if i is None or (i == len(starts) - 1 and t > markers[-1][1]):
+            return None
+        return i
+
+    launch_at = {e["args"]["correlation"]: e["ts"] * ns for e in events
+                 if e["cat"] == "cuda_runtime" and "correlation" in e["args"]}
+    out = [{"kernels": [], "ops": [], "launches": 0, "graph_launches": 0} for _ in markers]
+    for e in events:
+        if e["cat"] == "cuda_runtime":
+            i = step_of(e["ts"] * ns)
+            if i is not None and e["name"] == "cudaLaunchKernel":
+                out[i]["launches"] += 1
+            if i is not None and e["name"] == "cudaGraphLaunch":
+                out[i]["graph_launches"] += 1
+        if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset"):
+            at = launch_at.get(e["args"].get("correlation"))
+            i = None if at is None else step_of(at)
+            if i is not None:
+                iv = (e["ts"] * ns, (e["ts"] + e["dur"]) * ns)
+                out[i]["ops"].append(iv)
+                if e["cat"] == "kernel":
+                    out[i]["kernels"].append(iv)
+    rows = []
+    for i, st in enumerate(out):
+        if i + 1 < len(markers):
+            wall = starts[i + 1] - starts[i]
+        else:
+            wall = max([markers[i][1]] + [e for _, e in st["ops"]]) - starts[i]
+        rows.append({"kernel_count": len(st["kernels"]), "kernel_sum_ns": sum(e - s for s, e in st["kernels"]),
+                     "kernel_union_ns": _union_len(st["kernels"]), "gpu_active_ns": _union_len(st["ops"]),
+                     "wall_ns": wall, "launches": st["launches"], "graph_launches": st["graph_launches"]})
+    return rows
+
+
+@SETTINGS
+@given(timelines())
+def test_steps_match_a_naive_reference(t):
+    trace, a, doc = analysed(t)
+    got = [{k: s[k] for k in ("kernel_count", "kernel_sum_ns", "kernel_union_ns", "gpu_active_ns", "wall_ns",
+                              "launches", "graph_launches")} for s in doc["steps"]]
+    assert got == naive_steps(t.events)
