@@ -378,8 +378,9 @@ def regimes_cmd(results, db, as_json, as_csv, files):
     click.echo("\nH: host-bound, B: balanced, D: device-bound. Boundaries:")
     for b in bounds:
         click.echo(f"  {b.model}: {b.note}")
-    for model in sorted({c.model for c in cells} - {b.model for b in bounds}):
-        click.echo(f"  {model}: no boundary: needs two or more batch sizes or prompt lengths")
+    labels = {f"{c.model} ({c.device}, {c.engine} {c.mode})" for c in cells}
+    for label in sorted(labels - {b.model for b in bounds}):
+        click.echo(f"  {label}: no boundary: needs two or more batch sizes or prompt lengths")
 
 
 def _regime_text(fractions, short) -> str:

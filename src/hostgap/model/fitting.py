@@ -425,14 +425,15 @@ def _crossing(xs, fs, threshold) -> float | None:
 
 
 def boundaries(cells: list[RegimeCell]) -> list[Boundary]:
-    """Per model: the batch (at each prompt length) and prompt length (at each batch) where
-    the host fraction crosses HOST_BOUND_MIN, interpolated linearly in log2 between cells."""
+    """Per model and setting: the batch (at each prompt length) and prompt length (at each
+    batch) where the host fraction crosses HOST_BOUND_MIN, interpolated linearly in log2
+    between cells (repeats of a cell averaged)."""
     from hostgap.anatomy.verdict import HOST_BOUND_MIN as T
 
     out = []
     by_model: dict[str, list] = {}
-    for c in cells:
-        by_model.setdefault(c.model, []).append(c)
+    for c in cells:  # one boundary per model and setting (device, engine, mode)
+        by_model.setdefault(f"{c.model} ({c.device}, {c.engine} {c.mode})", []).append(c)
     for model, cs in sorted(by_model.items()):
         for axis, fixed_attr in (("batch", "prompt_len"), ("prompt_len", "batch")):
             for fixed in sorted({getattr(c, fixed_attr) for c in cs}):
