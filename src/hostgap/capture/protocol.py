@@ -224,6 +224,8 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
         run.write_json("timings.json", raw)
         results = _results(cfg, arch, run_id, raw, describe, run, build_s)
         run.write_json("results.json", results)
+        if cfg.keep_traces == "none":
+            run.remove_traces()  # the N2 trace was kept only for the anatomy
     except BaseException:
         run.remove_if_incomplete()  # a failed or interrupted run leaves no half-written directory
         raise

@@ -111,6 +111,9 @@ class RunDir:
     def write_json(self, name: str, obj) -> Path:
         return write_json(self.path / name, obj)
 
+    def remove_traces(self) -> None:
+        shutil.rmtree(self.path / "traces", ignore_errors=True)
+
     def remove_if_incomplete(self) -> bool:
         """Delete this run directory when it has no results.json (an aborted run)."""
         if self.path.is_dir() and not (self.path / "results.json").exists():

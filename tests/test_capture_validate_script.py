@@ -1,0 +1,39 @@
+"""bench/gpu/validate.sh runs end to end on CPU with the tiny preset (--cpu-test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "validate.sh"
+
+
+@pytest.mark.slow
+def test_validate_cpu_test(tmp_path):
+    out = tmp_path / "val"
+    env = dict(os.environ, PYTHON=sys.executable)
+    p = subprocess.run(["bash", str(SCRIPT), "--cpu-test", "--out", str(out)], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    floor = json.loads((out / "floor-cpu.json").read_text())
+    assert floor["kind"] == "launch_floor" and floor["samples"] == 200
+    rows = json.loads((out / "runs.json").read_text())
+    cells = json.loads((SCRIPT.parent / "cells-cpu.json").read_text())
+    assert len(rows) == len(cells)
+    assert {(r["mode"], r["batch"]) for r in rows} == {(c["mode"], c["batch"]) for c in cells}
+    assert all(0 < r["host_fraction"] < 1 for r in rows)
+    summary = (out / "summary.md").read_text()
+    assert summary.count("| tiny |") == len(cells)
+    # rerunning resumes: every cell is already done
+    again = subprocess.run(["bash", str(SCRIPT), "--cpu-test", "--out", str(out)], capture_output=True,
+                           text=True, env=env, timeout=600)
+    assert again.returncode == 0
+    assert f"0 measured, {len(cells)} already done" in again.stdout + again.stderr
