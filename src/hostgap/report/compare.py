@@ -284,4 +284,5 @@ def fail_lines(doc: dict) -> list[str]:
 
 
 def csv_rows(doc: dict) -> list[dict]:
-    return [{"basis": doc["basis"], "a": doc["a"]["label"], "b": doc["b"]["label"], **r} for r in doc["metrics"]]
+    return [{"basis": doc["basis"], "a_label": doc["a"]["label"], "b_label": doc["b"]["label"], **r}
+            for r in doc["metrics"]]
