@@ -183,3 +183,18 @@ def test_graphs_what_if_is_shown_beside_a_measured_graph_run(tmp_path):
     assert len(d["measured"]) == 1 and d["measured"][0]["run_id"].endswith("eager")
     (w,) = d["what_ifs"]
     assert len(w["measured"]) == 1 and w["measured"][0]["run_id"].endswith("graph")
+
+
+def test_measured_taxbreak_orchestration_fixes_the_per_kernel_cost():
+    docs = _results(noise=0.02)  # one model: per-kernel cost alone is not identifiable
+    steps = 8
+    for d in docs:
+        k = d["differencing"]["k_step"]
+        d["taxbreak"] = {"orchestrate_ns": TRUE.per_kernel_ns * k * steps, "kernels_per_step": k,
+                         "launch_floor_ns": 4_600.0, "hdbi": 0.3}
+        d["steps_decode"] = [{"kind": "decode"}] * steps  # a list of steps, as `measure` writes
+    (g,) = fitting.fit(docs).groups
+    assert g.host.per_kernel_ns == pytest.approx(TRUE.per_kernel_ns)
+    assert g.host.launch_floor_ns == 4_600.0
+    assert g.host.serial_ns == pytest.approx(TRUE.serial_ns, rel=0.25)
+    assert "measured (TaxBreak)" in g.host.source

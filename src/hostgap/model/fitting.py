@@ -72,6 +72,8 @@ class MeasuredCell:
     hdbi: float
     verdict: str | None
     source: str = ""
+    orch_per_kernel_ns: float = float("nan")  # TaxBreak orchestration / launches, per step
+    launch_floor_ns: float = float("nan")
 
     @property
     def context(self) -> int | None:
@@ -117,12 +119,18 @@ def cell_from_results(doc: dict, source: str = "") -> MeasuredCell:
     hdbi = _num(doc.get("taxbreak"), "hdbi")
     if not math.isfinite(hdbi):
         hdbi = _num(v, "hdbi")
+    tb = doc.get("taxbreak") or {}
+    steps = doc.get("steps_decode")
+    n_steps = len(steps) if isinstance(steps, list) else _int(steps)
+    orch = _num(tb, "orchestrate_ns")
+    kps = _num(tb, "kernels_per_step")
+    per_kernel = orch / (n_steps * kps) if n_steps and math.isfinite(orch) and kps > 0 else float("nan")
     return MeasuredCell(
         str(doc.get("run_id", source)), doc.get("preset"), _arch(doc), doc.get("device"),
         doc.get("device_name"), doc.get("engine"), doc.get("mode"), _int(doc.get("batch")),
         _int(doc.get("prompt_len")), doc.get("dtype"), _int(doc.get("n1")), _int(doc.get("n2")),
         _num(d, "t_step_ns"), _num(d, "g_step_ns"), _num(d, "h_step_ns"), _num(d, "k_step"), hf, hdbi,
-        v.get("verdict"), source,
+        v.get("verdict"), source, per_kernel, _num(tb, "launch_floor_ns"),
     )
 
 
@@ -222,11 +230,17 @@ def _samples(cells: list[MeasuredCell]) -> HostSamples:
                        np.array([float(c.batch) for c in cells]), np.array([c.mode == "graph" for c in cells]))
 
 
+def _measured_median(cells, attr) -> float | None:
+    v = [getattr(c, attr) for c in cells if math.isfinite(getattr(c, attr)) and getattr(c, attr) > 0]
+    return float(np.median(v)) if v else None
+
+
 def _fit_group(cells, device, rl, base) -> tuple[float, HostModel]:
     raw = np.array([roofline_ns(c.arch, _model_cell(c), device, rl) for c in cells])
     g = np.array([c.g_step_ns for c in cells])
     scale = float(np.exp(np.mean(np.log(g / raw))))
-    return scale, fit_host(_samples(cells), base)
+    return scale, fit_host(_samples(cells), base, launch_floor_ns=_measured_median(cells, "launch_floor_ns"),
+                           per_kernel_ns=_measured_median(cells, "orch_per_kernel_ns"))
 
 
 def fit_group(cells: list[MeasuredCell], device: DeviceSpec, rl: RooflineModel | None = None) -> GroupModel:

@@ -137,20 +137,24 @@ def _predict(p, s: HostSamples, base: HostModel) -> np.ndarray:
     return serial + per_seq * s.batch + np.maximum(orch, s.g_step_ns)
 
 
-def fit_host(samples: HostSamples, base: HostModel, launch_floor_ns: float | None = None) -> HostModel:
+def fit_host(samples: HostSamples, base: HostModel, launch_floor_ns: float | None = None,
+             per_kernel_ns: float | None = None) -> HostModel:
     """Least squares on relative error of ``serial + per_seq b + max(per_kernel k, g)``.
 
     With one distinct batch size the per-sequence part is not identifiable and stays 0. The
     per-kernel cost is identifiable from cells whose kernel counts differ (models, engines)
     or whose orchestration is hidden; with one kernel count it trades off against serial.
+    ``per_kernel_ns`` given (measured: TaxBreak orchestration per launch) is held fixed.
     """
     if len(samples) == 0:
         raise ValueError("no samples")
     vary_b = len(np.unique(samples.batch)) > 1
     t = samples.t_step_ns
 
+    fixed_k = per_kernel_ns is not None and np.isfinite(per_kernel_ns) and per_kernel_ns > 0
+
     def resid(q):
-        p = (q[0], q[1] if vary_b else 0.0, q[2])
+        p = (q[0], q[1] if vary_b else 0.0, per_kernel_ns if fixed_k else q[2])
         return (_predict(p, samples, base) - t) / t
 
     hi_serial = float(np.max(t))
@@ -163,9 +167,11 @@ def fit_host(samples: HostSamples, base: HostModel, launch_floor_ns: float | Non
         if best is None or r.cost < best.cost:
             best = r
     s, b, k = (float(v) for v in best.x)
-    floor = base.launch_floor_ns if launch_floor_ns is None else launch_floor_ns
+    k = float(per_kernel_ns) if fixed_k else k
+    floor = base.launch_floor_ns if launch_floor_ns is None or not np.isfinite(launch_floor_ns) else launch_floor_ns
+    how = "per-kernel orchestration measured (TaxBreak), serial fitted" if fixed_k else "fitted"
     return replace(base, serial_ns=s, per_seq_ns=b if vary_b else 0.0, per_kernel_ns=k,
-                   launch_floor_ns=min(floor, k), source=f"fitted on {len(samples)} measured cells")
+                   launch_floor_ns=min(floor, k), source=f"{how} on {len(samples)} measured cells")
 
 
 def predict_host(model: HostModel, samples: HostSamples) -> np.ndarray:
