@@ -179,9 +179,13 @@ def _print_metrics(metrics, title: str) -> None:
                   _ratio(g.improvement[2]), _pct(g.host_fraction_median))
     con = _console()
     con.print(t)
-    notes = sorted({(g.source, g.note) for g in metrics.groups if g.note})
-    for src, note in notes:
-        con.print(f"  {src}: {note}", highlight=False)
+    by_source: dict = {}
+    for g in metrics.groups:  # one note per source: its all-classes group when there is one
+        if g.source not in by_source or g.step_class == "all":
+            by_source[g.source] = g.note
+    for src, note in by_source.items():
+        if note:
+            con.print(f"  {src}: {note}", highlight=False)
     if metrics.note:
         con.print(f"  {metrics.note}", highlight=False)
 

@@ -583,8 +583,8 @@ def _group(source, cls, pred, base, y, hf) -> GroupMetrics:
     if hmed is None:
         note = "host fraction unknown (no host_exposed_ns)"
     elif hmed >= HOST_DOMINATED_MIN:
-        note = (f"host-dominated (median host fraction {hmed:.0%}): step time is mostly host "
-                "work, so the roofline segments (memory- vs compute-bound) cannot show")
+        note = (f"host-dominated (median host fraction {hmed:.0%}): mostly host work, so "
+                "memory-/compute-bound segments cannot show")
     return GroupMetrics(source, cls, len(y), _r2(pred, y), rel, _r2(base, y), brel, imp, hmed,
                         classify(hmed), note)
 
