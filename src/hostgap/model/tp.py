@@ -204,9 +204,7 @@ def synthetic_cells(form: str, params: tuple, ks=(1, 2, 4, 8), models=((6e6, 1.5
 
 # -- the paper's published TP cells -------------------------------------------------------
 
-LLAMA_31_70B = Arch("llama-3.1-70b", family="llama", hidden=8192, layers=80, heads=64, kv_heads=8,
-                    head_dim=128, intermediate=28672, vocab=128256, tied_embeddings=False,
-                    description="Llama-3.1-70B (reference cells only)")
+LLAMA_31_70B = get_preset("llama-3.1-70b")
 
 PAPER_CELLS = {
     # differencing paper, H100, eager vLLM V1, batch 1, context 2048 (METHOD.md §6-§7), ms
