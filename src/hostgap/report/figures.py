@@ -93,6 +93,27 @@ def binned(values: np.ndarray, n_bins: int) -> np.ndarray:
     return sums / np.diff(edges)
 
 
+def bars(ax, x, height, *, bottom=None, width=0.8, **kw):
+    """Vertical bars as one PolyCollection (left edges ``x``): draws thousands of bars far
+    faster than ``Axes.bar`` (one Rectangle artist each) and writes the same SVG paths."""
+    from matplotlib.collections import PolyCollection
+
+    x = np.asarray(x, dtype=float)
+    h = np.asarray(height, dtype=float)
+    b = np.zeros(len(x)) if bottom is None else np.asarray(bottom, dtype=float)
+    x1 = x + width
+    verts = np.stack([np.stack([x, b], 1), np.stack([x1, b], 1), np.stack([x1, b + h], 1),
+                      np.stack([x, b + h], 1)], 1)
+    color = kw.pop("color", None)
+    if color is not None:
+        kw.setdefault("facecolors", color)
+    kw.setdefault("linewidths", 0)
+    coll = PolyCollection(verts, **kw)
+    ax.add_collection(coll, autolim=True)
+    ax.autoscale_view()
+    return coll
+
+
 def _step_arrays(steps: list[dict], keys) -> dict[str, np.ndarray]:
     return {k: np.array([float(s.get(k) or 0) for s in steps]) for k in keys}
 
@@ -122,10 +143,11 @@ def steps_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figure:
         fig = new_figure()
         ax = fig.add_subplot()
         w = 0.8 * per_bin
-        ax.bar(x, gpu, width=w, align="edge", color=C_GPU, label=label)
-        ax.bar(x, host, bottom=gpu, width=w, align="edge", color=C_HOST, label="host-exposed (wall − device-active)")
-        ax.bar(x + 0.2 * w, wait, bottom=gpu, width=0.6 * w, align="edge", color="none", edgecolor=C_WAIT,
-               hatch="////", linewidth=0.0, label="of which host_wait (GPU idle waiting on this step's host)")
+        bars(ax, x, gpu, width=w, color=C_GPU, label=label)
+        bars(ax, x, host, bottom=gpu, width=w, color=C_HOST, label="host-exposed (wall − device-active)")
+        bars(ax, x + 0.2 * w, wait, bottom=gpu, width=0.6 * w, facecolors="none", edgecolors=C_WAIT,
+             hatch="////", label="of which host_wait (GPU idle waiting on this step's host)")
+        ax.set_ylim(bottom=0)
         if flagged.any() and per_bin == 1:
             fx = x[flagged] + 0.4 * w
             ax.plot(fx, (gpu + host)[flagged] * 1.02, "v", color="black", markersize=4,
@@ -133,7 +155,7 @@ def steps_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figure:
         ax.set_xlabel("step index" + (f" (bins of {per_bin} steps, mean)" if per_bin > 1 else ""))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("ms")
-        ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
         return fig
 
     binned_note = (f" {len(steps):,} steps are averaged over bins of {per_bin} consecutive steps "
@@ -168,14 +190,15 @@ def taxbreak_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figu
         bottom = np.zeros(len(x))
         for k in keys:
             v = binned(a[k], max_bars) / 1e6
-            ax.bar(x, v, bottom=bottom, width=w, align="edge", color=C_TAX[k], label=TAX_LABEL[k])
+            bars(ax, x, v, bottom=bottom, width=w, color=C_TAX[k], label=TAX_LABEL[k])
             bottom = bottom + v
         ax.step(x + w / 2, binned(host, max_bars) / 1e6, where="mid", color="black", linewidth=1.0,
                 label="host-exposed (for reference, not a sum of these parts)")
         ax.set_xlabel("step index" + (f" (bins of {per_bin} steps, mean)" if per_bin > 1 else ""))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("ms")
-        ax.legend(loc="upper right", fontsize=8, framealpha=0.9, ncols=2)
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
         return fig
 
     floor = tax.get("launch_floor_ns")
@@ -283,7 +306,8 @@ def kernels_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figur
         if steps:
             x, per_bin = _x_axis(steps, max_bars)
             kc = binned(np.array([float(s["kernel_count"]) for s in steps]), max_bars)
-            ax.bar(x, kc, width=0.8 * per_bin, align="edge", color=C_GPU)
+            bars(ax, x, kc, width=0.8 * per_bin, color=C_GPU)
+            ax.set_ylim(bottom=0)
             ax.set_xlabel("step index" + (f" (bins of {per_bin}, mean)" if per_bin > 1 else ""))
             ax.set_ylabel(f"{what} per step")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
