@@ -91,6 +91,11 @@ def validate(cfg: MeasureConfig) -> None:
         get_preset(cfg.preset)
     if cfg.floor_file and not os.path.isfile(cfg.floor_file):
         raise HostgapError(cfg.floor_file, "no such floor file")
+    if cfg.stacks:
+        from hostgap.capture.stacks import find_pyspy
+
+        if find_pyspy() is None:
+            raise HostgapError("--stacks", "py-spy not found; install it: pip install py-spy")
     if cfg.sweep and any(n < 1 for n in cfg.sweep):
         raise HostgapError("--sweep", "token counts must be >= 1")
 

@@ -73,7 +73,16 @@ def check_rows(r: dict) -> list[tuple[str, str, str]]:
         ("kernel sum - union", ms(d.get("sum_minus_union_step_ns"), 4), "per step"),
         ("copies per step", copy_txt if act == "gpu" else "n/a (CPU)", ""),
         ("profiler inflation", pct(d.get("profiler_inflation"), 1, signed=True), "traced / untraced wall - 1"),
-    ]
+    ] + _stack_rows(r)
+
+
+def _stack_rows(r: dict) -> list[tuple[str, str, str]]:
+    st = (r.get("stacks") or {}).get("main_thread")
+    if not st or not st.get("samples"):
+        return []
+    txt = (f"compute {pct(st['compute_share'], 0)}, waiting {pct(st['waiting_share'], 0)}, "
+           f"other {pct(st['other_share'], 0)}")
+    return [("host samples (py-spy)", txt, f"{st['samples']} samples, decode thread")]
 
 
 def _f4(x) -> str:
