@@ -63,7 +63,8 @@ SHUTDOWN_TIMEOUT_S = 30.0
 """Grace period for EngineCore to exit (vLLM's default, 5 s, is too short on 2 busy cores
 and ends in a forced kill)."""
 NOISE = ("Passing raw prompts to InputProcessor is deprecated",
-         "Using None for EOS token id because tokenizer is not initialized")
+         "Using None for EOS token id because tokenizer is not initialized",
+         "Chat template warmup failed")
 """Frontend warnings that hostgap's own use of vLLM (token-id prompts, no tokenizer) triggers."""
 
 
@@ -380,6 +381,7 @@ class VllmRuntime:
             try:
                 from vllm import LLM
 
+                quiet_frontend_noise()
                 self.llm = LLM(**kw)
             except Exception as e:
                 self._reap()
