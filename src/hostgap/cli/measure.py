@@ -176,8 +176,12 @@ def register(cli: click.Group) -> None:
         """
         engines = _strs(opts["engine"]) or ("hf",)
         base = _config_from(opts)
+        from hostgap.capture.engine import load_engine
         from hostgap.capture.protocol import measure, validate
 
+        for name in engines:  # every engine must load before the first one runs
+            validate(replace(base, engine=name))
+            load_engine(name)
         results = []
         for name in engines:
             cfg = replace(base, engine=name)
