@@ -43,7 +43,7 @@ CLASSES = ("prefill", "decode")
 _CANDIDATES = {"prefill": (0, 1, 2, 3, 4, 5), "decode": (0, 4, 2)}
 MIN_STEPS_PER_TERM = 3  # a class needs >= 3 steps per fitted term, and >= MIN_STEPS
 MIN_STEPS = 12
-_COARSE_BREAKS = 48  # breakpoint candidates tried before refining around the best
+_COARSE_BREAKS = 64  # breakpoint candidates per round of the coarse-to-fine search
 HOST_DOMINATED_MIN = 0.5
 """Median host fraction from which evaluation calls a data source host-dominated: most of each
 step is host work, so the device-side (roofline) segments are a minority of what is fitted and
@@ -259,52 +259,98 @@ def _full_rank(X: np.ndarray, kept: list[int]) -> bool:
     return np.linalg.matrix_rank(A, tol=1e-8 * math.sqrt(len(A))) == len(kept)
 
 
+class _SplitSearch:
+    """SSE of both segments for any split of rows sorted by Σp, in O(k³) per candidate.
+
+    Prefix (and suffix) sums of the per-row Gram matrices A_iA_iᵀ, A_i·b_i and b_i² give each
+    segment's normal equations directly; NNLS then runs on the k×k Cholesky factor
+    (‖Ax − b‖² = ‖Lᵀx − L⁻¹h‖² + b·b − ‖L⁻¹h‖²), so the search touches the rows once. The
+    chosen split is refitted on the rows themselves.
+    """
+
+    def __init__(self, A: np.ndarray, b: np.ndarray):
+        outer = A[:, :, None] * A[:, None, :]
+        z = np.zeros((1,) + outer.shape[1:])
+        self.G = np.concatenate([z, np.cumsum(outer, axis=0)])  # rows [0, m)
+        self.Gs = np.concatenate([np.cumsum(outer[::-1], axis=0)[::-1], z])  # rows [m, n)
+        ab = A * b[:, None]
+        zk = np.zeros((1, A.shape[1]))
+        self.h = np.concatenate([zk, np.cumsum(ab, axis=0)])
+        self.hs = np.concatenate([np.cumsum(ab[::-1], axis=0)[::-1], zk])
+        bb = b * b
+        self.bb = np.concatenate([[0.0], np.cumsum(bb)])
+        self.bbs = np.concatenate([np.cumsum(bb[::-1])[::-1], [0.0]])
+
+    def sse(self, m: int) -> float | None:
+        """Total SSE of the fits on rows [0, m) and [m, n); None if either is rank-deficient."""
+        lo = _gram_nnls(self.G[m], self.h[m], self.bb[m])
+        hi = _gram_nnls(self.Gs[m], self.hs[m], self.bbs[m])
+        return None if lo is None or hi is None else lo + hi
+
+
+def _gram_nnls(G: np.ndarray, h: np.ndarray, bb: float) -> float | None:
+    d = np.sqrt(np.diag(G))
+    if (d == 0).any():
+        return None
+    Gn = G / np.outer(d, d)
+    ev = np.linalg.eigvalsh(Gn)
+    if ev[0] <= 1e-12 * ev[-1]:
+        return None
+    L = np.linalg.cholesky(Gn)
+    z = np.linalg.solve(L, h / d)
+    _, rnorm = nnls(L.T, z)
+    return max(rnorm ** 2 + bb - float(z @ z), 0.0)
+
+
 def _fit_segments(X, y, wden, kept) -> tuple[tuple[Segment, ...], list[str]]:
     """One segment or two split on Σp; two only where BIC prefers the split."""
     n, k = len(y), len(kept)
     coef1, sse1 = _nnls_fit(X, y, wden, kept)
-    seg_min = max(MIN_STEPS_PER_TERM * k, 8)
-    sp = X[:, 1]
-    u = np.unique(sp)
-    mids = (u[:-1] + u[1:]) / 2
-    below = np.searchsorted(np.sort(sp), mids, side="right")
-    mids = mids[(below >= seg_min) & (n - below >= seg_min)]
-    best = None
-    if len(mids):
-        coarse = np.unique(np.linspace(0, len(mids) - 1, min(_COARSE_BREAKS, len(mids)))
-                           .round().astype(int))
-        best = _best_break(X, y, wden, kept, mids, coarse)
-        if best is not None:
-            j = int(np.searchsorted(coarse, best[2]))
-            lo = coarse[max(j - 1, 0)]
-            hi = coarse[min(j + 1, len(coarse) - 1)]
-            best = _best_break(X, y, wden, kept, mids, np.arange(lo, hi + 1)) or best
     single = (Segment(math.inf, tuple(coef1)),)
-    if best is None:
+    seg_min = max(MIN_STEPS_PER_TERM * k, 8)
+    order = np.argsort(X[:, 1], kind="stable")
+    sp = X[order, 1]
+    # split positions m (rows [0, m) low) where Σp changes, >= seg_min rows on each side
+    cuts = np.flatnonzero(sp[1:] != sp[:-1]) + 1
+    cuts = cuts[(cuts >= seg_min) & (n - cuts >= seg_min)]
+    if not len(cuts):
         return single, ["no breakpoint: too few steps on either side of any split"]
-    sse2, segs, _ = best
+    A = X[order][:, kept] / wden[order, None]
+    search = _SplitSearch(A / np.linalg.norm(A, axis=0), y[order] / wden[order])
+    best = _search_cuts(search, cuts)
+    if best is None:
+        return single, ["no breakpoint: no split leaves both sides identifiable"]
+    m = cuts[best]
+    brk = float((sp[m - 1] + sp[m]) / 2)
+    lo = X[:, 1] <= brk
+    c_lo, s_lo = _nnls_fit(X[lo], y[lo], wden[lo], kept)
+    c_hi, s_hi = _nnls_fit(X[~lo], y[~lo], wden[~lo], kept)
     floor = 1e-18 * n
     bic1 = n * math.log(max(sse1, floor) / n) + k * math.log(n)
-    bic2 = n * math.log(max(sse2, floor) / n) + (2 * k + 1) * math.log(n)
+    bic2 = n * math.log(max(s_lo + s_hi, floor) / n) + (2 * k + 1) * math.log(n)
     if bic2 < bic1:
-        return segs, []
+        return (Segment(brk, tuple(c_lo)), Segment(math.inf, tuple(c_hi))), []
     return single, ["one segment: a split on Σp did not improve the fit enough (BIC)"]
 
 
-def _best_break(X, y, wden, kept, mids, idx):
-    best = None
-    sp = X[:, 1]
-    for i in idx:
-        b = mids[i]
-        lo = sp <= b
-        if not (_full_rank(X[lo], kept) and _full_rank(X[~lo], kept)):
-            continue
-        c_lo, s_lo = _nnls_fit(X[lo], y[lo], wden[lo], kept)
-        c_hi, s_hi = _nnls_fit(X[~lo], y[~lo], wden[~lo], kept)
-        if best is None or s_lo + s_hi < best[0]:
-            best = (s_lo + s_hi, (Segment(float(b), tuple(c_lo)), Segment(math.inf, tuple(c_hi))),
-                    int(i))
-    return best
+def _search_cuts(search: _SplitSearch, cuts: np.ndarray) -> int | None:
+    """Index into ``cuts`` of the lowest-SSE split: every cut when there are few, else a
+    coarse grid refined between the best point's neighbours until every cut there is tried."""
+    lo, hi = 0, len(cuts) - 1
+    best, best_sse, tried = None, math.inf, {}
+    while True:
+        idx = np.unique(np.linspace(lo, hi, min(_COARSE_BREAKS, hi - lo + 1)).round()
+                        .astype(int))
+        for i in idx:
+            if i not in tried:
+                tried[i] = search.sse(int(cuts[i]))
+            if tried[i] is not None and tried[i] < best_sse:
+                best, best_sse = int(i), tried[i]
+        if len(idx) == hi - lo + 1 or best is None:
+            return best
+        below, above = idx[idx < best], idx[idx > best]
+        lo = int(below[-1]) if len(below) else lo
+        hi = int(above[0]) if len(above) else hi
 
 
 def _predict_rows(X: np.ndarray, segs) -> np.ndarray:
