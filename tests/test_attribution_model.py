@@ -290,3 +290,19 @@ def test_gpu_active_target_and_absolute_loss(noisy):
     assert g["all"].r2 > 0.99
     with pytest.raises(HostgapError, match="loss"):
         A.fit(train, loss="l1")
+
+
+def test_gram_split_search_matches_direct_fits():
+    data = synth_steps(300, seed=12, noise=0.02, decode_fraction=1.0)
+    s = data.steps
+    X = A.step_features(s)
+    y = s.wall_ns
+    kept = [0, 4, 2]
+    order = np.argsort(X[:, 1], kind="stable")
+    Xo, yo = X[order], y[order]
+    Ao = Xo[:, kept] / yo[:, None]
+    search = A._SplitSearch(Ao / np.linalg.norm(Ao, axis=0), np.ones(len(yo)))
+    for m in (40, 120, 200):
+        direct = (A._nnls_fit(Xo[:m], yo[:m], yo[:m], kept)[1]
+                  + A._nnls_fit(Xo[m:], yo[m:], yo[m:], kept)[1])
+        assert search.sse(m) == pytest.approx(direct, rel=1e-6, abs=1e-12)
