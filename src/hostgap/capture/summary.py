@@ -68,7 +68,8 @@ def check_rows(r: dict) -> list[tuple[str, str, str]]:
     r2w, r2g = d.get("r2_wall"), d.get("r2_gpu")
     sweep = r.get("sweep") or []
     return [
-        ("linearity R² wall / device", f"{_f4(r2w)} / {_f4(r2g)}", f"{len(sweep)} N values {sweep[:1]}..{sweep[-1:]}" if sweep else ""),
+        ("linearity R² wall / device", f"{_f4(r2w)} / {_f4(r2g)}",
+         f"N = {sweep[0]}..{sweep[-1]} ({len(sweep)} values)" if sweep else ""),
         ("two-point vs fitted slope", pct(d.get("slope_agreement"), 2), "wall"),
         ("kernel sum - union", ms(d.get("sum_minus_union_step_ns"), 4), "per step"),
         ("copies per step", copy_txt if act == "gpu" else "n/a (CPU)", ""),

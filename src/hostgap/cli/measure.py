@@ -186,7 +186,8 @@ def register(cli: click.Group) -> None:
         for name in engines:
             cfg = replace(base, engine=name)
             validate(cfg)
-            with _Bar(f"measure {cfg.preset or cfg.model_path or 'default'} [{name}]", opts["quiet"]) as bar:
+            what = cfg.preset or cfg.model_path or "default workload"
+            with _Bar(f"measure {what} [{name}]", opts["quiet"]) as bar:
                 r = measure(cfg, progress=bar, argv=sys.argv[1:])
             if not opts["no_db"]:
                 with _db(opts["db"]) as db:
