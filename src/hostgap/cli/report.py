@@ -18,7 +18,7 @@ _err = Console(stderr=True)
 def _progress(quiet: bool):
     if quiet:
         return None
-    return lambda msg: _err.print(f"[dim]{msg}[/dim]")
+    return lambda msg: _err.print(f"[dim]{msg}[/dim]", soft_wrap=True, highlight=False)
 
 
 def _input_options(f):

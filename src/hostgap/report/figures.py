@@ -464,7 +464,10 @@ def regime_figure(inputs: list[Input], fid: str = "fig-regime") -> Figure:
         ax.set_xlim(xmin, xmax)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_ylim(0, 1)
+        ax.set_ylim(0, 1.03)
+        for y, text in (((1 + HOST_BOUND_MIN) / 2, "host-bound"), ((HOST_BOUND_MIN + DEVICE_BOUND_MAX) / 2, "balanced"),
+                        (DEVICE_BOUND_MAX / 2, "device-bound")):
+            ax.text(1.01, y, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8, color="#555555")
         ax.set_xlabel("device-active per step (ms, log scale)")
         ax.set_ylabel("host fraction = host-exposed / wall")
         ax.legend(loc="upper right", fontsize=8)

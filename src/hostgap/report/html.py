@@ -162,12 +162,12 @@ h1{font-size:22px;margin:20px 0 4px}h2{font-size:18px;border-bottom:2px solid #d
 h3{font-size:15px;margin:4px 0}.meta{color:#666;font-size:13px}
 table{border-collapse:collapse;font-size:13px;margin:6px 0}
 th,td{border-bottom:1px solid #e4e4e4;padding:3px 8px;text-align:right;vertical-align:top}
-th:first-child,td:first-child,td.name{text-align:left}td.name{font-family:ui-monospace,monospace;
+th:first-child,td:first-child,td.name,th.name{text-align:left}td.name{font-family:ui-monospace,monospace;
 font-size:12px;word-break:break-all;max-width:700px}
 figure{margin:18px 0;padding:10px 12px;border:1px solid #e4e4e4;border-radius:6px;background:#fff}
 figcaption{font-size:13px;color:#444;margin-top:6px}
 .na{padding:18px;background:#f6f6f6;color:#666;font-style:italic;border-radius:4px}
-.verdict{display:inline-block;padding:3px 10px;border-radius:12px;font-weight:600;color:#fff}
+.verdict{display:inline-block;white-space:nowrap;padding:3px 10px;border-radius:12px;font-weight:600;color:#fff}
 .v-host-bound{background:#c0562a}.v-balanced{background:#8a7a2a}.v-device-bound{background:#3d6aa8}
 .v-none{background:#888}.note{color:#8a5a00;font-size:13px}figure svg{height:auto;max-width:100%;display:block}
 details{font-size:13px;margin-top:24px}
@@ -203,7 +203,7 @@ def _summary(data: dict) -> str:
                     + "".join(_num(m, v.get(m)) for m in ("wall_ns", "gpu_active_ns", "host_exposed_ns",
                                                           "host_fraction", "kernel_count", "hdbi"))
                     + f"<td>{esc(k['basis'])}</td></tr>")
-    head = ("<tr><th>#</th><th>input</th><th>kind</th><th>verdict</th><th>wall / step</th><th>device-active</th>"
+    head = ("<tr><th>#</th><th class='name'>input</th><th>kind</th><th>verdict</th><th>wall / step</th><th>device-active</th>"
             "<th>host-exposed</th><th>host fraction</th><th>kernels / step</th><th>HDBI</th><th>basis</th></tr>")
     cap = (f"Per decode step. Basis 'differencing': a measured run's two-point differencing (untraced wall, traced "
            f"device-active union); 'steps': median over the trace's steady decode steps. Device-active is the GPU "
