@@ -213,7 +213,8 @@ def _source_codes(cols: dict, n: int, default: str) -> tuple[tuple[str, ...], np
 
 def _default_source(origin: str) -> str:
     base = os.path.basename(origin)
-    return re.sub(r"(\.requests)?(\.csv\.gz|\.csv|\.parquet|\.pq)$", "", base, flags=re.I) or "steps"
+    stem = re.sub(r"(\.requests)?(\.csv\.gz|\.csv|\.parquet|\.pq)$", "", base, flags=re.I)
+    return stem or "steps"
 
 
 def steps_from_harvest(cols: dict, req_cols: dict | None, origin: str = "STEPS",
