@@ -140,3 +140,8 @@ class Timeline:
         name = name or f"micro{len(os.listdir(folder))}.json"
         return load_trace(self.write(folder, name, **top))
 
+
+    def __repr__(self) -> str:
+        rows = "\n".join(f"  {e['cat']:<18} {e['name'][:40]:<40} ts={e['ts']:<8} dur={e['dur']:<6} tid={e['tid']} "
+                         f"corr={e['args'].get('correlation', '')}" for e in sorted(self.events, key=lambda e: e["ts"]))
+        return f"Timeline(\n{rows}\n)"

@@ -67,12 +67,19 @@ def timelines(draw) -> Timeline:
                 t.copy(cursor, dur, cs, cd, draw(st.integers(1, 4096)),
                        direction=draw(st.sampled_from(["HtoD", "DtoH"])), stream=stream, tid=tid)
             cursor += dur
+        if cursor == o_start:  # ops last at least 1 µs (zero-length ops: test_anatomy_taxbreak)
+            cursor += 1
+        if what == "op" and draw(st.booleans()):  # an inner op around the launches
+            t.op("aten::inner", o_start, cursor - o_start, tid=tid)
         cursor += draw(st.integers(0, 2))
         if what != "bare":
             t.op(f"aten::op{draw(st.integers(0, 2))}", o_start, cursor - o_start, tid=tid)
         cursor += draw(st.integers(0, 2))
         if framed and what != "bare":
-            t.frame("model.py(1): forward", f_start, cursor - f_start, tid=tid)
+            t.frame("<built-in function linear>", f_start, cursor - f_start, tid=tid)
+            if draw(st.booleans()):  # an outer frame
+                t.frame("model.py(1): forward", f_start, cursor + 1 - f_start, tid=tid)
+                cursor += 1
         return cursor
 
     n_steps = draw(st.integers(1, 4))
@@ -193,6 +200,15 @@ def _union_len(intervals) -> int:
     return total
 
 
+def _step_of(markers, t):
+    """Index of the step whose CPU window (marker start -> next marker start; the last: its
+    marker end) holds time t, or None."""
+    i = max((j for j, m in enumerate(markers) if m[0] <= t), default=None)
+    if i is None or (i == len(markers) - 1 and t > markers[-1][1]):
+        return None
+    return i
+
+
 def naive_steps(events: list[dict]) -> list[dict]:
     """Per-step numbers straight from the event dicts, one event at a time (µs → ns)."""
     ns = 1000
@@ -200,10 +216,7 @@ def naive_steps(events: list[dict]) -> list[dict]:
     starts = [m[0] for m in markers]
 
     def step_of(t):
-        i = max((j for j, s in enumerate(starts) if s <= t), default=None)
-        if i is None or (i == len(starts) - 1 and t > markers[-1][1]):
-            return None
-        return i
+        return _step_of(markers, t)
 
     launch_at = {e["args"]["correlation"]: e["ts"] * ns for e in events
                  if e["cat"] == "cuda_runtime" and "correlation" in e["args"]}
@@ -242,3 +255,87 @@ def test_steps_match_a_naive_reference(t):
     got = [{k: s[k] for k in ("kernel_count", "kernel_sum_ns", "kernel_union_ns", "gpu_active_ns", "wall_ns",
                               "launches", "graph_launches")} for s in doc["steps"]]
     assert got == naive_steps(t.events)
+
+
+def naive_taxes(events: list[dict]) -> dict[int, dict]:
+    """T_py, T_dispatch, T_launch and queued per launch correlation id, one event at a time."""
+    ns = 1000
+
+    def iv(e):
+        return e["ts"] * ns, (e["ts"] + e["dur"]) * ns
+
+    markers = sorted(iv(e) for e in events if e["cat"] == "user_annotation")
+    gpu = [e for e in events if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")]
+    first_gpu = {}
+    for e in gpu:
+        c = e["args"].get("correlation")
+        if c is not None:
+            first_gpu[c] = min(first_gpu.get(c, iv(e)), iv(e))
+    launches = [e for e in events if e["name"] in ("cudaLaunchKernel", "cudaGraphLaunch")
+                and e["args"].get("correlation") in first_gpu]
+    ops = [e for e in events if e["cat"] == "cpu_op"]
+    frames = [e for e in events if e["cat"] == "python_function"]
+
+    def encloses(outer, inner):
+        return outer["tid"] == inner["tid"] and iv(outer)[0] <= iv(inner)[0] and iv(inner)[1] <= iv(outer)[1]
+
+    top_ops = [o for o in ops if not any(p is not o and encloses(p, o) and iv(p) != iv(o) for p in ops)]
+
+    def unit_of(launch):
+        outer = [o for o in top_ops if encloses(o, launch)]
+        return min(outer, key=lambda o: (iv(o)[0], -iv(o)[1])) if outer else launch
+
+    units = {id(x): x for x in top_ops + [ln for ln in launches if unit_of(ln) is ln]}.values()
+
+    # the stream's previous work end before each GPU op (running max over earlier starts)
+    lane_prev = {}
+    for key in {(e["pid"], e["tid"]) for e in gpu}:
+        lane = sorted((e for e in gpu if (e["pid"], e["tid"]) == key), key=lambda e: e["ts"])
+        reach = None
+        for e in lane:
+            lane_prev[id(e)] = reach
+            reach = iv(e)[1] if reach is None else max(reach, iv(e)[1])
+    first_op_of = {}
+    for e in gpu:
+        c = e["args"].get("correlation")
+        if c is not None and iv(e) == first_gpu[c] and c not in first_op_of:
+            first_op_of[c] = e
+
+    out = {}
+    for ln in launches:
+        c = ln["args"]["correlation"]
+        u = unit_of(ln)
+        same_unit = sorted((x for x in launches if unit_of(x) is u), key=lambda x: x["ts"])
+        k = same_unit.index(ln)
+        l_start = iv(ln)[0]
+        if k == 0:
+            earlier = [x for x in units if x["tid"] == u["tid"] and iv(x)[0] < iv(u)[0]]
+            prev_end = iv(max(earlier, key=lambda x: iv(x)[0]))[1] if earlier else None
+            fr = [f for f in frames if encloses(f, u)]
+            if fr:
+                frame_start = iv(max(fr, key=lambda f: (iv(f)[0], -iv(f)[1])))[0]
+            else:
+                step = _step_of(markers, l_start)
+                frame_start = markers[step][0] if step is not None else None
+            cands = [x for x in (frame_start, prev_end) if x is not None]
+            t_py = max(0, iv(u)[0] - max(cands)) if cands else 0
+            t_dispatch = l_start - iv(u)[0]
+        else:
+            t_py = 0
+            t_dispatch = l_start - iv(same_unit[k - 1])[1]
+        prev = lane_prev[id(first_op_of[c])]
+        out[c] = {"t_py_ns": t_py, "t_dispatch_ns": max(t_dispatch, 0), "t_launch_ns": first_gpu[c][0] - l_start,
+                  "queued": prev is not None and prev > l_start}
+    return out
+
+
+@SETTINGS
+@given(timelines())
+def test_taxbreak_terms_match_a_naive_reference(t):
+    trace, a, doc = analysed(t)
+    k = a.kernels
+    ev = trace.events
+    got = {int(ev.correlation[r]): {"t_py_ns": int(k.t_py_ns[i]), "t_dispatch_ns": int(k.t_dispatch_ns[i]),
+                                     "t_launch_ns": int(k.t_launch_ns[i]), "queued": bool(k.queued[i])}
+           for i, r in enumerate(k.launch_row)}
+    assert got == naive_taxes(t.events)
