@@ -8,6 +8,8 @@ behind earlier work or delayed. Markers may end before their host work does.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 
 import numpy as np
@@ -20,6 +22,7 @@ from hostgap.events import GPU_OP_KINDS, Kind
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FOLDER = tempfile.mkdtemp(prefix="hostgap-anatomy-props-")
+atexit.register(shutil.rmtree, FOLDER, ignore_errors=True)
 
 
 @st.composite
