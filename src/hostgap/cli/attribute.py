@@ -294,9 +294,11 @@ def _select_step(steps, step_id: int, source: str | None, path: str) -> np.ndarr
 
 def _explain_rows(sh) -> list[dict]:
     total = float(sh.share_ns.sum())
+    tokens = float(sh.p.sum())
     return [{"request": str(sh.request[i]), "phase": "prefill" if sh.prefill[i] else "decode",
              "q": int(sh.p[i]), "s": int(sh.c[i]), "share_ns": float(sh.share_ns[i]),
              "share_fraction": float(sh.share_ns[i] / total) if total > 0 else None,
+             "token_fraction": float(sh.p[i] / tokens),  # what the token baseline charges
              "device_ns": float(sh.device_ns[i]), "host_ns": float(sh.host_ns[i]),
              "alone_ns": None if np.isnan(sh.alone_ns[i]) else float(sh.alone_ns[i])}
             for i in range(len(sh.share_ns))]
@@ -308,19 +310,20 @@ def _print_explain(head: dict, rows: list[dict]) -> None:
     t = Table(title=f"{head['source']} step {head['step']} ({head['class']}, "
                     f"{head['requests']} requests): predicted {_ms(head['predicted_ns'])} ms, "
                     f"measured {_ms(head['measured_ns'])} ms")
-    for col in ("request", "phase", "q", "s", "share ms", "share", "device ms", "host ms",
-                "alone ms"):
+    for col in ("request", "phase", "q", "s", "share ms", "share", "by tokens", "device ms",
+                "host ms", "alone ms"):
         t.add_column(col, justify="right")
     for r in rows:
         t.add_row(r["request"], r["phase"], str(r["q"]), str(r["s"]), _ms(r["share_ns"]),
-                  _pct(r["share_fraction"]), _ms(r["device_ns"]), _ms(r["host_ns"]),
-                  _ms(r["alone_ns"]))
+                  _pct(r["share_fraction"]), _pct(r["token_fraction"]), _ms(r["device_ns"]),
+                  _ms(r["host_ns"]), _ms(r["alone_ns"]))
     con = _console()
     con.print(t)
     basis = ("each request's device/host model ratio" if head["split"] == "model"
              else f"the step's host fraction {_pct(head['host_fraction'])}")
     con.print(f"  shares add up to the {'measured' if head['rescaled'] else 'predicted'} step "
-              f"time; host part from {basis}", highlight=False)
+              f"time; host part from {basis}; 'by tokens' is the token-count baseline's share",
+              highlight=False)
 
 
 @attribute_group.command("synth")
