@@ -106,6 +106,8 @@ def test_every_figure_present_with_a_caption(micro):
     for name in ("steps", "taxbreak", "kernels", "host", "gaps", "timeline"):
         assert page.figures[f"fig-{name}-0"]["svg"], name
     assert "needs a measured run" in micro["text"]
+    ids = [a["id"] for _, a in page.tags if "id" in a]
+    assert len(ids) == len(set(ids)), "duplicate element ids"
 
 
 def test_numbers_in_html_equal_the_json_output(micro):

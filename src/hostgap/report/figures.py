@@ -66,9 +66,11 @@ def to_svg(fig: MplFigure, salt: str) -> str:
     with rc_context({**_RC, "svg.hashsalt": salt}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
-    start = text.find("<svg")
-    text = text[start:]
-    return text
+    text = text[text.find("<svg"):]
+    # matplotlib numbers its element ids from 1 in every figure (axes_1, xtick_1 ...): prefix
+    # them and every reference to them, so ids stay unique on a page of many figures
+    text = text.replace(' id="', f' id="{salt}-').replace('href="#', f'href="#{salt}-')
+    return text.replace("url(#", f"url(#{salt}-")
 
 
 def draw(fig_builder, *args, salt: str) -> str:
@@ -324,7 +326,7 @@ def kernels_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figur
                "whole trace (sum of durations over all devices); names are cut to fit — the table below has "
                "them in full.")
     if cpu:
-        caption = (f"Left: {what} per step (leaf framework ops that compute on the CPU, the device-active "
+        caption = (f"{what[0].upper() + what[1:]} per step (leaf framework ops that compute on the CPU, the device-active "
                    "analogue of a CPU-only trace). No GPU kernels in this trace.")
     return Figure(fid, title, caption, draw(build, salt=fid))
 
