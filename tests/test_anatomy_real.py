@@ -147,3 +147,20 @@ def test_deep_queue_steps_are_flagged_and_judged_by_host_wait(deep_queue):
     tb = a.taxbreak
     assert tb["queued_launches"] > 0.9 * (tb["launches"] + tb["graph_launches"])
     assert tb["kt_fw_samples"] + tb["queued_launches"] == tb["launches"] + tb["graph_launches"]
+
+
+def test_benchmark_script_runs(capsys):
+    """bench/anatomy_bench.py on the small vLLM trace, one repeat (structure only, no timings)."""
+    import importlib.util
+    import json
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "anatomy_bench.py"
+    spec = importlib.util.spec_from_file_location("anatomy_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    trace = corpus("tracelens/mi300x_vllm_decode_fullgraph.json.gz")
+    assert bench.main([trace, "--repeats", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["stages"]) == {"link", "taxbreak", "analyze", "total"}
+    assert doc["steps"] == 1 and doc["events"] > 0
+    assert all(v["min"] > 0 for v in doc["wall_ms_per_100k_events"].values())
