@@ -263,3 +263,19 @@ def test_nothing_executes_even_without_the_csp(micro, tmp_path):
     assert [a for t, a in live.tags if t == "script"] == [{"type": "application/json", "id": "hostgap-data"}]
     assert not [t for t, _ in live.tags if t == "img"]
     assert not console_problems(r.stderr)
+
+
+def test_results_json_without_its_trace_or_timings(tmp_path):
+    run = make_run_dir(tmp_path)
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    shutil.copy(run / "results.json", lone / "results.json")
+    text, data = run_report([str(lone / "results.json"), "-o", str(tmp_path / "lone.html")])
+    doc = data["inputs"][0]
+    assert doc["trace"] is None
+    assert any("timings.json not found" in n for n in doc["notes"])
+    assert any("trace is not available" in n for n in doc["notes"])
+    page = parse(text)
+    assert page.figures["fig-differencing-0"]["svg"]  # the fitted lines, from results.json
+    assert not page.figures["fig-timeline-0"]["svg"]
+    assert "the run&#x27;s trace is not available" in text

@@ -400,7 +400,7 @@ def gaps_figure(inp: Input, fid: str) -> Figure:
         w = 0.8 / len(IDLE_CLASSES)
         for j, c in enumerate(IDLE_CLASSES):
             ax.bar(x + j * w, hist[c][lo:hi], width=w, color=colors[c], label=c.replace("_", "-"))
-        ax.set_xticks(x + 0.4 - w / 2, labels[lo:hi], rotation=30, ha="right", fontsize=7)
+        ax.set_xticks(x + w * (len(IDLE_CLASSES) - 1) / 2, labels[lo:hi], rotation=30, ha="right", fontsize=7)
         ax.set_xlabel("gap length (µs, log2 bins)")
         ax.set_ylabel("gaps")
         ax.legend(fontsize=8)
