@@ -20,7 +20,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from hostgap.anatomy.timeline import IDLE_CLASSES, gap_bins
 from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN
-from hostgap.report.compare import metrics, step_pool
+from hostgap.report.compare import metrics
 from hostgap.report.inputs import Input
 
 MAX_STEP_BARS = 300
