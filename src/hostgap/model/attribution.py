@@ -124,6 +124,16 @@ class _Table:
         return tuple((float(self.brk[k]), tuple(map(float, self.coef[k, 0])),
                       tuple(map(float, self.coef[k, 1]))) for k in range(2))
 
+    @cached_property
+    def cols(self) -> np.ndarray:
+        """(6, 4) coefficients by (class, segment) combo: gathering ``cols[:, combo]`` gives
+        one contiguous row per term, which keeps per-request arithmetic streaming."""
+        return np.ascontiguousarray(self.coef.reshape(4, 6).T)
+
+    def combo(self, is_prefill: np.ndarray, sum_p: np.ndarray) -> np.ndarray:
+        cls = np.where(is_prefill, 0, 1)
+        return cls * 2 + (sum_p > self.brk[cls])
+
     def rows(self, is_prefill: np.ndarray, sum_p: np.ndarray) -> np.ndarray:
         cls = np.where(is_prefill, 0, 1)
         seg = (sum_p > self.brk[cls]).astype(np.int64)
@@ -417,14 +427,24 @@ def _predict(table: _Table, steps: Steps) -> np.ndarray:
     return (X[:, :5] * C[:, :5]).sum(axis=1) + _pc_term(X[:, 5], C[:, 5], steps.origin)
 
 
-def _checked_rows(table: _Table, steps: Steps) -> np.ndarray:
+def _check_classes(table: _Table, steps: Steps) -> None:
     is_pre = steps.is_prefill
     missing = ~table.present[np.where(is_pre, 0, 1)]
     if missing.any():
         cls = "prefill" if is_pre[np.argmax(missing)] else "decode"
         raise HostgapError(steps.origin, f"{int(missing.sum())} {cls} step(s), but the model "
                            f"has no {cls} fit (its training data had none)")
-    return table.rows(is_pre, steps.sum_p)
+
+
+def _checked_rows(table: _Table, steps: Steps) -> np.ndarray:
+    _check_classes(table, steps)
+    return table.rows(steps.is_prefill, steps.sum_p)
+
+
+def _request_cols(table: _Table, steps: Steps, si: np.ndarray) -> np.ndarray:
+    """(6, n_requests) coefficients of each request's step class and segment."""
+    _check_classes(table, steps)
+    return table.cols[:, table.combo(steps.is_prefill, steps.sum_p)[si]]
 
 
 def _pc_term(sum_pc: np.ndarray, a5: np.ndarray, origin: str) -> np.ndarray:
@@ -464,10 +484,10 @@ class Shares:
     rescaled: bool
 
 
-def request_terms(coef: np.ndarray, p, c, n_requests) -> np.ndarray:
-    """s_i = a1·p + a2·c + a3·p² + a4 + a5·p·c + β/|B| with per-row coefficient rows."""
-    return ((coef[:, 1] + coef[:, 3] * p + coef[:, 5] * c) * p + coef[:, 2] * c + coef[:, 4]
-            + coef[:, 0] / n_requests)
+def request_terms(cols: np.ndarray, p, c, n_requests) -> np.ndarray:
+    """s_i = a1·p + a2·c + a3·p² + a4 + a5·p·c + β/|B|; ``cols`` is (6, n): one row per term."""
+    b, a1, a2, a3, a4, a5 = cols
+    return (a1 + a3 * p + a5 * c) * p + a2 * c + a4 + b / n_requests
 
 
 def attribute(model: Model, steps: Steps, *, rescale: bool = False,
@@ -485,8 +505,8 @@ def attribute(model: Model, steps: Steps, *, rescale: bool = False,
                            "enough to fit and evaluate but not to attribute")
     r = steps.requests
     si = r.step_index
-    C = _checked_rows(model.table, steps)
-    share = request_terms(C[si], r.p, r.c, steps.n_requests[si])
+    share = request_terms(_request_cols(model.table, steps, si), r.p, r.c,
+                          steps.n_requests[si])
     pred = np.bincount(si, weights=share, minlength=len(steps))
     meas = measured(steps, model.target)
     if rescale:
@@ -519,8 +539,9 @@ def _model_host_ratio(model: Model, steps: Steps, si, r) -> np.ndarray:
     if not tabs:
         raise HostgapError("--split", "model split needs device/host component models; this "
                            "model has none (training data lacked gpu_active_ns)")
-    d = request_terms(_checked_rows(tabs["device"], steps)[si], r.p, r.c, steps.n_requests[si])
-    h = request_terms(_checked_rows(tabs["host"], steps)[si], r.p, r.c, steps.n_requests[si])
+    n = steps.n_requests[si]
+    d = request_terms(_request_cols(tabs["device"], steps, si), r.p, r.c, n)
+    h = request_terms(_request_cols(tabs["host"], steps, si), r.p, r.c, n)
     tot = d + h
     return np.where(tot > 0, h / np.where(tot > 0, tot, 1.0), 0.0)
 
@@ -529,8 +550,7 @@ def alone(model: Model, p, c, prefill) -> np.ndarray:
     """Predicted time of a step holding only this request (NaN where the class is unfitted)."""
     t = model.table
     is_pre = np.asarray(prefill) | (np.asarray(p) > 1)
-    C = t.rows(is_pre, np.asarray(p, dtype=float))
-    return request_terms(C, p, c, 1.0)
+    return request_terms(t.cols[:, t.combo(is_pre, np.asarray(p, dtype=float))], p, c, 1.0)
 
 
 class StepShares(NamedTuple):
