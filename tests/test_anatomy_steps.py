@@ -423,3 +423,36 @@ def test_cpu_host_wait_clipped_to_the_step_wall(tmp_path):
     t.op("aten::mm", 90, 5)
     s1 = run(t, tmp_path)["steps"][1]
     assert s1["host_wait_ns"] == 40 * US
+
+
+# -- verdict ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fraction, expected", [
+    (0.0, "device-bound"), (0.0999, "device-bound"), (0.10, "balanced"), (0.2499, "balanced"),
+    (0.25, "host-bound"), (1.0, "host-bound"), (None, None), (float("nan"), None)])
+def test_verdict_thresholds(fraction, expected):
+    from hostgap.anatomy.verdict import classify
+
+    assert classify(fraction) == expected
+
+
+def test_verdict_over_steady_decode_steps(tmp_path):
+    """decode_loop(6): steps 2-5 are used (prefill and warm-up apart); host fractions 0.58,
+    0.57, 0.56 and, for the last step (wall 500 -> 555, kernel 45), 10/55: median 0.565."""
+    doc = run(decode_loop(6), tmp_path)
+    v = doc["verdict"]
+    assert v["steps_used"] == 4 and v["basis"] == "host_fraction"
+    assert v["host_fraction"] == pytest.approx(0.565)
+    assert v["verdict"] == "host-bound"
+    assert v["thresholds"] == {"host_bound_min": 0.25, "device_bound_max": 0.10}
+    assert v["hdbi"] == doc["taxbreak"]["hdbi"]
+
+
+def test_queued_verdict_without_host_wait_falls_back_to_host_fraction():
+    from hostgap.anatomy.verdict import verdict
+
+    v = verdict(0.5, None, None, queued=True)
+    assert v.basis == "host_fraction" and v.verdict == "host-bound"
+    q = verdict(0.5, 0.02, 0.4, queued=True)
+    assert q.basis == "host_wait_fraction" and q.verdict == "device-bound" and q.note
