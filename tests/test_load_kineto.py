@@ -4,6 +4,7 @@ and whole-file errors. Hand-written micro traces with exact expected values."""
 from __future__ import annotations
 
 import gzip
+import json
 
 import numpy as np
 import pytest
@@ -425,3 +426,51 @@ def test_sniff_from_content_not_name(tmp_path, kineto_trace):
     renamed.write_bytes(open(gz, "rb").read())
     assert sniff(str(renamed)) == "kineto"
     assert len(load_trace(str(renamed)).events) == 1
+
+
+# -- batching and gzip framing -------------------------------------------------------------
+
+
+def test_batches_share_names_and_counts(kineto_trace, monkeypatch):
+    import hostgap.load.kineto as kineto_mod
+
+    events = []
+    for i in range(50):
+        events += [launch(ts=10 * i, dur=1, corr=i), kernel(f"k{i % 3}", ts=10 * i + 5, dur=2, corr=i),
+                   flow(10 * i, i, "s"), process_name(100, "python")]
+    events[37] = {"ph": "X", "cat": "kernel", "name": "k0", "pid": 0, "tid": 7, "ts": "bad", "dur": 1}
+    events[89] = kernel("odd_args", ts=1000, dur=1, corr="x")
+    whole = load_trace(kineto_trace(events))
+    monkeypatch.setattr(kineto_mod, "BATCH", 7)  # many batches, some needing the lenient path
+    batched = load_trace(kineto_trace(events))
+    for t in (whole, batched):
+        assert t.meta.flows == 50 and t.meta.processes == {100: "python"}
+        assert t.meta.skipped == {"malformed fields": 1, "malformed args (event kept)": 1}
+    assert whole.names_of(np.arange(len(whole.events))) == batched.names_of(np.arange(len(batched.events)))
+    for col in ("kind", "start_ns", "dur_ns", "correlation", "device", "stream"):
+        assert getattr(whole.events, col).tolist() == getattr(batched.events, col).tolist()
+
+
+def test_multi_member_gzip_with_padding(tmp_path):
+    body = json.dumps({"traceEvents": [kernel("k", ts=1, dur=1)]}).encode()
+    p = tmp_path / "multi.json.gz"
+    p.write_bytes(gzip.compress(body[:10]) + gzip.compress(body[10:]) + b"\x00" * 8)
+    t = load_trace(str(p))
+    assert t.names_of(np.arange(len(t.events))) == ["k"]
+
+
+@pytest.mark.parametrize("cut", [1, 3, 8, 200])
+def test_gzip_cut_anywhere_is_one_error(tmp_path, cut):
+    body = json.dumps({"traceEvents": [kernel(f"k{i}", ts=i, dur=1) for i in range(300)]}).encode()
+    data = gzip.compress(body)
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(data[:-cut])
+    with pytest.raises(HostgapError, match="gzip"):
+        load_trace(str(p))
+
+
+def test_invalid_utf8_inside_an_event_is_invalid_json(tmp_path):
+    p = tmp_path / "utf8.json"
+    p.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "ts": 1, "dur": 1}]}')
+    with pytest.raises(HostgapError, match="invalid JSON"):
+        load_trace(str(p))
