@@ -279,3 +279,13 @@ def test_results_json_without_its_trace_or_timings(tmp_path):
     assert page.figures["fig-differencing-0"]["svg"]  # the fitted lines, from results.json
     assert not page.figures["fig-timeline-0"]["svg"]
     assert "the run&#x27;s trace is not available" in text
+
+
+def test_the_console_check_catches_errors(tmp_path):
+    """The Chromium log scan is live: a page with a failing script is reported."""
+    bad = tmp_path / "bad.html"
+    bad.write_text("<!DOCTYPE html><html><head><title>t</title></head><body>"
+                   "<script>console.error('boom'); undefinedFunction();</script></body></html>")
+    r = run_chromium(bad, tmp_path, "--dump-dom")
+    problems = console_problems(r.stderr)
+    assert any("Uncaught" in p or "boom" in p for p in problems), r.stderr[-2000:]
