@@ -161,6 +161,8 @@ def test_trim_round_trip(trace4, tmp_path):
         assert [s[key] for s in after] == [s[key] for s in before], key
     assert after[0]["wall_ns"] == before[0]["wall_ns"]
     assert after[0]["taxbreak"]["ft_ns"] == before[0]["taxbreak"]["ft_ns"]
+    # device properties travel: the default floor is still the H100 one
+    assert analyze(small).taxbreak["floor_source"].startswith("default:H100")
 
 
 def test_trim_real_trace_round_trip(tmp_path):

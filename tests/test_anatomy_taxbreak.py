@@ -392,3 +392,17 @@ def test_launch_after_a_zero_length_child_op_keeps_its_op(tmp_path):
     assert top >= 0 and trace.name_of(top) == "aten::mean"
     (r,) = rows_by_launch(analyze(trace, FLOOR))
     assert r["t_dispatch_ns"] == 20 * US
+
+
+def test_top_ten_by_default(tmp_path):
+    """Twelve ops, op j charged (j + 1) µs of dispatch: the ten most expensive are shown."""
+    t = Timeline()
+    t.annotation("ProfilerStep#1", 0, 1000)
+    for j in range(12):
+        base = 50 * j
+        t.op(f"aten::op{j}", base + 10, 20)
+        t.launch_kernel(base + 10 + j + 1, 1, "k", base + 40, 1)
+    a = analyze(t.load(tmp_path), FLOOR)
+    assert [r["name"] for r in a.top_ops] == [f"aten::op{j}" for j in range(11, 1, -1)]
+    few = analyze(t.load(tmp_path), AnatomyConfig(launch_floor_ns=4500.0, top=3))
+    assert len(few.top_ops) == 3
