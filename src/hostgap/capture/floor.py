@@ -116,7 +116,9 @@ def _cuda_samples(torch, samples: int, warmup: int):
         torch.cuda._sleep(0)
         torch.cuda.synchronize()
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=acts) as prof:
+    from hostgap.capture.hf import without_usdt_lines
+
+    with without_usdt_lines(), torch.profiler.profile(activities=acts) as prof:
         for _ in range(samples):
             torch.cuda._sleep(0)
             torch.cuda.synchronize()

@@ -30,6 +30,8 @@ import gzip
 import inspect
 import os
 import shutil
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,6 +51,33 @@ def cache_keyword(model) -> str:
     """``cache`` (transformers >= 5.24) or ``past_key_values`` (earlier)."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
+
+
+@contextlib.contextmanager
+def without_usdt_lines():
+    """Drop the ``USDT: ... profiler_start/stop`` lines Kineto prints on file descriptor 2 (no
+    setting silences them); everything else written to stderr meanwhile is passed on after."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real stderr (embedded, closed): nothing to filter
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+            kept = "".join(l for l in text.splitlines(keepends=True) if not l.startswith("USDT:"))
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()
 
 
 def profiler_activities(torch, device: str) -> list:
@@ -170,7 +199,7 @@ class HFEngine(Engine):
             activities=profiler_activities(torch, self.workload.device),
             record_shapes=False, with_stack=False, profile_memory=False,
         )
-        with prof:
+        with without_usdt_lines(), prof:
             wall_ns = self._run(n_tokens, annotate=True)
         suffix = ".json.gz" if self.workload.extra.get("trace_gzip", True) else ".json"
         path = trace_dir / f"trace_n{n_tokens}_{time.time_ns()}{suffix}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -28,10 +29,21 @@ def _strs(text: str | None) -> tuple[str, ...] | None:
     return tuple(x.strip() for x in text.split(",") if x.strip()) if text else None
 
 
+_ERR = None
+
+
 def _stderr():
+    """A console on a duplicate of file descriptor 2, so progress keeps drawing while the
+    capture filters Kineto's lines on descriptor 2 itself."""
+    global _ERR
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    if _ERR is None:
+        try:
+            _ERR = os.fdopen(os.dup(2), "w", buffering=1)
+        except OSError:
+            _ERR = sys.stderr
+    return Console(file=_ERR, highlight=False)
 
 
 def _stdout():
