@@ -154,6 +154,7 @@ def test_trim_round_trip(trace4, tmp_path):
     assert small.names_of(markers) == ["ProfilerStep#2", "ProfilerStep#3"]
     kernels = sorted(set(small.names_of(small.events.kind == Kind.KERNEL)))
     assert kernels == ["s1a", "s1b", "s2a", "s2b"]
+    assert int((small.events.kind == Kind.KERNEL).sum()) == 3 + 2  # step 1 replays s1b twice
     cfg = AnatomyConfig(launch_floor_ns=4500.0)
     before = analyze(load_trace(trace4), cfg).steps[1:3]
     after = analyze(small, cfg).steps
