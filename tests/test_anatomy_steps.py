@@ -134,7 +134,8 @@ def test_deep_queue_flags_and_host_wait(tmp_path):
     "steps.py analyze: the last step is never flagged queued (next_start = int64 max), though "
     "its kernel started 124 µs after its launch behind earlier steps' work; its wall (30->205) "
     "then counts 125 µs of earlier steps' GPU time as host_exposed (host_fraction 0.71) and the "
-    "step lands in the steady summary (also on hta/a100_deep_queue_rank0: step 4, 0.81)"))
+    "step is summarised as an unflagged decode step (warm-up here; on hta/a100_deep_queue_rank0 "
+    "step 4, host fraction 0.81, is the only unflagged step)"))
 def test_deep_queue_last_step_is_queued_too(tmp_path):
     doc = run(deep_queue(), tmp_path)
     assert doc["steps"][3]["queued"]
@@ -360,7 +361,8 @@ def test_summary_groups(tmp_path):
 @pytest.mark.xfail(strict=True, reason=(
     "steps.py _summary: warm-up is the first *unflagged* decode step, not the first decode step "
     "of the capture: with step 1 queued, step 2 is reported as warm-up and step 1's position "
-    "is lost (also on hta/a100_deep_queue_rank0 where step 2 becomes warm-up)"))
+    "is lost (on hta/a100_deep_queue_rank0 steps 0-3 are queued and the last step, 4, is "
+    "reported as the warm-up step)"))
 def test_warmup_is_the_leading_decode_step_even_when_flagged(tmp_path):
     t = decode_loop(6)
     # make step 1 run ahead: its kernel is pushed past step 2's marker start
