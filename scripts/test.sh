@@ -3,4 +3,9 @@
 # pass -m "not slow" to skip them). Extra arguments go to pytest.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+# The HTML report tests render in headless Chromium (Debian's package); without it they skip.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+    || echo "hostgap test: chromium could not be installed; report rendering tests will skip" >&2
+fi
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

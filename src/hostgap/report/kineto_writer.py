@@ -99,6 +99,9 @@ def write_json_gz(doc: dict, path: str) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
         os.replace(tmp, path)
     except OSError as e:
         os.unlink(tmp)
