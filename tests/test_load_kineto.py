@@ -474,3 +474,20 @@ def test_invalid_utf8_inside_an_event_is_invalid_json(tmp_path):
     p.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "ts": 1, "dur": 1}]}')
     with pytest.raises(HostgapError, match="invalid JSON"):
         load_trace(str(p))
+
+
+def test_bogus_gzip_trailer_does_not_allocate_its_size(tmp_path):
+    import tracemalloc
+
+    body = json.dumps({"traceEvents": [kernel(f"k{i}", ts=i, dur=1) for i in range(300)]}).encode()
+    data = gzip.compress(body)
+    p = tmp_path / "bogus.json.gz"
+    p.write_bytes(data[: len(data) // 2] + b"\xff\xff\xff\xff")  # cut, ending in "4 GiB"
+    tracemalloc.start()
+    try:
+        with pytest.raises(HostgapError, match="gzip"):
+            load_trace(str(p))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 * 2**20

@@ -297,3 +297,13 @@ def test_idle_gap_histogram_counts_every_gap(kineto_trace):
     g = overview(load_trace(kineto_trace(events)))["devices"][0]["idle_gaps"]
     assert g["count"]["other"] == 1
     assert sum(g["histogram"]["other"]) == 1
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "anatomy/timeline.py windows() keys windows by name (by_name dict): a second range with the "
+    "same ProfilerStep name (profiler restarted in one process) silently replaces the first"))
+def test_repeated_profiler_step_names_keep_both_windows(kineto_trace):
+    events = [kernel("a", ts=5, dur=1), kernel("b", ts=105, dur=1),
+              annotation("ProfilerStep#1", ts=0, dur=10), annotation("ProfilerStep#1", ts=100, dur=10)]
+    ws = windows(load_trace(kineto_trace(events)))
+    assert [(w.start_ns, w.times.kernel_count) for w in ws] == [(0, 1), (100 * US, 1)]

@@ -212,12 +212,19 @@ def _read_bytes(path: str) -> bytes:
     return raw
 
 
+MAX_GZIP_RATIO = 128
+"""Preallocate at most this many times the compressed size (JSON traces inflate ~10-30x);
+a larger text still loads, growing the buffer."""
+
+
 def _gunzip(data: bytes) -> bytearray:
     """Every member of a gzip stream, inflated into one buffer sized from the gzip trailer
     (``bytes.join`` or ``gzip.decompress`` would hold the text twice at their peak). Input is
     fed in small slices and output taken in bounded chunks, so nothing else is ever large."""
+    # the trailer's size (mod 2**32) is trusted only up to a plausible ratio: a truncated or
+    # corrupt file ends in arbitrary bytes and must not allocate gigabytes
     size_hint = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
-    out = bytearray(size_hint)
+    out = bytearray(min(size_hint, MAX_GZIP_RATIO * len(data)))
     pos = 0
     d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
     view, off = memoryview(data), 0
