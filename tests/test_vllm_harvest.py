@@ -179,3 +179,21 @@ def test_cli_live_without_vllm_is_one_line(tmp_path):
     assert res.returncode == 2, res.stderr
     lines = [x for x in res.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "vLLM is not installed" in lines[0] and "install-vllm.sh" in lines[0]
+
+
+def test_sglang_and_short_vllm_annotations_leave_unknown_fields_null(tmp_path, kineto_trace):
+    sg = kineto_trace([annotation("step[forward_mode=decode bs=8]", ts=0, dur=30),
+                       cpu_op("aten::mm", ts=5, dur=10),
+                       annotation("step[forward_mode=extend bs=2]", ts=100, dur=30),
+                       cpu_op("aten::mm", ts=105, dur=20)])
+    short = kineto_trace([annotation("execute_context_1(40)_generation_3(3)", ts=0, dur=30),
+                          cpu_op("aten::mm", ts=5, dur=10)])
+    out = tmp_path / "t.parquet"
+    s = hv.harvest_traces([str(sg), str(short)], out)
+    rows = pq.read_table(out).to_pylist()
+    assert s["rows"] == 3 and [r["engine"] for r in rows] == ["sglang", "sglang", "vllm"]
+    dec, ext, mix = rows
+    assert (dec["kind"], dec["gen_requests"], dec["gen_q"], dec["gen_s"]) == ("decode", 8, 8, None)
+    assert (ext["kind"], ext["ctx_requests"], ext["ctx_q"]) == ("prefill", 2, None)
+    assert (mix["kind"], mix["ctx_q"], mix["gen_q"], mix["ctx_s"]) == ("mixed", 40, 3, None)
+    assert len({r["source"] for r in rows}) == 2
