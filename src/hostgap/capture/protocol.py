@@ -218,7 +218,7 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
             t0 = time.perf_counter()
             engine.prepare()
             build_s = time.perf_counter() - t0
-            raw = _run_phases(cfg, engine, p, tally, run)
+            n2_trace, raw = _run_phases(cfg, engine, p, tally, run)
             describe = engine.describe()
         finally:
             engine.close()
@@ -227,7 +227,8 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
 
         run.write_json("manifest.json", mf.manifest(argv, extra={"engine": describe, "run_id": run_id}))
         run.write_json("timings.json", raw)
-        results = _results(cfg, arch, run_id, raw, describe, run, build_s)
+        results = _results(cfg, arch, run_id, raw, describe, run, build_s, n2_trace)
+        del n2_trace
         run.write_json("results.json", results)
         if cfg.keep_traces == "none":
             run.remove_traces()  # the N2 trace was kept only for the anatomy
@@ -238,8 +239,10 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
     return results
 
 
-def _run_phases(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run) -> dict:
+def _run_phases(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run):
+    """Run every phase; return (the loaded N2 trace, raw timings for ``timings.json``)."""
     from hostgap.capture.results import trace_stats
+    from hostgap.load import load_trace
 
     tally.set_phase("warm-up")
     for n in p["warmup"]:
@@ -264,11 +267,15 @@ def _run_phases(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run) -> dict
 
     tally.set_phase("traced G(N), K(N)")
     traced: dict[int, list[dict]] = {n: [] for n in cfg.sweep}
-    anatomy_trace = None
+    anatomy_trace = loaded_n2 = None
     for n, r in p["traced"]:
         wall, path = engine.generate_traced(n, run.path / "traces")
         path = run.rename_trace(Path(path), f"trace_n{n}_r{r}")
-        st = trace_stats(path)
+        loaded = load_trace(str(path))
+        st = trace_stats(path, loaded)
+        if n == cfg.n2 and r == 0:
+            loaded_n2 = loaded  # analysed after the runs, without loading it again
+        del loaded
         keep = cfg.keep_traces == "all" or (cfg.keep_traces == "ends" and r == 0 and n in (cfg.n1, cfg.n2))
         if n == cfg.n2 and r == 0:
             anatomy_trace = path
@@ -285,7 +292,7 @@ def _run_phases(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run) -> dict
 
         stacks = sample_during(lambda: engine.generate(cfg.n2), run.path / "stacks")
         tally.add(cfg.n2)
-    return {
+    return loaded_n2, {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "untraced_wall_ns": {str(n): v for n, v in untraced.items()},
         "untraced_thread_ns": {str(n): v for n, v in thread.items()},
@@ -345,7 +352,7 @@ def series_from_raw(raw: dict) -> Series:
 
 
 def _results(cfg: MeasureConfig, arch: Arch, run_id: str, raw: dict, describe: dict, run,
-             build_s: float) -> dict:
+             build_s: float, n2_trace=None) -> dict:
     from hostgap.capture.results import anatomy_of, build_results
 
     series = series_from_raw(raw)
@@ -353,7 +360,9 @@ def _results(cfg: MeasureConfig, arch: Arch, run_id: str, raw: dict, describe: d
     diff = difference(series, cfg.n1, cfg.n2, estimator=cfg.estimator, activity=activity,
                       n_boot=cfg.n_boot, seed=cfg.seed, prompt_len=cfg.prompt_len)
     floor_file = cfg.floor_file if cfg.device == "cuda" else None  # no launch floor on a CPU
-    anatomy = anatomy_of(run.path / raw["anatomy_trace"], floor_file) if raw["anatomy_trace"] else None
+    anatomy = None
+    if raw["anatomy_trace"]:
+        anatomy = anatomy_of(run.path / raw["anatomy_trace"], floor_file, n2_trace)
     return build_results(
         schema_version=RESULTS_SCHEMA_VERSION, run_id=run_id, cfg=cfg, arch=arch, diff=diff,
         anatomy=anatomy, describe=describe, raw=raw, run_dir=str(run.path), build_s=build_s,

@@ -26,12 +26,13 @@ ACTIVITY_LABEL = {
 }
 
 
-def trace_stats(path) -> dict:
-    """Whole-trace totals of one traced run (one row of G(N), K(N), copies)."""
+def trace_stats(path, trace=None) -> dict:
+    """Whole-trace totals of one traced run (one row of G(N), K(N), copies); ``trace``: the
+    already loaded trace of ``path``."""
     from hostgap.anatomy.timeline import activity_rows, totals
     from hostgap.load import load_trace
 
-    trace = load_trace(str(path))
+    trace = trace if trace is not None else load_trace(str(path))
     tot = totals(trace)
     ev = trace.events
     _act, rows = activity_rows(trace)
@@ -54,15 +55,16 @@ def trace_stats(path) -> dict:
     }
 
 
-def anatomy_of(trace_path, floor_file: str | None = None) -> dict | None:
-    """Issue 3's anatomy JSON of one trace, or None with the reason when unavailable."""
+def anatomy_of(trace_path, floor_file: str | None = None, trace=None) -> dict | None:
+    """The anatomy JSON of one trace (``hostgap.anatomy.steps.analyze``), or a dict saying
+    why it is unavailable. ``trace``: the already loaded trace of ``trace_path``."""
     try:
         from hostgap.anatomy.steps import AnatomyConfig, analyze
     except ImportError:
         return {"unavailable": "hostgap.anatomy.steps is not installed in this version"}
     from hostgap.load import load_trace
 
-    trace = load_trace(str(trace_path))
+    trace = trace if trace is not None else load_trace(str(trace_path))
     cfg = AnatomyConfig(step_marker=None, launch_floor_ns=None, floor_file=floor_file)
     return analyze(trace, cfg).to_dict()
 
