@@ -109,7 +109,14 @@ def _parents(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     idx = np.arange(n)
+    # closed_i = #{j < i : end_j <= start_i}. Counting over all j also counts zero-length
+    # intervals that start at start_i and sort at or after i (i itself, when zero-length):
+    # they are the last ones of their same-start group, so subtract them.
     closed = np.searchsorted(np.sort(end), start, side="right")
+    zero_starts = np.sort(start[end == start])
+    zc = np.searchsorted(zero_starts, start, "right") - np.searchsorted(zero_starts, start, "left")
+    group_end = np.searchsorted(start, start, side="right")
+    closed -= np.maximum(0, group_end - np.maximum(idx, group_end - zc))
     depth = np.maximum(idx - np.minimum(closed, idx), 0)
     key_order = np.lexsort((idx, depth))
     keys = depth[key_order] * (n + 1) + idx[key_order]

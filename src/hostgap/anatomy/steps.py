@@ -113,7 +113,7 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
         wall_end[-1] = max(int(m_end[-1]), int(last_op[-1]) if last_op[-1] != INT_MIN else 0)
     wall = np.maximum(wall_end - m_start, 0)
 
-    host_wait = _host_wait(trace, links, activity, op_rows, op_step, n_steps)
+    host_wait = _host_wait(trace, links, activity, op_rows, op_step, m_start, n_steps)
     api_idle = _api_in_idle(trace, host_rows, host_step, op_rows, m_start, wall_end, n_steps)
     copies = _copies(trace, op_rows, op_step, n_steps) if activity == "gpu" else None
     launches = _sum_by(host_step, (ev.kind == Kind.LAUNCH).astype(np.int64), n_steps)
@@ -125,7 +125,15 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
     # host ran ahead: the step's GPU work starts after the next marker, or most of it runs there
     late = grouped_union(op_step, np.maximum(s, next_start[np.maximum(op_step, 0)]),
                          np.maximum(e, next_start[np.maximum(op_step, 0)]), n_steps)
-    queued = (first_op != np.iinfo(np.int64).max) & ((first_op >= next_start) | (2 * late > active))
+    has_ops = first_op != np.iinfo(np.int64).max
+    queued = has_ops & ((first_op >= next_start) | (2 * late > active))
+    # ... or its first op waited, after its marker ended, behind earlier steps' GPU work that
+    # kept the device busy from the marker start on (the only sign left for the last step)
+    if n_steps and activity == "gpu":
+        seg_s, seg_e = merge(s, e)
+        fo = np.where(has_ops, first_op, m_start)
+        busy_before = covered_each(m_start, np.maximum(fo, m_start), seg_s, seg_e)
+        queued |= has_ops & (fo > m_end) & (busy_before >= fo - m_start)
     partial = lost_by_step > 0
     if n_steps and activity == "gpu":
         # the capture began mid-stream: work launched before the first marker still running
@@ -138,7 +146,7 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
     taxes = None
     if activity == "gpu":
         names = [d.name for d in trace.meta.devices]
-        floor = launch_floor(names, config.launch_floor_ns / 1000.0 if config.launch_floor_ns else None,
+        floor = launch_floor(names, config.launch_floor_ns / 1000.0 if config.launch_floor_ns is not None else None,
                              config.floor_file)
         taxes = tb.kernel_taxes(trace, links, host_step, m_start, floor.ns, lane_prev_end(trace, op_rows))
     unattributed = _unattributed(trace, taxes, m_start, m_end, wall_end, n_steps)
@@ -262,9 +270,10 @@ def _step_devices(trace: Trace, op_rows, op_step, n) -> np.ndarray:
 # -- per-step parts --------------------------------------------------------------------------
 
 
-def _host_wait(trace, links, activity, op_rows, op_step, n_steps) -> np.ndarray:
+def _host_wait(trace, links, activity, op_rows, op_step, m_start, n_steps) -> np.ndarray:
     """GPU-idle gaps (device-wide) that end at a step's GPU op and began before that op's
-    launch call started: the GPU provably waited on this step's host work."""
+    launch call started: the GPU provably waited on this step's host work. Only the part of a
+    gap inside the step's own wall (after its marker start) is charged to it."""
     ev = trace.events
     out = np.zeros(n_steps, dtype=np.int64)
     if not len(op_rows):
@@ -286,7 +295,8 @@ def _host_wait(trace, links, activity, op_rows, op_step, n_steps) -> np.ndarray:
         else:
             after_launch = np.ones(len(r), dtype=bool)
         hit = opens & after_launch & (st >= 0)
-        np.add.at(out, st[hit], gap[hit])
+        charged = s[hit] - np.maximum(gap_start[hit], m_start[st[hit]])
+        np.add.at(out, st[hit], np.maximum(charged, 0))
     return out
 
 
@@ -389,16 +399,16 @@ def _summary(steps: list[dict], warmup: int) -> dict:
     decode_seen = 0
     decode_total = sum(1 for s in steps if s["kind"] in ("decode", "unknown"))
     for s in steps:
-        if s["partial"] or s["queued"]:
+        is_decode = s["kind"] in ("decode", "unknown")
+        if is_decode and decode_seen < warmup and decode_total > warmup + 1:
+            groups["warmup"].append(s)  # the capture's leading decode steps, flagged or not
+        elif s["partial"] or s["queued"]:
             groups["flagged"].append(s)
-        elif s["kind"] in ("prefill", "mixed"):
+        elif not is_decode:
             groups["prefill"].append(s)
-        elif decode_seen < warmup and decode_total > warmup + 1:
-            groups["warmup"].append(s)
-            decode_seen += 1
         else:
             groups["steady"].append(s)
-            decode_seen += 1
+        decode_seen += is_decode
     out = {"steps": len(steps)}
     for name, rows in groups.items():
         out[name] = {"count": len(rows), "indices": [r["index"] for r in rows][:1000]}

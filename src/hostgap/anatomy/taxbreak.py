@@ -47,20 +47,39 @@ framework-native while ``cutlass::Kernel<…>`` (cuBLAS's CUTLASS kernels) is li
 
 
 def base_name(kernel: str) -> str:
-    """Kernel name without ``void``, template arguments or parameter list."""
-    s = kernel.strip()
-    if s.startswith("void "):
-        s = s[5:]
-    cut = len(s)
-    for ch in "<(":
-        i = s.find(ch)
-        if 0 <= i < cut:
-            cut = i
-    return s[:cut].strip()
+    """Qualified kernel name without return type, template arguments or parameter list.
+
+    >>> base_name("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<cutlass::bfloat16_t>>(Params)")
+    'pytorch_flash::flash_fwd_kernel'
+    >>> base_name("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, float>(Params)")
+    'internal::gemvx::kernel'
+    """
+    s = _strip_templates(kernel.strip())
+    cut = s.find("(")
+    if cut > 0:
+        s = s[:cut]
+    parts = s.split()
+    return parts[-1] if parts else s
+
+
+def _strip_templates(s: str) -> str:
+    """Remove balanced ``<...>`` groups (template arguments), however nested."""
+    out, depth = [], 0
+    for ch in s:
+        if ch == "<":
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif not depth:
+            out.append(ch)
+    return "".join(out)
 
 
 def is_library_kernel(kernel: str) -> bool:
-    return bool(LIBRARY_KERNEL.match(base_name(kernel)))
+    """Library front end when the base name or any of its ``::`` components matches
+    :data:`LIBRARY_KERNEL` (``internal::gemvx::kernel`` is cuBLAS's GEMV)."""
+    base = base_name(kernel)
+    return bool(LIBRARY_KERNEL.match(base)) or any(LIBRARY_KERNEL.match(c) for c in base.split("::")[:-1])
 
 
 @dataclass(frozen=True)
@@ -131,9 +150,10 @@ def kernel_taxes(
     device = np.bincount(owner[is_kernel], weights=ev.dur_ns[gpu][is_kernel], minlength=len(ev))
     # first GPU op row per launch: the op with the smallest start among its ops
     order = np.lexsort((ev.start_ns[gpu], owner))
-    first_pos = np.concatenate(([True], owner[order][1:] != owner[order][:-1]))
     first_row = np.full(len(ev), NONE, dtype=np.int64)
-    first_row[owner[order][first_pos]] = gpu[order][first_pos]
+    if len(gpu):
+        first_pos = np.concatenate(([True], owner[order][1:] != owner[order][:-1]))
+        first_row[owner[order][first_pos]] = gpu[order][first_pos]
     gpu_row = first_row[L]
     t_launch = first[L] - l_start
 

@@ -110,8 +110,8 @@ def idle_gaps(trace: Trace, links: Links, rows: np.ndarray, threshold_ns: int = 
 
 
 def gap_bins() -> np.ndarray:
-    """Histogram edges for idle gaps: 0, 1 µs, 2 µs, 4 µs ... ~1 s (log2)."""
-    return np.concatenate(([0], 1000 * 2.0 ** np.arange(0, 21)))
+    """Histogram edges for idle gaps: 0, 1 µs, 2 µs, 4 µs ... ~1 s (log2), then everything longer."""
+    return np.concatenate(([0], 1000 * 2.0 ** np.arange(0, 21), [np.inf]))
 
 
 def classify_gaps(trace: Trace, links: Links, rows: np.ndarray, threshold_ns: int):
@@ -328,15 +328,15 @@ def windows(trace: Trace) -> list[Window]:
     for dev in devices:
         rows = gpu_rows[ev.device[gpu_rows] == dev]
         mine = gpu_ann[ev.device[gpu_ann] == dev]
-        by_name = {trace.name_of(r): r for r in mine}
-        for r in cpu_ann:
-            name = trace.name_of(r)
-            if name not in by_name:
-                by_name.setdefault(name, r)
-        for r in mine:
-            by_name[trace.name_of(r)] = r
-        for name, r in sorted(by_name.items(), key=lambda kv: ev.start_ns[kv[1]]):
+        # the k-th GPU-side range of a name stands for the k-th CPU range of that name
+        chosen = []
+        for name_code in np.unique(np.concatenate((ev.name[mine], ev.name[cpu_ann]))):
+            g = mine[ev.name[mine] == name_code]
+            c = cpu_ann[ev.name[cpu_ann] == name_code]
+            chosen.extend(g.tolist())
+            chosen.extend(c[len(g):].tolist())
+        for r in sorted(chosen, key=lambda r: ev.start_ns[r]):
             lo, hi = int(ev.start_ns[r]), int(ev.end_ns[r])
             src = "gpu_user_annotation" if ev.kind[r] == Kind.GPU_ANNOTATION else "cpu_annotation"
-            out.append(Window(name, int(dev), src, lo, hi, gpu_times(trace, rows, lo, hi)))
+            out.append(Window(trace.name_of(r), int(dev), src, lo, hi, gpu_times(trace, rows, lo, hi)))
     return out

@@ -39,7 +39,7 @@ def output_options(f):
 
 
 def anatomy_options(f):
-    f = click.option("--floor-file", type=click.Path(dir_okay=False),
+    f = click.option("--floor-file", type=str,
                      help="Launch-floor result written by `hostgap floor`.")(f)
     f = click.option("--launch-floor-us", type=float, help="Launch floor T_floor in µs.")(f)
     f = click.option("--step-marker", metavar="REGEX",
@@ -51,7 +51,7 @@ def anatomy_config(step_marker, launch_floor_us, floor_file, **kw):
     from hostgap.anatomy.steps import AnatomyConfig
 
     return AnatomyConfig(step_marker=step_marker,
-                         launch_floor_ns=launch_floor_us * 1000 if launch_floor_us else None,
+                         launch_floor_ns=launch_floor_us * 1000 if launch_floor_us is not None else None,
                          floor_file=floor_file, **kw)
 
 
@@ -65,7 +65,7 @@ def load_all(paths, quiet):
 
 def register(cli: click.Group) -> None:
     @cli.command()
-    @click.argument("traces", nargs=-1, required=True, type=click.Path(dir_okay=False))
+    @click.argument("traces", nargs=-1, required=True, type=str)
     @click.option("--gap-threshold-us", default=30.0, show_default=True,
                   help="Idle gaps shorter than this that are not host-wait are kernel-wait.")
     @click.option("--top", default=10, show_default=True, help="Top kernels, ops and frames shown.")
@@ -108,7 +108,7 @@ def register(cli: click.Group) -> None:
                 render_anatomy(d, con)
 
     @cli.command()
-    @click.argument("trace", type=click.Path(dir_okay=False))
+    @click.argument("trace", type=str)
     @anatomy_options
     @output_options
     def steps(trace, step_marker, launch_floor_us, floor_file, as_json, as_csv, quiet):
@@ -133,7 +133,7 @@ def register(cli: click.Group) -> None:
             render_steps(a, console())
 
     @cli.command()
-    @click.argument("trace", type=click.Path(dir_okay=False))
+    @click.argument("trace", type=str)
     @anatomy_options
     @output_options
     def kernels(trace, step_marker, launch_floor_us, floor_file, as_json, as_csv, quiet):
@@ -157,10 +157,10 @@ def register(cli: click.Group) -> None:
             write_csv(rows)
 
     @cli.command()
-    @click.argument("trace", type=click.Path(dir_okay=False))
+    @click.argument("trace", type=str)
     @click.option("--steps", "step_range", required=True, metavar="A:B",
                   help="Steps to keep, Python slice rules (end exclusive): 2:5, :3, 10:.")
-    @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+    @click.option("-o", "--output", required=True, type=str,
                   help="Output trace (.json or .json.gz).")
     @click.option("--step-marker", metavar="REGEX", help="Annotation names that delimit steps.")
     @click.option("--quiet", "-q", is_flag=True)
