@@ -62,23 +62,29 @@ def grouped_running_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     return uniq[acc].astype(np.int64)
 
 
-def grouped_union(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:
-    """Union length of the intervals of each group 0..n_groups-1 (negative groups ignored)."""
-    out = np.zeros(n_groups, dtype=np.int64)
+def grouped_merge(group: np.ndarray, start: np.ndarray, end: np.ndarray):
+    """Per group (negative groups dropped), the union of its intervals as disjoint segments:
+    (segment group, segment start, segment end), sorted by group then start."""
     keep = group >= 0
-    if not keep.any():
-        return out
     g, s, e = group[keep], start[keep], end[keep]
+    if not len(g):
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
     order = np.lexsort((s, g))
     g, s, e = g[order], s[order], e[order]
     reach = grouped_running_max(e, g)
-    new_group = np.concatenate(([True], g[1:] != g[:-1]))
-    new_seg = new_group.copy()
+    new_seg = np.concatenate(([True], g[1:] != g[:-1]))
     new_seg[1:] |= s[1:] > reach[:-1]
     first = np.flatnonzero(new_seg)
     last = np.concatenate((first[1:] - 1, [len(s) - 1]))
-    seg_len = reach[last] - s[first]
-    np.add.at(out, g[first], seg_len)
+    return g[first], s[first], reach[last]
+
+
+def grouped_union(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:
+    """Union length of the intervals of each group 0..n_groups-1 (negative groups ignored)."""
+    out = np.zeros(n_groups, dtype=np.int64)
+    g, s, e = grouped_merge(group, start, end)
+    np.add.at(out, g, e - s)
     return out
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from hostgap import SCHEMA_VERSION
 from hostgap.anatomy import taxbreak as tb
 from hostgap.anatomy.floor import launch_floor
-from hostgap.anatomy.intervals import covered_each, grouped_union, merge
+from hostgap.anatomy.intervals import covered_each, grouped_merge, grouped_union, merge
 from hostgap.anatomy.markers import COMPOSITION_FIELDS, composition, find_markers
 from hostgap.anatomy.timeline import DEFAULT_GAP_THRESHOLD_NS, activity_rows, lane_prev_end
 from hostgap.anatomy.verdict import verdict
@@ -311,8 +311,10 @@ def _api_in_idle(trace, host_rows, host_step, op_rows, m_start, wall_end, n_step
     st = host_step[r]
     s = np.maximum(ev.start_ns[r], m_start[st])
     e = np.maximum(np.minimum(ev.end_ns[r], wall_end[st]), s)
-    idle = (e - s) - covered_each(s, e, seg_s, seg_e)
-    np.add.at(out, st, idle)
+    # calls on several threads can overlap: count the union of the step's calls once
+    g, us, ue = grouped_merge(st, s, e)
+    idle = (ue - us) - covered_each(us, ue, seg_s, seg_e)
+    np.add.at(out, g, idle)
     return out
 
 
