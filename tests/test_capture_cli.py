@@ -92,6 +92,35 @@ def test_runs_and_show_from_db(tmp_path):
     assert r.exit_code == 2 and "no such run" in r.output
 
 
+def test_show_gpu_run_has_hdbi_and_taxbreak(tmp_path):
+    """The table of a CUDA run shows HDBI, copies and the TaxBreak split (a stored result)."""
+    from hostgap.capture.summary import check_rows, step_rows
+
+    r = {
+        "run_id": "gpu-1", "preset": "llama-3.1-8b", "engine": "hf", "mode": "eager", "device": "cuda",
+        "device_name": "NVIDIA H200", "batch": 1, "prompt_len": 2048, "dtype": "bfloat16", "n1": 1,
+        "n2": 64, "threads": 1, "sweep": [1, 6, 11, 20, 36, 64], "hdbi": 0.31,
+        "verdict": {"verdict": "host-bound", "basis": "host_fraction"},
+        "taxbreak": {"applicable": True, "ft_ns": 64 * 9e6, "ct_ns": 64 * 1e6, "kt_ns": 64 * 7.6e6},
+        "anatomy_summary": {"steady": {"count": 61, "host_fraction": {"median": 0.45},
+                                       "wall_ns": {"median": 21e6}}},
+        "differencing": {"t_step_ns": 21e6, "g_step_ns": 11e6, "h_step_ns": 10e6, "k_step": 1700.0,
+                         "host_fraction": 10 / 21, "activity": "gpu", "ci": {}, "r2_wall": 0.9999,
+                         "r2_gpu": 0.9998, "slope_agreement": 0.004, "profiler_inflation": 0.03,
+                         "copies_per_step": 2.0, "h2d_bytes_per_step": 8, "d2h_bytes_per_step": 8,
+                         "sum_minus_union_step_ns": 20000},
+    }
+    rows = {label: value for label, value, _ in step_rows(r) + check_rows(r)}
+    assert rows["GPU-active"] == "11.000 ms" and rows["HDBI"] == "0.310"
+    assert rows["TaxBreak host work / step"] == "FT 9.000 ms · CT 1.000 ms · KT 7.600 ms"
+    assert rows["per-step anatomy (traced)"] == "45.0 % of 21.000 ms"
+    assert rows["copies per step"].startswith("2.00 (H2D 8 B, D2H 8 B)")
+    with RunsDB(tmp_path / "db.sqlite") as d:
+        d.add(r)
+    out = run("show", "gpu-1", "--db", str(tmp_path / "db.sqlite")).output
+    assert "NVIDIA H200" in out and "GPU-active" in out and "CPU compute" not in out
+
+
 NO_TORCH = """
 import sys
 sys.modules['torch'] = None

@@ -53,6 +53,24 @@ def step_rows(r: dict) -> list[tuple[str, str, str]]:
         ("HDBI", "n/a (GPU only)" if act != "gpu" else (f"{hdbi:.3f}" if hdbi is not None else "-"), ""),
         ("verdict", str(v.get("verdict") or "-"), v.get("basis", "")),
     ]
+    return rows + _anatomy_rows(r)
+
+
+def _anatomy_rows(r: dict) -> list[tuple[str, str, str]]:
+    """Cross-checks from the traced N2 run: per-step anatomy medians and TaxBreak host work."""
+    rows = []
+    steady = (r.get("anatomy_summary") or {}).get("steady") or {}
+    hf = (steady.get("host_fraction") or {}).get("median")
+    wall = (steady.get("wall_ns") or {}).get("median")
+    if hf is not None and wall is not None:
+        rows.append(("per-step anatomy (traced)", f"{pct(hf)} of {ms(wall)}",
+                     f"median over {steady.get('count')} steady decode steps"))
+    tb = r.get("taxbreak") or {}
+    if tb.get("applicable") and r.get("n2"):
+        n = r["n2"]
+        rows.append(("TaxBreak host work / step",
+                     f"FT {ms(tb['ft_ns'] / n)} · CT {ms(tb['ct_ns'] / n)} · KT {ms(tb['kt_ns'] / n)}",
+                     "host work, exposed or hidden; not stacked into host-exposed"))
     return rows
 
 
