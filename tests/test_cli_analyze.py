@@ -70,9 +70,6 @@ def test_gap_threshold_option(kineto_trace):
     assert g5["threshold_ns"] == 5 * US and g5["count"]["other"] == 1 and g5["count"]["kernel_wait"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "anatomy/taxbreak.py kernel_taxes (line ~135): with no linked GPU op, first_pos has length 1 "
-    "while gpu[order] is empty -> IndexError; analyze crashes with a traceback"))
 def test_kernels_without_any_launch(kineto_trace):
     path = kineto_trace([kernel("a", ts=0, dur=1), kernel("b", ts=5, dur=1)])
     r = CliRunner().invoke(cli, ["analyze", path, "--json"])
@@ -111,10 +108,7 @@ def test_help_has_an_example():
 
 
 CASES = ["truncated gzip", "invalid json", "no traceEvents", "json array", "empty file", "empty gzip", "png",
-         "plain text", "nsys-rep", "missing", "sqlite without cuda tables",
-         pytest.param("directory", marks=pytest.mark.xfail(strict=True, reason=(
-             "cli/analyze.py declares TRACES as click.Path(dir_okay=False): click prints its usage "
-             "block (3 lines) instead of hostgap's one-line error")))]
+         "plain text", "nsys-rep", "missing", "sqlite without cuda tables", "directory"]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -160,6 +160,7 @@ def test_analyze_invariants_on_real_traces(corpus, name):
         assert d["span_ns"] == d["end_ns"] - d["start_ns"]
         g = d["idle_gaps"]
         assert all(c >= 0 for c in g["count"].values()) and all(t >= 0 for t in g["total_ns"].values())
+        assert sum(g["count"].values()) == sum(sum(h) for h in g["histogram"].values())
     json.dumps(doc)  # plain JSON types only
 
 
