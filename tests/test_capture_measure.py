@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -114,7 +113,7 @@ def test_run_directory_and_db(tiny_run):
     for name in ("config.json", "manifest.json", "timings.json", "results.json"):
         assert (run_dir / name).is_file()
     traces = sorted(p.name for p in (run_dir / "traces").iterdir())
-    assert traces == [f"trace_n1_r0.json.gz", f"trace_n{N2}_r0.json.gz"]  # --keep-traces ends
+    assert traces == ["trace_n1_r0.json.gz", f"trace_n{N2}_r0.json.gz"]  # --keep-traces ends
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["packages"]["torch"] and manifest["cpu"]["model"] and manifest["command"]
     on_disk = json.loads((run_dir / "results.json").read_text())

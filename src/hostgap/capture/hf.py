@@ -234,7 +234,7 @@ class HFEngine(Engine):
         return rf(step_name(index, kind, self.workload.batch, q, s))
 
     def _prefill(self, rf):
-        torch, w = self.torch, self.workload
+        w = self.workload
         L = w.prompt_len
         with self._annotation(rf, 0, "prefill", L, L):
             if w.mode == "eager":
