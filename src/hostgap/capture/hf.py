@@ -101,6 +101,25 @@ def export_trace(prof, path: Path) -> Path:
     return path
 
 
+def model_cache_key(w: Workload) -> tuple:
+    """Workloads with equal keys can share one built model."""
+    return (w.preset, w.model_path, w.arch, w.dtype, w.device, w.seed)
+
+
+def cached_bytes(model_cache: dict | None, w: Workload) -> dict:
+    """``check_fits`` arguments for a sweep's model cache: the weights of ``w`` when its model
+    is already built (resident), else those of the model that will be released (freeable)."""
+    if not model_cache:
+        return {}
+    key = model_cache_key(w)
+    if key in model_cache:
+        return {"resident_bytes": w.arch.weight_bytes(w.dtype)}
+    (other,) = list(model_cache)[:1]
+    if other[4] != w.device:
+        return {}
+    return {"freeable_bytes": other[2].weight_bytes(other[3])}
+
+
 class HFEngine(Engine):
     """transformers model, greedy decode loop in this process."""
 
@@ -129,7 +148,8 @@ class HFEngine(Engine):
             torch.set_num_threads(max(1, int(w.threads)))
         max_tokens = w.prompt_len + w.max_new_tokens
         check_fits(w.arch, w.dtype, w.batch, max_tokens, w.device,
-                   source=f"--model {w.model_path}" if w.model_path else None)
+                   source=f"--model {w.model_path}" if w.model_path else None,
+                   **cached_bytes(self._model_cache, w))
         try:
             self.model = self._cached_model()
         except (RuntimeError, MemoryError) as e:
@@ -149,7 +169,7 @@ class HFEngine(Engine):
         w = self.workload
         if self._model_cache is None:
             return build_model(w)
-        key = (w.preset, w.model_path, w.arch, w.dtype, w.device, w.seed)
+        key = model_cache_key(w)
         if key not in self._model_cache:
             self._model_cache.clear()  # one model at a time: free the last before building
             if w.device == "cuda":

@@ -206,8 +206,13 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
 
     from hostgap.capture.workload import check_fits
 
+    cached = {}
+    if cfg.engine == "hf" and engine_kw and engine_kw.get("model_cache"):
+        from hostgap.capture.hf import cached_bytes
+
+        cached = cached_bytes(engine_kw["model_cache"], work)
     check_fits(arch, cfg.dtype, cfg.batch, cfg.prompt_len + cfg.n2, cfg.device,
-               source=f"--model {cfg.model_path}" if cfg.model_path else None)
+               source=f"--model {cfg.model_path}" if cfg.model_path else None, **cached)
     engine = load_engine(cfg.engine)(work, **(engine_kw or {}))
     run = rundir.RunDir.create(run_root)
     try:
@@ -218,7 +223,7 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
             t0 = time.perf_counter()
             engine.prepare()
             build_s = time.perf_counter() - t0
-            n2_trace, raw = _run_phases(cfg, engine, p, tally, run)
+            n2_trace, raw = _out_of_memory_is_user_error(cfg, lambda: _run_phases(cfg, engine, p, tally, run))
             describe = engine.describe()
         finally:
             engine.close()
@@ -237,6 +242,22 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
         raise
     tally.set_phase("done")
     return results
+
+
+def _out_of_memory_is_user_error(cfg: MeasureConfig, fn):
+    """An allocation failure during the runs (prefill activations, KV growth) is one line."""
+    try:
+        return fn()
+    except MemoryError:
+        raise HostgapError(f"preset {cfg.preset}", "out of memory during the runs (host)") from None
+    except RuntimeError as e:
+        if "out of memory" not in str(e).lower():
+            raise
+        raise HostgapError(
+            f"preset {cfg.preset}",
+            f"out of memory during the runs (batch {cfg.batch}, prompt {cfg.prompt_len}, N2 {cfg.n2}): "
+            f"{str(e).splitlines()[0][:160]}",
+        ) from None
 
 
 def _run_phases(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run):

@@ -101,10 +101,13 @@ def available_bytes(device: str) -> int:
 
 
 def check_fits(arch: Arch, dtype: str, batch: int, max_tokens: int, device: str,
-               source: str | None = None) -> int:
-    """Fail early (HostgapError) when the workload cannot fit; return the bytes needed."""
-    need = needed_bytes(arch, dtype, batch, max_tokens)
-    have = available_bytes(device)
+               source: str | None = None, resident_bytes: int = 0, freeable_bytes: int = 0) -> int:
+    """Fail early (HostgapError) when the workload cannot fit; return the bytes needed.
+
+    ``resident_bytes``: this workload's weights already in memory (a model reused by a sweep);
+    ``freeable_bytes``: memory held by a model that is released before this one is built."""
+    need = needed_bytes(arch, dtype, batch, max_tokens) - int(HEADROOM * resident_bytes)
+    have = available_bytes(device) + freeable_bytes
     if need > have:
         where = "GPU memory free" if device == "cuda" else "host memory available"
         raise HostgapError(
