@@ -57,11 +57,13 @@ class _Bar:
     """A rich progress bar on stderr (tokens generated, with ETA); plain lines when stderr is
     not a terminal."""
 
-    def __init__(self, label: str, quiet: bool = False):
+    def __init__(self, label: str, quiet: bool = False, cells: int | None = None):
         self.label, self.quiet = label, quiet
         self.console = _stderr()
         self.live = self.console.is_terminal and not quiet
         self.task = None
+        self.cells_task = None
+        self.cells = cells  # a sweep: a second bar over cells, with its own ETA
         self.progress = None
         self.last_phase = None
 
@@ -72,12 +74,20 @@ class _Bar:
 
             self.progress = Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("tokens"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                TextColumn("{task.fields[unit]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                 console=self.console, transient=True,
             )
             self.progress.__enter__()
-            self.task = self.progress.add_task(self.label, total=None)
+            if self.cells:
+                self.cells_task = self.progress.add_task("cells", total=self.cells, unit="cells")
+            self.task = self.progress.add_task(self.label, total=None, unit="tokens")
         return self
+
+    def cell(self, done: int, label: str) -> None:
+        """Sweep: ``done`` cells finished (measured or skipped); ``label`` the current one."""
+        if self.live and self.cells_task is not None:
+            self.progress.update(self.cells_task, completed=done, description=f"cells ({label})")
+            self.label = "  tokens"
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         if self.live:
@@ -381,17 +391,21 @@ def _run_sweep(grid, opts) -> None:
     model_cache: dict = {}
     eta = sw.Eta()
 
+    bar = None
+
     def on_cell(i, n, key, status):
         if status == "done":
             eta.tick()
         left = eta.left_s(n - i - 1)
         eta_txt = f", ETA {left:.0f} s" if left is not None and status in ("done", "skip") else ""
+        if bar is not None:
+            bar.cell(i + (status != "start"), key.split("|n")[0])
         if not opts["quiet"] or status.startswith("fail"):
             console.print(f"[{i + 1}/{n}] {status} {key}{eta_txt}", style="red" if status.startswith("fail") else None)
 
     kw = lambda cfg: {"model_cache": model_cache} if cfg.engine == "hf" else None  # noqa: E731
     with _db(opts["db"]) as db:
-        with _Bar("sweep cell", quiet=True if not console.is_terminal else opts["quiet"]) as bar:
+        with _Bar("  tokens", quiet=opts["quiet"], cells=len(grid)) as bar:
             outcome = sw.run_sweep(grid, db, on_cell=on_cell, progress=bar, engine_kw_for=kw)
         path = db.path
     console.print(
