@@ -259,10 +259,5 @@ def test_cpu_only_trace_steps_json(tmp_path):
     assert rows == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "cli/analyze.py anatomy_config and steps.analyze test `if launch_floor_us` / `if "
-    "config.launch_floor_ns`: an explicit --launch-floor-us 0 is falsy, silently dropped, and the "
-    "H100 default (4707 ns) is used with exit 0; expected exit 2 '--launch-floor-us: must be "
-    "positive, got 0.0' as for negative values"))
 def test_zero_launch_floor_is_an_error(trace4):
     one_line_error(run("steps", trace4, "--launch-floor-us", "0"), "--launch-floor-us")

@@ -137,7 +137,7 @@ def test_deep_queue_steps_are_flagged_and_judged_by_host_wait(deep_queue):
     t, a = deep_queue
     steps = a.steps
     assert a.marker_family == "profiler_step" and len(steps) == 5
-    assert sum(s["queued"] for s in steps) >= 3
+    assert all(s["queued"] for s in steps[:4])
     for s in steps:
         assert s["host_wait_ns"] < 0.05 * s["wall_ns"]  # the GPU hardly ever waits on the host
     v = a.verdict
@@ -164,3 +164,14 @@ def test_benchmark_script_runs(capsys):
     assert set(doc["stages"]) == {"link", "taxbreak", "analyze", "total"}
     assert doc["steps"] == 1 and doc["events"] > 0
     assert all(v["min"] > 0 for v in doc["wall_ms_per_100k_events"].values())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "steps.py analyze, queued: the last step (ProfilerStep#554) has the shape of steps 0-3 "
+    "(first kernel 2.2 ms after its marker start, last GPU op 374 ms after it, 57 of its 70 ms "
+    "GPU-active after its marker ended) but is not flagged: its wall is 374 ms against ~216 ms, "
+    "host fraction 0.81, and it is the only step in `steady`"))
+def test_deep_queue_last_step_is_queued(deep_queue):
+    t, a = deep_queue
+    assert a.steps[-1]["queued"]
+    assert a.summary["steady"]["count"] == 0

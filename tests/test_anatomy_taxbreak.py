@@ -147,11 +147,6 @@ def test_base_name_strips_void_templates_and_parameters():
     assert base_name("gemm(int)") == "gemm"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "taxbreak.py base_name/LIBRARY_KERNEL: cuBLAS's GEMV kernel "
-    "'std::enable_if<!(false), void>::type internal::gemvx::kernel<...>' has base name "
-    "'std::enable_if' (cut at the first '<', the return type's template) and is classified "
-    "framework-native; expected library (cuBLAS gemvx, the dominant decode GEMV)"))
 def test_cublas_gemvx_with_enable_if_return_type_is_library():
     assert is_library_kernel(GEMVX)
 
@@ -374,13 +369,6 @@ def zero_length_child() -> Timeline:
     return t
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "link.py _parents/Nesting.innermost: a zero-length op counts itself as closed at its own "
-    "start, so aten::as_strided [5, 5] gets depth 0 (no parent) instead of being aten::mean's "
-    "child; innermost() then picks it as the candidate for the launch at 20 and its empty parent "
-    "chain never reaches aten::mean: the launch has no op (unit = the launch, T_dispatch 0 "
-    "instead of 20 µs). In hta/a100_deep_queue_rank0, 399 of 33,924 host API calls lose their "
-    "enclosing op this way"))
 def test_launch_after_a_zero_length_child_op_keeps_its_op(tmp_path):
     from hostgap.events import Kind
     from hostgap.link import link
