@@ -135,3 +135,40 @@ def test_measure_engine_vllm_without_vllm_exits_2(tmp_path):
     lines = [x for x in res.stderr.splitlines() if x.strip() and not x.startswith("USDT")]
     assert lines[-1].startswith("hostgap: error:") and "vLLM is not installed" in lines[-1]
     assert "Traceback" not in res.stderr
+
+
+def test_engine_start_failure_is_one_line_with_the_root_cause(tmp_path, monkeypatch, capfd):
+    """vLLM's own start-up error (raised in EngineCore, printed to its stderr) becomes one line
+    naming the root cause and the log; nothing reaches hostgap's stdout."""
+    import os
+    import types
+
+    fake = types.ModuleType("vllm")
+    fake.__version__ = "0.0-test"
+
+    class LLM:
+        def __init__(self, **kw):
+            assert kw["load_format"] == "dummy" and kw["skip_tokenizer_init"] is True
+            assert kw["enable_prefix_caching"] is False and kw["disable_log_stats"] is False
+            assert kw["profiler_config"]["detailed_trace_annotation"] is True
+            assert kw["profiler_config"]["torch_profiler_with_stack"] is False
+            assert os.environ["VLLM_NO_USAGE_STATS"] == "1" and "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+            os.write(1, b"a child's print\n")
+            os.write(2, b"(EngineCore pid=9) ERROR [core.py:1] ValueError: To serve at least one request "
+                        b"with the models's max seq len (256), 0.5 GiB KV cache is needed\n")
+            raise RuntimeError("Engine core initialization failed. See root cause above.")
+
+    fake.LLM = LLM
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
+    rt = ve.VllmRuntime(TINY, ve.VllmOptions(max_model_len=256), tmp_path / "run")
+    with pytest.raises(HostgapError) as e:
+        rt.start()
+    msg = str(e.value)
+    assert msg.startswith("preset tiny: vLLM could not start the engine: ValueError: To serve")
+    assert str(tmp_path / "run" / "engine.log") in msg and "\n" not in msg
+    out, _err = capfd.readouterr()
+    assert "child" not in out
+    assert "a child's print" in (tmp_path / "run" / "engine.log").read_text()
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"  # the caller's environment is restored
+    assert (tmp_path / "run" / "model" / "config.json").exists()

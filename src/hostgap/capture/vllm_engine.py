@@ -240,8 +240,12 @@ def output_to(log_path: Path):
 
 
 def engine_processes() -> list:
-    """This process's vLLM engine processes (EngineCore, Workers), via psutil."""
-    import psutil
+    """This process's vLLM engine processes (EngineCore, Workers), via psutil (a vLLM
+    dependency; without it there is no engine to look for)."""
+    try:
+        import psutil
+    except ImportError:
+        return []
 
     out = []
     for p in psutil.Process().children(recursive=True):
@@ -519,8 +523,10 @@ class VllmRuntime:
         gc.collect()
 
     def _reap(self, timeout_s: float = 15.0) -> None:
-        import psutil
-
+        try:
+            import psutil
+        except ImportError:
+            return
         procs = []
         for pid in set(self.pids) | {p.pid for p in engine_processes()}:
             try:
