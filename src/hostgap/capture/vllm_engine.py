@@ -704,6 +704,7 @@ class VllmEngine(Engine):
             from hostgap.capture.rundir import write_json
 
             write_json(where / "vllm-engine.json", {"schema_version": 1, **self.runtime.describe(),
+                                                     "engine_timing": engine_timing(self.calls),
                                                      "calls": self.calls})
 
     def describe(self) -> dict:
@@ -714,6 +715,31 @@ class VllmEngine(Engine):
             "engine_calls": self.calls[-64:],
         })
         return d
+
+
+def engine_timing(calls: list[dict]) -> dict:
+    """Per N, the fastest call's frontend wall and EngineCore-side request time; and the two-point
+    per-step slopes between the smallest and largest N. The frontend wall minus the engine's
+    own time is what the frontend process (request submission, output handling) adds.
+
+    >>> engine_timing([{"n_tokens": 1, "wall_ns": 50, "engine_ns": 40, "engine_decode_ns": 0},
+    ...                {"n_tokens": 11, "wall_ns": 150, "engine_ns": 120, "engine_decode_ns": 70}])["per_step"]
+    {'wall_ns': 10.0, 'engine_ns': 8.0, 'frontend_ns': 2.0}
+    """
+    by: dict[int, dict] = {}
+    for c in calls:
+        n = int(c["n_tokens"])
+        best = by.get(n)
+        if best is None or c["wall_ns"] < best["wall_ns"]:
+            by[n] = {k: int(c.get(k, 0)) for k in ("wall_ns", "engine_ns", "engine_decode_ns")}
+    out = {"by_n": {str(n): v for n, v in sorted(by.items())}, "per_step": None}
+    if len(by) >= 2:
+        lo, hi = min(by), max(by)
+        dn = hi - lo
+        wall = (by[hi]["wall_ns"] - by[lo]["wall_ns"]) / dn
+        eng = (by[hi]["engine_ns"] - by[lo]["engine_ns"]) / dn
+        out["per_step"] = {"wall_ns": wall, "engine_ns": eng, "frontend_ns": wall - eng}
+    return out
 
 
 def _check_shared(rt: VllmRuntime, w: Workload, want: VllmOptions) -> None:
