@@ -120,6 +120,7 @@ def test_step_invariants(t):
         assert s["gpu_active_ns"] <= s["kernel_sum_ns"] + s["h2d_ns"] + s["d2h_ns"]
         assert s["kernel_union_ns"] <= s["gpu_active_ns"]
         assert 0 <= s["host_wait_ns"] <= s["wall_ns"]
+        assert 0 <= s["runtime_api_in_idle_ns"] <= s["wall_ns"]
         assert s["host_exposed_ns"] == max(s["wall_ns"] - s["gpu_active_ns"], 0)
         if s["host_fraction"] is not None:
             assert 0.0 <= s["host_fraction"] <= 1.0
@@ -237,13 +238,25 @@ def naive_steps(events: list[dict]) -> list[dict]:
                 out[i]["ops"].append(iv)
                 if e["cat"] == "kernel":
                     out[i]["kernels"].append(iv)
+    # host_wait: the idle gap before a GPU op (device-wide) whose launch started after the gap
+    # began, charged to the op's step from its marker start on
+    host_wait = [0] * len(markers)
+    ops = sorted((e["ts"] * ns, (e["ts"] + e["dur"]) * ns, e["args"].get("correlation")) for e in events
+                 if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset"))
+    reach = None
+    for s, e, c in ops:
+        at = launch_at.get(c)
+        i = None if at is None else step_of(at)
+        if reach is not None and s > reach and i is not None and at > reach:
+            host_wait[i] += max(0, s - max(reach, starts[i]))
+        reach = e if reach is None else max(reach, e)
     rows = []
     for i, st in enumerate(out):
         if i + 1 < len(markers):
             wall = starts[i + 1] - starts[i]
         else:
             wall = max([markers[i][1]] + [e for _, e in st["ops"]]) - starts[i]
-        rows.append({"kernel_count": len(st["kernels"]), "kernel_sum_ns": sum(e - s for s, e in st["kernels"]),
+        rows.append({"host_wait_ns": min(host_wait[i], wall),"kernel_count": len(st["kernels"]), "kernel_sum_ns": sum(e - s for s, e in st["kernels"]),
                      "kernel_union_ns": _union_len(st["kernels"]), "gpu_active_ns": _union_len(st["ops"]),
                      "wall_ns": wall, "launches": st["launches"], "graph_launches": st["graph_launches"]})
     return rows
@@ -253,8 +266,8 @@ def naive_steps(events: list[dict]) -> list[dict]:
 @given(timelines())
 def test_steps_match_a_naive_reference(t):
     trace, a, doc = analysed(t)
-    got = [{k: s[k] for k in ("kernel_count", "kernel_sum_ns", "kernel_union_ns", "gpu_active_ns", "wall_ns",
-                              "launches", "graph_launches")} for s in doc["steps"]]
+    got = [{k: s[k] for k in ("host_wait_ns", "kernel_count", "kernel_sum_ns", "kernel_union_ns", "gpu_active_ns",
+                              "wall_ns", "launches", "graph_launches")} for s in doc["steps"]]
     assert got == naive_steps(t.events)
 
 
