@@ -394,3 +394,16 @@ def test_top_ten_by_default(tmp_path):
     assert [r["name"] for r in a.top_ops] == [f"aten::op{j}" for j in range(11, 1, -1)]
     few = analyze(t.load(tmp_path), AnatomyConfig(launch_floor_ns=4500.0, top=3))
     assert len(few.top_ops) == 3
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "steps.py _trace_taxbreak: on CPU-only traces the keys kt_fw_samples, py_ns, dispatch_ns, "
+    "launches, graph_launches, library_launches, queued_launches are missing from `taxbreak` "
+    "instead of present as null (docs/json.md: 'GPU terms are null when applicable is false'); "
+    "a consumer reading doc['taxbreak']['py_ns'] gets a KeyError"))
+def test_cpu_only_taxbreak_has_the_gpu_key_set(tmp_path):
+    gpu = analyze(nested().load(tmp_path), FLOOR).taxbreak
+    cpu = analyze(cpu_only().load(tmp_path)).taxbreak
+    assert set(gpu) - {"note"} <= set(cpu)
+    assert all(cpu[k] is None for k in set(gpu) - {"applicable", "kernels_per_step", "kernels_per_token",
+                                                  "unique_kernels", "total_kernels", "unique_ratio", "note"})
