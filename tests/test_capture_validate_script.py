@@ -13,6 +13,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from hostgap.capture.stacks import find_pyspy  # noqa: E402
+
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "validate.sh"
 
 
@@ -25,13 +27,17 @@ def test_validate_cpu_test(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     floor = json.loads((out / "floor-cpu.json").read_text())
     assert floor["kind"] == "launch_floor" and floor["samples"] == 200
-    rows = json.loads((out / "runs.json").read_text())
+    all_rows = json.loads((out / "runs.json").read_text())
     cells = json.loads((SCRIPT.parent / "cells-cpu.json").read_text())
+    rows = [r for r in all_rows if r["n2"] == cells[0]["n2"]]
     assert len(rows) == len(cells)
+    stacks = [r for r in all_rows if r["n2"] != cells[0]["n2"]]  # the py-spy run, when installed
+    if find_pyspy() is not None:
+        assert len(stacks) == 1 and "host samples (py-spy)" in (out / "stacks.txt").read_text()
     assert {(r["mode"], r["batch"]) for r in rows} == {(c["mode"], c["batch"]) for c in cells}
     assert all(0 < r["host_fraction"] < 1 for r in rows)
     summary = (out / "summary.md").read_text()
-    assert summary.count("| tiny |") == len(cells)
+    assert summary.count("| tiny |") == len(all_rows)
     # rerunning resumes: every cell is already done
     again = subprocess.run(["bash", str(SCRIPT), "--cpu-test", "--out", str(out)], capture_output=True,
                            text=True, env=env, timeout=600)

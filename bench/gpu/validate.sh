@@ -50,11 +50,13 @@ if [ "$cpu_test" = 1 ]; then
   cells="$here/cells-cpu.json"
   out="${out:-${TMPDIR:-/tmp}/hostgap-validate-cpu}"
   common=(--repeats 2 --traced-repeats 1 --warmup 1)
+  stacks_preset=tiny; stacks_context=64
 else
   device=cuda
   cells="$here/cells-h200.json"
   out="${out:-$root/bench/results/h200}"
   common=(--repeats 3 --traced-repeats 1 --warmup 1 --keep-traces none --no-gzip)
+  stacks_preset=llama-3.2-1b; stacks_context=2048
 fi
 mkdir -p "$out"
 log() { echo "[validate $(date -u +%H:%M:%S)] $*" >&2; }
@@ -100,7 +102,21 @@ rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" = 130 ] || [ "$rc" = 124 ] && log "budget reached: rerun this script to resume the remaining cells"
 
-# -- 3. summary ---------------------------------------------------------------------------------
+# -- 3. host stacks (py-spy), when it is installed and the budget allows ------------------------
+left=$(( budget_s - ($(date +%s) - t_start) ))
+if [ "$rc" = 0 ] && [ "$left" -ge 60 ] && "$python" -c "import sys; from hostgap.capture.stacks import find_pyspy; sys.exit(find_pyspy() is None)"; then
+  log "py-spy stacks with ${left}s left"
+  set +e
+  timeout --signal=INT --kill-after=20 "$left" \
+    "${hg[@]}" measure -p "$stacks_preset" -L "$stacks_context" --device "$device" --n2 32 --repeats 2 \
+    --traced-repeats 1 --stacks --keep-traces none --out "$out/runs" --db "$out/runs.sqlite" -q \
+    2>&1 | tee "$out/stacks.txt"
+  set -e
+else
+  log "py-spy stacks skipped (sweep exit $rc, ${left}s left, py-spy $(command -v py-spy || echo missing))"
+fi
+
+# -- 4. summary ---------------------------------------------------------------------------------
 "${hg[@]}" runs --db "$out/runs.sqlite" --json >"$out/runs.json"
 "${hg[@]}" runs --db "$out/runs.sqlite" --csv >"$out/runs.csv"
 "${hg[@]}" runs --db "$out/runs.sqlite" | tee "$out/summary.txt"
