@@ -175,3 +175,11 @@ def test_deep_queue_last_step_is_queued(deep_queue):
     t, a = deep_queue
     assert a.steps[-1]["queued"]
     assert a.summary["steady"]["count"] == 0
+
+
+def test_cpu_only_real_trace_says_not_applicable():
+    t = load_trace(corpus("hta/cpu_only.json.gz"))
+    a = analyze(t)
+    assert a.activity == "cpu-compute" and a.kernels is None
+    assert a.taxbreak["applicable"] is False and a.taxbreak["hdbi"] is None and a.taxbreak["ft_ns"] is None
+    assert all(s["taxbreak"] is None for s in a.steps)
