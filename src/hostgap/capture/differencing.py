@@ -115,7 +115,8 @@ class Series:
 
     ``wall_ns``: untraced wall; ``traced_wall_ns``, ``busy_ns`` (device-active union),
     ``kernel_sum_ns``, ``kernel_union_ns``, ``kernel_count``, ``copies``, ``copy_ns``,
-    ``h2d_bytes``, ``d2h_bytes``: from the traced runs.
+    ``h2d_bytes``, ``d2h_bytes``: from the traced runs. ``thread_ns``: the untraced runs'
+    thread CPU time (a cross-check on a shared CPU, where preemption inflates wall).
     """
 
     wall_ns: dict[int, list[int]]
@@ -128,6 +129,7 @@ class Series:
     copy_ns: dict[int, list[int]] = field(default_factory=dict)
     h2d_bytes: dict[int, list[int]] = field(default_factory=dict)
     d2h_bytes: dict[int, list[int]] = field(default_factory=dict)
+    thread_ns: dict[int, list[int]] = field(default_factory=dict)  # untraced runs' thread CPU time
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,8 @@ class Differencing:
     slope_agreement: float | None  # wall: two-point vs fitted
     slope_agreement_gpu: float | None
     kv_range: tuple[int, int] | None = None  # (prompt + n1, prompt + n2 - 1)
+    thread_t_step_ns: float | None = None  # t_step from the decode thread's CPU time
+    r2_thread: float | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -236,6 +240,8 @@ def difference(series: Series, n1: int, n2: int, *, estimator: str = "min", acti
         slope_agreement=slope_agreement(t, fw.slope) if fw else None,
         slope_agreement_gpu=slope_agreement(g, fg.slope) if fg else None,
         kv_range=(prompt_len + n1, prompt_len + n2 - 1) if prompt_len is not None else None,
+        thread_t_step_ns=_slope(series.thread_ns, n1, n2, estimator) if series.thread_ns else None,
+        r2_thread=(ft.r2 if (ft := _fit(series.thread_ns, estimator)) else None) if series.thread_ns else None,
     )
 
 

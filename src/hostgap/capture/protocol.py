@@ -339,6 +339,15 @@ def disturbed(wall_ns: int, thread_ns: int) -> bool:
     return thread_ns > 0 and (wall_ns - thread_ns) > DISTURBED * wall_ns
 
 
+def preempted_share(raw: dict) -> float | None:
+    """Share of untraced runs that spent more than 5 % of their wall preempted."""
+    pairs = [(w, t) for n, ws in raw.get("untraced_wall_ns", {}).items()
+             for w, t in zip(ws, raw.get("untraced_thread_ns", {}).get(n, []))]
+    if not pairs or not all(t for _, t in pairs):
+        return None
+    return sum(disturbed(w, t) for w, t in pairs) / len(pairs)
+
+
 def _top_up(cfg: MeasureConfig, engine, untraced: dict, thread: dict) -> list[int]:
     """On a CPU, repeat the N whose runs were mostly preempted (see :func:`disturbed`) until half
     of its repeats are clean, at most ``repeats`` extra runs per N. Every run is kept; the
@@ -369,6 +378,7 @@ def series_from_raw(raw: dict) -> Series:
         kernel_union_ns=col("kernel_union_ns"), kernel_count=col("kernel_count"),
         copies=col("copies"), copy_ns=col("copy_ns"), h2d_bytes=col("h2d_bytes"),
         d2h_bytes=col("d2h_bytes"),
+        thread_ns={int(n): list(v) for n, v in raw.get("untraced_thread_ns", {}).items() if v and all(v)},
     )
 
 

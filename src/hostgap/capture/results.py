@@ -69,6 +69,15 @@ def anatomy_of(trace_path, floor_file: str | None = None, trace=None) -> dict | 
     return analyze(trace, cfg).to_dict()
 
 
+def _preempted(cfg, raw: dict) -> float | None:
+    """CPU runs only: with a device, the host thread legitimately sleeps in syncs."""
+    if cfg.device != "cpu" or cfg.engine != "hf":
+        return None
+    from hostgap.capture.protocol import preempted_share
+
+    return preempted_share(raw)
+
+
 def _summary_of(anatomy: dict | None) -> dict:
     if not anatomy or "unavailable" in anatomy:
         return dict(anatomy or {})
@@ -145,6 +154,9 @@ def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy:
             "fit_kernels": d["fit_kernels"],
             "estimator": d["estimator"],
             "kv_range": d["kv_range"],
+            "preempted_share": _preempted(cfg, raw),
+            "thread_t_step_ns": d["thread_t_step_ns"] if cfg.device == "cpu" else None,
+            "r2_thread": d["r2_thread"] if cfg.device == "cpu" else None,
             "kernels_per_output_token": k_n2["kernel_count"] / cfg.n2,
             "unique_kernels": k_n2["unique_kernels"],
             "note": (f"mean per decode step over KV lengths {d['kv_range'][0]}..{d['kv_range'][1]}"

@@ -92,7 +92,19 @@ def check_rows(r: dict) -> list[tuple[str, str, str]]:
         ("kernel sum - union", ms(d.get("sum_minus_union_step_ns"), 4), "per step"),
         ("copies per step", copy_txt if act == "gpu" else "n/a (CPU)", ""),
         ("profiler inflation", pct(d.get("profiler_inflation"), 1, signed=True), "traced / untraced wall - 1"),
-    ] + _stack_rows(r)
+    ] + _cpu_rows(d) + _stack_rows(r)
+
+
+def _cpu_rows(d: dict) -> list[tuple[str, str, str]]:
+    """On a shared CPU: how many runs were preempted, and t_step from thread CPU time."""
+    share = d.get("preempted_share")
+    if share is None:
+        return []
+    rows = [("preempted runs", pct(share, 0), "wall - thread time > 5 %: other work on this CPU")]
+    if d.get("thread_t_step_ns") is not None:
+        rows.append(("wall per step from thread time", ms(d["thread_t_step_ns"]),
+                     f"R² {_f4(d.get('r2_thread'))}; cross-check, not the estimate"))
+    return rows
 
 
 def _stack_rows(r: dict) -> list[tuple[str, str, str]]:
