@@ -132,3 +132,19 @@ def test_split_invariants(t, gshare, base, n2, repeats):
     assert 0 < d.host_fraction < 1
     assert math.isclose(d.host_fraction, 1 - gshare, abs_tol=1e-2 + 2 / (t * (n2 - 1)))
     assert d.k_step == 7
+
+
+def test_thread_time_cross_check_and_preemption():
+    from hostgap.capture.protocol import disturbed, preempted_share
+
+    ns = [1, 8, 16, 32]
+    base = _series(ns, lambda n: 1_000_000 * n, lambda n: 100_000 * n, noisy=False)
+    s = Series(**{**base.__dict__, "thread_ns": {n: [900_000 * n] * 4 for n in ns}})
+    d = difference(s, 1, 32)
+    assert d.thread_t_step_ns == pytest.approx(900_000) and d.r2_thread == pytest.approx(1.0)
+    assert difference(base, 1, 32).thread_t_step_ns is None
+    raw = {"untraced_wall_ns": {"1": [100, 100], "8": [100, 200]},
+           "untraced_thread_ns": {"1": [99, 100], "8": [100, 100]}}
+    assert preempted_share(raw) == pytest.approx(0.25)
+    assert preempted_share({"untraced_wall_ns": {"1": [5]}, "untraced_thread_ns": {"1": [0]}}) is None
+    assert disturbed(100, 94) and not disturbed(100, 96) and not disturbed(100, 0)
