@@ -86,14 +86,18 @@ class _Bar:
     def cell(self, done: int, label: str) -> None:
         """Sweep: ``done`` cells finished (measured or skipped); ``label`` the current one."""
         if self.live and self.cells_task is not None:
-            self.progress.update(self.cells_task, completed=done, description=f"cells ({label})")
+            from rich.markup import escape
+
+            self.progress.update(self.cells_task, completed=done, description=escape(f"cells ({label})"))
             self.label = "  tokens"
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         if self.live:
-            self.progress.update(self.task, description=f"{self.label}: {phase}", completed=done, total=total)
+            from rich.markup import escape
+
+            self.progress.update(self.task, description=escape(f"{self.label}: {phase}"), completed=done, total=total)
         elif not self.quiet and phase != self.last_phase:
-            self.console.print(f"{self.label}: {phase} ({done}/{total} tokens)")
+            self.console.print(f"{self.label}: {phase} ({done}/{total} tokens)", markup=False)
         self.last_phase = phase
 
     def __exit__(self, *exc):
@@ -103,26 +107,27 @@ class _Bar:
 
 def render(r: dict, console=None) -> None:
     """The short table of one run (stdout)."""
+    from rich.markup import escape
     from rich.table import Table
 
     from hostgap.capture import summary as s
 
     console = console or _stdout()
-    t = Table(title=s.title(r), title_justify="left", show_header=True, header_style="bold",
+    t = Table(title=escape(s.title(r)), title_justify="left", show_header=True, header_style="bold",
               box=None, pad_edge=False)
     t.add_column("per decode step")
     t.add_column("value", justify="right")
     t.add_column("95 % CI / basis")
     for row in s.step_rows(r):
-        t.add_row(*row)
+        t.add_row(*map(escape, row))
     t.add_section()
     t.add_row("[bold]checks[/bold]", "", "")
     for row in s.check_rows(r):
-        t.add_row(*row)
+        t.add_row(*map(escape, row))
     console.print(t)
-    console.print(s.footnote(r), style="dim")
+    console.print(s.footnote(r), style="dim", markup=False)
     if r.get("run_dir"):
-        console.print(f"run directory: {r['run_dir']}", style="dim")
+        console.print(f"run directory: {r['run_dir']}", style="dim", markup=False)
 
 
 def _config_from(opts: dict):
@@ -289,7 +294,7 @@ def register(cli: click.Group) -> None:
                 f"mean {f.mean_ns / 1e3:.3f} µs, p50 {f.p50_ns / 1e3:.3f} µs, p95 {f.p95_ns / 1e3:.3f} µs "
                 f"({f.samples} samples)"
             )
-        _stderr().print(f"wrote {path}", style="dim")
+        _stderr().print(f"wrote {path}", style="dim", markup=False)
 
     @cli.command("runs")
     @click.option("--db", default=None, help="runs database [$HOSTGAP_DB or ~/.local/share/hostgap/runs.sqlite]")
@@ -318,6 +323,7 @@ def register(cli: click.Group) -> None:
                 w.writeheader()
                 w.writerows(rows)
             return
+        from rich.markup import escape
         from rich.table import Table
 
         t = Table(box=None, header_style="bold")
@@ -327,12 +333,13 @@ def register(cli: click.Group) -> None:
         for r in rows:
             f = lambda v: "-" if v is None else f"{v / 1e6:.3f}"  # noqa: E731
             hf = r["host_fraction"]
-            t.add_row(r["run_id"], str(r["preset"]), str(r["engine"]), str(r["mode"]), str(r["device"]),
-                      str(r["batch"]), str(r["prompt_len"]), f(r["t_step_ns"]), f(r["g_step_ns"]),
-                      f(r["h_step_ns"]), "-" if hf is None else f"{hf * 100:.1f}", str(r["verdict"]))
+            cells = (r["run_id"], str(r["preset"]), str(r["engine"]), str(r["mode"]), str(r["device"]),
+                     str(r["batch"]), str(r["prompt_len"]), f(r["t_step_ns"]), f(r["g_step_ns"]),
+                     f(r["h_step_ns"]), "-" if hf is None else f"{hf * 100:.1f}", str(r["verdict"]))
+            t.add_row(*map(escape, cells))
         _stdout().print(t)
         if not rows:
-            _stderr().print(f"no runs in {d.path}", style="dim")
+            _stderr().print(f"no runs in {d.path}", style="dim", markup=False)
 
     @cli.command("show")
     @click.argument("run")
@@ -401,7 +408,8 @@ def _run_sweep(grid, opts) -> None:
         if bar is not None:
             bar.cell(i + (status != "start"), key.split("|n")[0])
         if not opts["quiet"] or status.startswith("fail"):
-            console.print(f"[{i + 1}/{n}] {status} {key}{eta_txt}", style="red" if status.startswith("fail") else None)
+            console.print(f"[{i + 1}/{n}] {status} {key}{eta_txt}", style="red" if status.startswith("fail") else None,
+                          markup=False)
 
     kw = lambda cfg: {"model_cache": model_cache} if cfg.engine == "hf" else None  # noqa: E731
     with _db(opts["db"]) as db:
