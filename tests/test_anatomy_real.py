@@ -166,11 +166,6 @@ def test_benchmark_script_runs(capsys):
     assert all(v["min"] > 0 for v in doc["wall_ms_per_100k_events"].values())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "steps.py analyze, queued: the last step (ProfilerStep#554) has the shape of steps 0-3 "
-    "(first kernel 2.2 ms after its marker start, last GPU op 374 ms after it, 57 of its 70 ms "
-    "GPU-active after its marker ended) but is not flagged: its wall is 374 ms against ~216 ms, "
-    "host fraction 0.81, and it is the only step in `steady`"))
 def test_deep_queue_last_step_is_queued(deep_queue):
     t, a = deep_queue
     assert a.steps[-1]["queued"]

@@ -396,11 +396,6 @@ def test_top_ten_by_default(tmp_path):
     assert len(few.top_ops) == 3
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "steps.py _trace_taxbreak: on CPU-only traces the keys kt_fw_samples, py_ns, dispatch_ns, "
-    "launches, graph_launches, library_launches, queued_launches are missing from `taxbreak` "
-    "instead of present as null (docs/json.md: 'GPU terms are null when applicable is false'); "
-    "a consumer reading doc['taxbreak']['py_ns'] gets a KeyError"))
 def test_cpu_only_taxbreak_has_the_gpu_key_set(tmp_path):
     gpu = analyze(nested().load(tmp_path), FLOOR).taxbreak
     cpu = analyze(cpu_only().load(tmp_path)).taxbreak
@@ -409,13 +404,6 @@ def test_cpu_only_taxbreak_has_the_gpu_key_set(tmp_path):
                                                   "unique_kernels", "total_kernels", "unique_ratio", "note"})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "taxbreak.py base_name cuts at the first '(' even when it opens '(anonymous namespace)': "
-    "'void (anonymous namespace)::elementwise_kernel_with_index<…>(int, …)' gives 'void' and "
-    "'void at::native::(anonymous namespace)::CatArrayBatchedCopy<…>(…)' gives 'at::native::' "
-    "(kernels from tracelens/h100_qwen1.5-0.5b); expected the qualified function names. "
-    "Classification is unaffected for these native kernels, but a library kernel in an anonymous "
-    "namespace would be judged on the wrong text"))
 def test_base_name_keeps_anonymous_namespaces():
     assert base_name("void (anonymous namespace)::elementwise_kernel_with_index<int, at::native::arange_cuda_out"
                      "(c10::Scalar const&)::{lambda()#1}>(int, float*)") == \

@@ -21,7 +21,7 @@ import numpy as np
 from hostgap import SCHEMA_VERSION
 from hostgap.anatomy import taxbreak as tb
 from hostgap.anatomy.floor import launch_floor
-from hostgap.anatomy.intervals import covered_each, grouped_merge, grouped_union, merge
+from hostgap.anatomy.intervals import covered_each, grouped_merge, grouped_union, merge, union_ns
 from hostgap.anatomy.markers import COMPOSITION_FIELDS, composition, find_markers
 from hostgap.anatomy.timeline import DEFAULT_GAP_THRESHOLD_NS, activity_rows, lane_prev_end
 from hostgap.anatomy.verdict import verdict
@@ -134,6 +134,13 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
         fo = np.where(has_ops, first_op, m_start)
         busy_before = covered_each(m_start, np.maximum(fo, m_start), seg_s, seg_e)
         queued |= has_ops & (fo > m_end) & (busy_before >= fo - m_start)
+        # the last step has no next marker: queued when earlier steps' GPU work was still
+        # pending at its marker start and most of its own GPU time runs after its marker ended
+        last = n_steps - 1
+        carried = bool(last > 0 and last_op[:last].max() > m_start[last])
+        mine = op_step == last
+        after = union_ns(np.maximum(s[mine], m_end[last]), np.maximum(e[mine], m_end[last]))
+        queued[last] |= bool(has_ops[last] and carried and 2 * after > active[last])
     partial = lost_by_step > 0
     if n_steps and activity == "gpu":
         # the capture began mid-stream: work launched before the first marker still running
@@ -436,9 +443,11 @@ def _trace_taxbreak(trace, taxes, floor, steps, op_rows, op_step, is_kernel, una
         "unique_ratio": unique / total if total else None,
     }
     if taxes is None:
-        base.update({k: None for k in ("ft_ns", "ct_ns", "kt_ns", "kt_fw_ns", "unattributed_ns",
-                                       "device_active_ns", "orchestrate_ns", "hdbi", "launch_floor_ns",
-                                       "floor_source", "dispatch_base_ns")})
+        base.update({k: None for k in ("ft_ns", "ct_ns", "kt_ns", "kt_fw_ns", "kt_fw_samples", "py_ns",
+                                       "dispatch_ns", "unattributed_ns", "device_active_ns",
+                                       "orchestrate_ns", "hdbi", "launches", "graph_launches",
+                                       "library_launches", "queued_launches", "dispatch_base_ns",
+                                       "launch_floor_ns", "floor_source")})
         base["note"] = "no device activity: GPU terms (TaxBreak, HDBI, launch floor) do not apply"
         return base
     sel = taxes.step >= 0

@@ -54,12 +54,13 @@ def base_name(kernel: str) -> str:
     >>> base_name("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, float>(Params)")
     'internal::gemvx::kernel'
     """
-    s = _strip_templates(kernel.strip())
+    anon = "(anonymous namespace)"
+    s = _strip_templates(kernel.strip()).replace(anon, "\0")
     cut = s.find("(")
     if cut > 0:
         s = s[:cut]
     parts = s.split()
-    return parts[-1] if parts else s
+    return (parts[-1] if parts else s).replace("\0", anon)
 
 
 def _strip_templates(s: str) -> str:
