@@ -284,7 +284,10 @@ def _run_phases(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run):
         untraced[n].append(int(engine.generate(n)))
         thread[n].append(int(getattr(engine, "last_thread_ns", 0)))
         tally.add(n)
-    extra = _top_up(cfg, engine, untraced, thread) if cfg.device == "cpu" else []
+    # Only where the decode runs on this thread: a device or a multi-process engine (vLLM) makes
+    # the thread sleep legitimately, and its CPU time says nothing about preemption.
+    in_thread = cfg.device == "cpu" and cfg.engine == "hf" and cfg.threads == 1
+    extra = _top_up(cfg, engine, untraced, thread) if in_thread else []
 
     tally.set_phase("traced G(N), K(N)")
     traced: dict[int, list[dict]] = {n: [] for n in cfg.sweep}

@@ -69,9 +69,15 @@ def anatomy_of(trace_path, floor_file: str | None = None, trace=None) -> dict | 
     return analyze(trace, cfg).to_dict()
 
 
+def _in_thread(cfg) -> bool:
+    """The whole decode runs on the measuring thread (CPU, in-process engine, one thread): only
+    then does its CPU time stand for the run's undisturbed wall time."""
+    return cfg.device == "cpu" and cfg.engine == "hf" and cfg.threads == 1
+
+
 def _preempted(cfg, raw: dict) -> float | None:
-    """CPU runs only: with a device, the host thread legitimately sleeps in syncs."""
-    if cfg.device != "cpu" or cfg.engine != "hf":
+    """Share of preempted untraced runs; None unless :func:`_in_thread`."""
+    if not _in_thread(cfg):
         return None
     from hostgap.capture.protocol import preempted_share
 
@@ -155,8 +161,8 @@ def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy:
             "estimator": d["estimator"],
             "kv_range": d["kv_range"],
             "preempted_share": _preempted(cfg, raw),
-            "thread_t_step_ns": d["thread_t_step_ns"] if cfg.device == "cpu" else None,
-            "r2_thread": d["r2_thread"] if cfg.device == "cpu" else None,
+            "thread_t_step_ns": d["thread_t_step_ns"] if _in_thread(cfg) else None,
+            "r2_thread": d["r2_thread"] if _in_thread(cfg) else None,
             "kernels_per_output_token": k_n2["kernel_count"] / cfg.n2,
             "unique_kernels": k_n2["unique_kernels"],
             "note": (f"mean per decode step over KV lengths {d['kv_range'][0]}..{d['kv_range'][1]}"
