@@ -60,7 +60,7 @@ def test_out_is_a_file(tmp_path):
     f = tmp_path / "afile"
     f.write_text("x")
     r = CliRunner().invoke(cli, ["measure", "--out", str(f), "--db", str(tmp_path / "d.sqlite")])
-    assert r.exit_code == 2 and "not a directory" in r.output
+    assert r.exit_code == 2 and "is a file, not a directory" in r.output
     assert f.read_text() == "x"
 
 

@@ -39,7 +39,8 @@ def check_writable(parent: Path) -> None:
             break
         probe_dir = probe_dir.parent
     if probe_dir.exists() and not probe_dir.is_dir():
-        raise HostgapError(str(parent), "output path is not a directory")
+        what = "is a file, not a directory" if probe_dir == parent else f"lies under a file ({probe_dir})"
+        raise HostgapError(str(parent), f"output path {what}")
     try:
         parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=".hostgap-probe-", dir=parent)
