@@ -178,7 +178,8 @@ def test_engine_timing_takes_the_fastest_call_per_n_and_the_two_point_slope():
     calls = [{"n_tokens": 1, "wall_ns": 60, "engine_ns": 45, "engine_decode_ns": 0},
              {"n_tokens": 1, "wall_ns": 50, "engine_ns": 40, "engine_decode_ns": 0},
              {"n_tokens": 6, "wall_ns": 95, "engine_ns": 80, "engine_decode_ns": 30},
-             {"n_tokens": 11, "wall_ns": 150, "engine_ns": 120, "engine_decode_ns": 70}]
+             {"n_tokens": 11, "wall_ns": 150, "engine_ns": 120, "engine_decode_ns": 70},
+             {"n_tokens": 11, "traced": True, "wall_ns": 140, "engine_ns": 1, "engine_decode_ns": 1}]
     t = ve.engine_timing(calls)
     assert t["by_n"]["1"] == {"wall_ns": 50, "engine_ns": 40, "engine_decode_ns": 0}
     assert t["per_step"] == {"wall_ns": 10.0, "engine_ns": 8.0, "frontend_ns": 2.0}
