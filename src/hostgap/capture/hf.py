@@ -209,7 +209,9 @@ class HFEngine(Engine):
 
     # -- generate ---------------------------------------------------------------------
     def generate(self, n_tokens: int) -> int:
-        return self._run(n_tokens, annotate=False)
+        wall_ns = self._run(n_tokens, annotate=False)
+        self._check_positions(n_tokens)
+        return wall_ns
 
     def generate_traced(self, n_tokens: int, trace_dir: Path) -> tuple[int, Path]:
         torch = self.torch
@@ -221,6 +223,7 @@ class HFEngine(Engine):
         )
         with without_usdt_lines(), prof:
             wall_ns = self._run(n_tokens, annotate=True)
+        self._check_positions(n_tokens)  # outside the trace
         suffix = ".json.gz" if self.workload.extra.get("trace_gzip", True) else ".json"
         path = trace_dir / f"trace_n{n_tokens}_{time.time_ns()}{suffix}"
         export_trace(prof, path)
@@ -247,6 +250,20 @@ class HFEngine(Engine):
         self.last_thread_ns = time.thread_time_ns() - t0_thread
         self.last_tokens = ids_host
         return t1 - t0
+
+    def _check_positions(self, n_tokens: int) -> None:
+        """After the timed call: every decode step (replayed or not) advanced the position
+        buffer once, so a capture that froze or skipped work is caught, not measured."""
+        if self._static is None:
+            return
+        w = self.workload
+        got = int(self._static["pos"].item())
+        want = w.prompt_len + n_tokens - 1
+        if got != want:
+            raise HostgapError(
+                f"--mode {w.mode}", f"decode steps did not advance the KV position ({got} != {want}); "
+                "the captured step is not replaying correctly",
+            )
 
     def _annotation(self, rf, index: int, kind: str, q: int, s: int):
         if rf is None:
