@@ -124,3 +124,12 @@ def test_local_checkpoint(tmp_path):
     assert e.generate(3) > 0
     with pytest.raises(HostgapError, match="no config.json"):
         arch_from_checkpoint(str(tmp_path))
+
+
+def test_a_step_that_does_not_advance_is_caught():
+    e = HFEngine(_work(mode="static", prompt_len=8, max_new_tokens=8))
+    e.prepare()
+    assert e.generate(5) > 0
+    e._static_step = lambda: None  # a "replay" that does nothing
+    with pytest.raises(HostgapError, match="did not advance"):
+        e.generate(5)
