@@ -184,7 +184,8 @@ def register(cli: click.Group) -> None:
     @click.option("--preset", "-p", default=None, help="workload preset [tiny on CPU, llama-3.2-1b on CUDA]")
     @click.option("--model", type=click.Path(), default=None, help="local checkpoint directory instead of a preset")
     @click.option("--engine", default="hf", show_default=True, help="hf, vllm, or hf,vllm side by side")
-    @click.option("--mode", default="eager", show_default=True, type=click.Choice(MODES))
+    @click.option("--mode", default="eager", show_default=True, type=click.Choice(MODES),
+                  help="eager: DynamicCache; static: StaticCache, same step as graph; graph: CUDA graph replay")
     @click.option("--batch", "-b", default=1, show_default=True)
     @click.option("--prompt-len", "--context", "-L", "prompt_len", default=128, show_default=True)
     @click.option("--stacks", is_flag=True, help="py-spy samples of the host during one long run")
