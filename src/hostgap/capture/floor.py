@@ -105,10 +105,21 @@ def _cpu_samples(torch, samples: int, warmup: int):
     return xs, cpu_model(), method
 
 
-def _cuda_samples(torch, samples: int, warmup: int):
-    from hostgap.link import link
-    from hostgap.load import load_trace
+def null_kernel_delays(trace, kernel_substring: str = "spin_kernel") -> np.ndarray:
+    """``kernel.start - launch.start`` (ns) of every kernel whose name contains
+    ``kernel_substring`` and whose launch call is in the trace (joined by correlation id)."""
     from hostgap.events import Kind
+    from hostgap.link import link
+
+    ev = trace.events
+    links = link(trace)
+    kern = np.flatnonzero((ev.kind == Kind.KERNEL) & trace.name_mask(lambda s: kernel_substring in s))
+    kern = kern[links.launch_of[kern] >= 0]
+    return ev.start_ns[kern] - ev.start_ns[links.launch_of[kern]]
+
+
+def _cuda_samples(torch, samples: int, warmup: int):
+    from hostgap.load import load_trace
 
     if not hasattr(torch.cuda, "_sleep"):
         raise HostgapError("hostgap floor", "this torch has no torch.cuda._sleep (empty-kernel launcher)")
@@ -126,14 +137,9 @@ def _cuda_samples(torch, samples: int, warmup: int):
         path = Path(tmp) / "floor.json"
         prof.export_chrome_trace(str(path))
         trace = load_trace(str(path))
-    ev = trace.events
-    links = link(trace)
-    kern = np.flatnonzero((ev.kind == Kind.KERNEL) & trace.name_mask(lambda s: "spin_kernel" in s))
-    kern = kern[links.launch_of[kern] >= 0]
-    if len(kern) < MIN_SAMPLES:
-        raise HostgapError("hostgap floor", f"only {len(kern)} empty-kernel launches linked in the trace")
-    launch = links.launch_of[kern]
-    xs = ev.start_ns[kern] - ev.start_ns[launch]
+    xs = null_kernel_delays(trace)
+    if len(xs) < MIN_SAMPLES:
+        raise HostgapError("hostgap floor", f"only {len(xs)} empty-kernel launches linked in the trace")
     method = ("CUDA null-kernel floor: spin_kernel<<<1,1>>> (torch.cuda._sleep(0)) then "
               "cudaDeviceSynchronize; kernel.start - cudaLaunchKernel.start from a CUPTI trace")
     return xs, torch.cuda.get_device_name(), method
