@@ -80,3 +80,17 @@ def test_graph_mode_control_flow_with_fake_cuda(monkeypatch):
     assert e.generate(6) > 0  # decode steps go through graph.replay()
     assert e.last_tokens.tolist() == want
     assert int(e._static["pos"].item()) == 8 + 6 - 1
+
+
+def test_gpu_memory_check_uses_free_gpu_memory(monkeypatch):
+    from hostgap.capture.workload import check_fits
+    from hostgap.errors import HostgapError
+    from hostgap.model.arch import get_preset
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (8 << 30, 80 << 30))
+    with pytest.raises(HostgapError, match="GiB GPU memory free"):
+        check_fits(get_preset("llama-3.1-8b"), "bfloat16", 1, 2048, "cuda")
+    assert check_fits(get_preset("llama-3.2-1b"), "bfloat16", 1, 2048, "cuda") < 8 << 30
+    # a sweep that already holds this model needs room for the KV cache only
+    big = get_preset("llama-3.1-8b")
+    check_fits(big, "bfloat16", 1, 2048, "cuda", resident_bytes=big.weight_bytes("bfloat16"))
