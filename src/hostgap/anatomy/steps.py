@@ -127,6 +127,8 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
                          np.maximum(e, next_start[np.maximum(op_step, 0)]), n_steps)
     has_ops = first_op != np.iinfo(np.int64).max
     queued = has_ops & ((first_op >= next_start) | (2 * late > active))
+    if activity != "gpu":
+        queued[:] = False  # CPU compute runs synchronously inside the step that issued it
     # ... or its first op waited, after its marker ended, behind earlier steps' GPU work that
     # kept the device busy from the marker start on (the only sign left for the last step)
     if n_steps and activity == "gpu":

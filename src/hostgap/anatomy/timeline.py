@@ -234,24 +234,42 @@ CPU_NON_COMPUTE = re.compile(
 """Leaf aten ops that only touch tensor metadata: not counted as CPU compute."""
 
 
+CPU_KERNEL_OPS = re.compile(
+    r"^aten::(mm|addmm|addmm_|bmm|baddbmm|addmv|mv|dot|addbmm|_scaled_dot_product\w*|"
+    r"scaled_dot_product_attention|_flash_attention\w*|_efficient_attention\w*|cat|_cat|"
+    r"index_select|embedding_bag|native_layer_norm|_fused_rms_norm|native_group_norm|_softmax|"
+    r"_log_softmax|convolution|_convolution|mkldnn_\w+|_weight_int\w+|linear_\w+|"
+    r"mean|sum|prod|amax|amin|max|min|var|std|var_mean|norm|linalg_vector_norm|cumsum|topk|sort|"
+    r"argmax|argmin)$"
+)
+"""Ops that run their own compute kernel even when they call other (non-metadata) ops, e.g. the
+CPU ``addmm`` copies the bias with ``aten::copy_`` and then runs the GEMM in its own body."""
+
+
 def cpu_compute_mask(trace: Trace) -> np.ndarray:
     """CPU-compute analogue of GPU kernels, for traces without device activity.
 
-    A row counts when it is a *leaf* framework op (no op nested inside it on its thread) that
-    is not a metadata-only op (:data:`CPU_NON_COMPUTE`): on a CPU the compute kernel runs
-    synchronously inside the leaf op, so the union of these intervals is the time the CPU spent
-    computing; the rest of the step is framework and Python (host) time. The leaf op's own
-    dispatch overhead (well under a µs per op) is included, so this is an upper bound.
+    A framework op counts when it is not a metadata-only op (:data:`CPU_NON_COMPUTE`) and
+    either calls no other non-metadata op (it is where the work happens: ``aten::add``,
+    ``aten::copy_``) or is a known kernel-bearing op (:data:`CPU_KERNEL_OPS`: ``aten::addmm``
+    runs its GEMM in its own body besides a ``copy_`` child). Wrappers such as ``aten::linear``
+    or ``aten::matmul`` do not count themselves; their children do. The union of the counted
+    intervals is the time the CPU spent computing (the CPU runs kernels synchronously inside the
+    op); the rest of the step is framework and Python (host) time. A counted op's own dispatch
+    (well under a µs) is included, so this is an upper bound.
     """
     ev = trace.events
     ops = Nesting.build(trace, ev.kind == Kind.CPU_OP)
     mask = np.zeros(len(ev), dtype=bool)
     if not len(ops.rows):
         return mask
-    leaves = ops.rows[~ops.has_child]
-    non_compute = trace.name_mask(CPU_NON_COMPUTE.match)
-    mask[leaves] = True
-    mask &= ~non_compute
+    metadata = trace.name_mask(CPU_NON_COMPUTE.match)[ops.rows]
+    kernel_bearing = trace.name_mask(CPU_KERNEL_OPS.match)[ops.rows]
+    has_work_child = np.zeros(len(ops.rows), dtype=bool)
+    child = (ops.parent >= 0) & ~metadata
+    has_work_child[ops.parent[child]] = True
+    counted = ~metadata & (~has_work_child | kernel_bearing)
+    mask[ops.rows[counted]] = True
     return mask
 
 

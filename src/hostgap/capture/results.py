@@ -6,7 +6,7 @@ numbers out under the results contract read by ``hostgap fit``/``regimes``/``rep
 
 On a CPU trace there is no device: ``activity`` is ``"cpu-compute"`` and every
 "device-active" number is the CPU-compute analogue defined in
-:func:`hostgap.anatomy.timeline.cpu_compute_mask` (union of leaf compute ops); GPU-only
+:func:`hostgap.anatomy.timeline.cpu_compute_mask` (union of compute ops); GPU-only
 quantities (HDBI, launch floor) are reported as not applicable (``None`` with a note).
 """
 

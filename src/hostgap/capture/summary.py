@@ -129,6 +129,6 @@ def footnote(r: dict) -> str:
         f"{d.get('estimator', 'min')} of {rep[-1]} untraced repeats; CI {int(100 * ci.get('level', 0.95))} % bootstrap",
     ]
     if d.get("activity") == "cpu-compute":
-        lines.append("CPU run: device-active = CPU compute analogue (union of leaf compute ops); "
+        lines.append("CPU run: device-active = CPU compute analogue (union of compute ops); "
                      "the rest of the step is framework and Python time")
     return "\n".join(lines)

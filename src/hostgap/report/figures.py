@@ -326,7 +326,7 @@ def kernels_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figur
                "whole trace (sum of durations over all devices); names are cut to fit — the table below has "
                "them in full.")
     if cpu:
-        caption = (f"{what[0].upper() + what[1:]} per step (leaf framework ops that compute on the CPU, the device-active "
+        caption = (f"{what[0].upper() + what[1:]} per step (framework ops that compute on the CPU, the device-active "
                    "analogue of a CPU-only trace). No GPU kernels in this trace.")
     return Figure(fid, title, caption, draw(build, salt=fid))
 
