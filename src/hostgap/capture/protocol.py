@@ -65,6 +65,7 @@ class MeasureConfig:
     out: str = "runs"  # parent directory of run directories
     run_dir: str | None = None  # exact run directory (overrides out)
     n_boot: int = 2000
+    kv_cache_gib: float | None = None  # vLLM engine: KV-cache space (GiB); None: the engine's default
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -112,7 +113,8 @@ def resolve(cfg: MeasureConfig) -> MeasureConfig:
     sweep = tuple(sorted(set(cfg.sweep) | {cfg.n1, n2})) if cfg.sweep else tuple(sweep_points(cfg.n1, n2))
     if max(sweep) > n2 or min(sweep) < cfg.n1:
         raise HostgapError("--sweep", f"token counts must lie within N1..N2 ({cfg.n1}..{n2})")
-    if cfg.mode == "graph" and device != "cuda":
+    if cfg.mode == "graph" and device != "cuda" and cfg.engine != "vllm":
+        # (vLLM on CPU: graph mode means its torch.compile path, which works there)
         raise HostgapError("--mode graph", "CUDA graphs need a CUDA device (use --mode static on CPU)")
     return replace(cfg, device=device, preset=preset, n2=n2, sweep=sweep,
                    dtype=resolve_dtype(cfg.dtype, device))
@@ -133,7 +135,8 @@ def make_workload(cfg: MeasureConfig, arch: Arch) -> Workload:
         preset=cfg.preset or "local", arch=arch, batch=cfg.batch, prompt_len=cfg.prompt_len,
         device=cfg.device, mode=cfg.mode, dtype=cfg.dtype, threads=cfg.threads,
         model_path=cfg.model_path, seed=cfg.seed, max_new_tokens=cfg.n2,
-        extra={"trace_gzip": cfg.trace_gzip},
+        extra={"trace_gzip": cfg.trace_gzip,
+               **({"kv_cache_gib": cfg.kv_cache_gib} if cfg.kv_cache_gib is not None else {})},
     )
 
 
@@ -213,7 +216,10 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
         cached = cached_bytes(engine_kw["model_cache"], work)
     check_fits(arch, cfg.dtype, cfg.batch, cfg.prompt_len + cfg.n2, cfg.device,
                source=f"--model {cfg.model_path}" if cfg.model_path else None, **cached)
-    engine = load_engine(cfg.engine)(work, **(engine_kw or {}))
+    kw = dict(engine_kw or {})
+    if cfg.engine == "vllm" and "runtime" not in kw:
+        kw.setdefault("run_dir", str(run_root))  # vLLM's cache, config and log inside the run
+    engine = load_engine(cfg.engine)(work, **kw)
     run = rundir.RunDir.create(run_root)
     try:
         run.write_json("config.json", {"schema_version": RESULTS_SCHEMA_VERSION, "run_id": run_id,
@@ -227,6 +233,7 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
             describe = engine.describe()
         finally:
             engine.close()
+        describe = _described_after_close(engine, describe)
         tally.set_phase("analyse")
         from hostgap.capture import manifest as mf
 
@@ -242,6 +249,15 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
         raise
     tally.set_phase("done")
     return results
+
+
+def _described_after_close(engine, before: dict) -> dict:
+    """The engine's facts again after close (shutdown time is known only then)."""
+    try:
+        after = engine.describe()
+    except Exception:  # an engine whose describe needs live state: keep what it said before
+        return before
+    return {**before, **after} if isinstance(after, dict) else before
 
 
 def _out_of_memory_is_user_error(cfg: MeasureConfig, fn):

@@ -142,6 +142,7 @@ def _config_from(opts: dict):
         warmup=opts["warmup"], estimator=opts["estimator"], seed=opts["seed"],
         stacks=opts.get("stacks", False), keep_traces=opts["keep_traces"],
         trace_gzip=opts["gzip"], floor_file=opts.get("floor_file"), out=opts["out"],
+        kv_cache_gib=opts.get("kv_cache_gib"),
     )
 
 
@@ -162,6 +163,8 @@ def _common(f):
         click.option("--keep-traces", default="ends", show_default=True, type=click.Choice(["all", "ends", "none"])),
         click.option("--gzip/--no-gzip", default=True, show_default=True, help="gzip kept traces"),
         click.option("--floor-file", type=click.Path(), default=None, help="launch floor JSON (hostgap floor)"),
+        click.option("--kv-cache-gib", type=float, default=None,
+                     help="vLLM engine: KV-cache space in GiB [1 on CPU]"),
         click.option("--out", default="runs", show_default=True, help="parent directory of run directories"),
         click.option("--db", default=None, help="runs database [$HOSTGAP_DB or ~/.local/share/hostgap/runs.sqlite]"),
         click.option("--quiet", "-q", is_flag=True, help="no progress on stderr"),
