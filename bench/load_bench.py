@@ -223,7 +223,6 @@ def hostgap_idle(path: str, threshold_ns: int) -> dict:
 
 
 def _last_step_start(trace):
-    import numpy as np
 
     from hostgap.events import Kind
 

@@ -13,7 +13,6 @@ from anatomy_builders import H100, US, Timeline
 from hostgap.anatomy.markers import hostgap_step_name
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 from hostgap.errors import HostgapError
-from hostgap.link import link
 
 FLOOR = AnatomyConfig(launch_floor_ns=4500.0)
 

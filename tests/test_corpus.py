@@ -19,7 +19,7 @@ import pytest
 from conftest import TRACES
 
 from hostgap.anatomy.overview import overview
-from hostgap.events import GPU_OP_KINDS, NONE, Kind, Trace
+from hostgap.events import NONE, Kind, Trace
 from hostgap.link import link
 from hostgap.load import load_trace
 

@@ -162,7 +162,7 @@ def kernel_taxes(
     top = links.top_op_of[L]
     orphan = top < 0
     unit = np.where(orphan, L, top)
-    u_start, u_end = ev.start_ns[unit], ev.end_ns[unit]
+    u_start = ev.start_ns[unit]
 
     # previous unit end on the thread (over all top-level ops and orphan launches)
     ops = links.ops

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from hostgap.anatomy.intervals import clip, grouped_running_max, union_ns
-from hostgap.events import GPU_OP_KINDS, NONE, Kind, Trace
+from hostgap.events import GPU_OP_KINDS, Kind, Trace
 from hostgap.link import Links, Nesting
 
 DEFAULT_GAP_THRESHOLD_NS = 30_000

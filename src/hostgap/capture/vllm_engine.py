@@ -40,7 +40,7 @@ from pathlib import Path
 
 from hostgap.capture.engine import Engine, Workload
 from hostgap.errors import HostgapError
-from hostgap.model.arch import Arch, dtype_bytes
+from hostgap.model.arch import Arch
 
 VLLM_TESTED = "0.32.0"
 MODES = ("eager", "graph")

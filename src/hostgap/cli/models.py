@@ -205,7 +205,6 @@ def _setup(preset, batch, context, tp, dtype, engine, mode, device, device_file,
 
 def _measured_match(docs, setup, mode, dtype):
     from hostgap.model import fitting
-    from hostgap.model.devices import find_device
 
     out = []
     for d in docs:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import sqlite3
 import urllib.parse
 from dataclasses import dataclass
@@ -43,48 +42,7 @@ from hostgap.events import (
     Trace,
     TraceMeta,
 )
-
-# ---------------------------------------------------------------- API name classification
-
-LAUNCH_API_PREFIXES: tuple[str, ...] = (
-    "cudaLaunchKernel",  # also cudaLaunchKernelExC
-    "cudaLaunchCooperativeKernel",
-    "cuLaunchKernel",  # also cuLaunchKernelEx
-    "cuLaunchCooperativeKernel",
-    "hipLaunchKernel",
-    "hipExtLaunchKernel",
-    "hipModuleLaunchKernel",
-    "hipExtModuleLaunchKernel",
-    "hipLaunchCooperativeKernel",
-    "hipModuleLaunchCooperativeKernel",
-)
-"""Host APIs that enqueue one kernel (METHOD.md §2), matched on the base name's prefix."""
-
-GRAPH_LAUNCH_API_PREFIXES: tuple[str, ...] = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
-"""Host APIs that replay a graph: one correlation id shared by every replayed kernel."""
-
-_SUFFIX = re.compile(r"(?:_pt(?:sz|ds))?(?:_v\d{4,})?(?:_pt(?:sz|ds))?$")
-# nsys tags API names with the CUDA version that introduced them (``_v7000``, ``_v11060``,
-# 4+ digits) and per-thread-default-stream variants with ``_ptsz``/``_ptds``. Short
-# ``_v2``-style suffixes are part of the API's own name (``cuMemAlloc_v2``) and stay.
-
-
-def api_base_name(name: str) -> str:
-    """``cudaLaunchKernel_v7000`` → ``cudaLaunchKernel``; ``cuLaunchKernel_ptsz`` →
-    ``cuLaunchKernel``; ``cudaStreamGetCaptureInfo_v2_v11030`` → ``cudaStreamGetCaptureInfo_v2``."""
-    return _SUFFIX.sub("", name, count=1) or name
-
-
-def classify_api(name: str) -> Kind:
-    """``Kind.LAUNCH``, ``Kind.GRAPH_LAUNCH`` or ``Kind.RUNTIME`` for a runtime/driver API
-    name, with or without nsys suffixes. Pure; call it once per distinct name."""
-    base = api_base_name(name)
-    if base.startswith(GRAPH_LAUNCH_API_PREFIXES):
-        return Kind.GRAPH_LAUNCH
-    if base.startswith(LAUNCH_API_PREFIXES):
-        return Kind.LAUNCH
-    return Kind.RUNTIME
-
+from hostgap.load.apis import api_base_name, classify_api  # noqa: F401  (one classification for every loader)
 
 # ---------------------------------------------------------------- format constants
 
