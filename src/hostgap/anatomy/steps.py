@@ -281,8 +281,9 @@ def _step_devices(trace: Trace, op_rows, op_step, n) -> np.ndarray:
 
 def _host_wait(trace, links, activity, op_rows, op_step, m_start, n_steps) -> np.ndarray:
     """GPU-idle gaps (device-wide) that end at a step's GPU op and began before that op's
-    launch call started: the GPU provably waited on this step's host work. Only the part of a
-    gap inside the step's own wall (after its marker start) is charged to it."""
+    launch call started: the GPU provably waited on this step's host work. A gap ends at every
+    op that starts when it closes (ties included); only its part after the step's marker start
+    is charged to the step, once per step (the caller caps the total at the step's wall)."""
     ev = trace.events
     out = np.zeros(n_steps, dtype=np.int64)
     if not len(op_rows):
@@ -293,19 +294,24 @@ def _host_wait(trace, links, activity, op_rows, op_step, m_start, n_steps) -> np
         r, st = op_rows[sel], op_step[sel]
         order = np.argsort(ev.start_ns[r], kind="stable")
         r, st = r[order], st[order]
-        s, e = ev.start_ns[r], ev.end_ns[r]
-        reach = np.maximum.accumulate(e)
-        gap = np.concatenate(([0], s[1:] - reach[:-1]))
-        gap_start = np.concatenate(([0], reach[:-1]))
-        opens = gap > 0
+        s = ev.start_ns[r]
+        reach = np.maximum.accumulate(ev.end_ns[r])
+        group = np.searchsorted(s, s, side="left")  # first op starting at the same instant
+        gap_start = np.where(group > 0, reach[np.maximum(group - 1, 0)], s)
+        opens = (group > 0) & (s > gap_start)
         if activity == "gpu":
             launch = links.launch_of[r]
             after_launch = (launch >= 0) & (ev.start_ns[np.maximum(launch, 0)] > gap_start)
         else:
             after_launch = np.ones(len(r), dtype=bool)
-        hit = opens & after_launch & (st >= 0)
-        charged = s[hit] - np.maximum(gap_start[hit], m_start[st[hit]])
-        np.add.at(out, st[hit], np.maximum(charged, 0))
+        hit = np.flatnonzero(opens & after_launch & (st >= 0))
+        if not len(hit):
+            continue
+        _, first = np.unique(np.stack([group[hit], st[hit]]), axis=1, return_index=True)
+        hit = hit[first]  # one charge per (gap, step)
+        sh = st[hit]
+        charged = s[hit] - np.maximum(gap_start[hit], m_start[sh])
+        np.add.at(out, sh, np.maximum(charged, 0))
     return out
 
 

@@ -255,7 +255,8 @@ def cpu_compute_mask(trace: Trace) -> np.ndarray:
     runs its GEMM in its own body besides a ``copy_`` child). Wrappers such as ``aten::linear``
     or ``aten::matmul`` do not count themselves; their children do. The union of the counted
     intervals is the time the CPU spent computing (the CPU runs kernels synchronously inside the
-    op); the rest of the step is framework and Python (host) time. A counted op's own dispatch
+    op); the rest of the step is framework and Python (host) time. Only the outermost counted op
+    of a nest is returned, so on one thread kernel sum = kernel union. A counted op's own dispatch
     (well under a µs) is included, so this is an upper bound.
     """
     ev = trace.events
@@ -269,7 +270,15 @@ def cpu_compute_mask(trace: Trace) -> np.ndarray:
     child = (ops.parent >= 0) & ~metadata
     has_work_child[ops.parent[child]] = True
     counted = ~metadata & (~has_work_child | kernel_bearing)
-    mask[ops.rows[counted]] = True
+    # keep the outermost counted op of each nest (addmm, not also its copy_): on one thread
+    # the counted intervals then never overlap and their sum equals their union
+    inside = np.zeros(len(counted), dtype=bool)
+    up = ops.parent.copy()
+    while (up >= 0).any():
+        live = up >= 0
+        inside[live] |= counted[up[live]]
+        up[live] = ops.parent[up[live]]
+    mask[ops.rows[counted & ~inside]] = True
     return mask
 
 
