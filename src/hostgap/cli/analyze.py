@@ -138,7 +138,7 @@ def register(cli: click.Group) -> None:
     @output_options
     def kernels(trace, step_marker, launch_floor_us, floor_file, as_json, as_csv, quiet):
         """One row per launch (eager kernel or graph launch) with its TaxBreak intervals:
-        T_py, T_dispatch, T_launch, I_lib, ΔFT, ΔCT, ΔKT_fw (METHOD.md §5).
+        T_py, T_dispatch, T_launch, I_lib, ΔFT, ΔCT, ΔKT_fw (docs/method.md).
 
         \b
         Examples:

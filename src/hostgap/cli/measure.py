@@ -197,7 +197,7 @@ def register(cli: click.Group) -> None:
     @_common
     def measure_cmd(**opts):
         """Measure per-decode-step wall, device-active and host-exposed time of a real workload
-        (differencing method, METHOD.md §4), with checks, anatomy and a verdict.
+        (differencing method, docs/method.md), with checks, anatomy and a verdict.
 
         \b
         Examples:

@@ -204,7 +204,7 @@ def taxbreak_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figu
         return fig
 
     floor = tax.get("launch_floor_ns")
-    caption = ("TaxBreak parts of each step's host work (METHOD.md §5, TaxBreak arXiv 2603.12465): per eager launch "
+    caption = ("TaxBreak parts of each step's host work (docs/method.md; TaxBreak, arXiv 2603.12465): per eager launch "
                "ΔFT = T_py + T_dispatch (framework translation; library kernels get the median non-library "
                "dispatch), ΔCT = library dispatch above that median, ΔKT = the launch floor per launch "
                f"({floor / 1000:.3f} µs, {tax.get('floor_source')})" if floor else "")

@@ -143,7 +143,7 @@ def render(inputs: list[Input], title: str | None = None, max_bars: int = F.MAX_
     parts = [_head(title), f"<body><header><h1>{esc(title)}</h1>",
              f"<p class='meta'>hostgap {esc(__version__)}, written "
              f"{esc(_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))}. "
-             "Definitions: METHOD.md of the hostgap project; every figure says how it was computed.</p></header>",
+             "Definitions: docs/method.md of the hostgap project; every figure says how it was computed.</p></header>",
              _summary(data), _figure(figs["fig-regime"])]
     for i, inp in enumerate(inputs):
         parts.append(_section(i, inp, data["inputs"][i], figs))
