@@ -7,7 +7,9 @@ stderr; a user error is one line naming the input, exit status 2.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import os
 import sys
 
 import click
@@ -46,6 +48,36 @@ def cli() -> None:
 for _name in COMMAND_MODULES:
     _mod = importlib.import_module(f"hostgap.cli.{_name}")
     _mod.register(cli)
+
+
+def _add_quiet(command: click.Command) -> None:
+    """Give every command a ``-q/--quiet`` flag. Commands that take one handle it themselves;
+    for the others it silences their notes and progress on stderr (errors still print)."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _add_quiet(sub)
+        return
+    if any(p.name == "quiet" for p in command.params):
+        return
+    command.params.append(click.Option(["--quiet", "-q"], is_flag=True, help="No notes or progress on stderr."))
+    callback = command.callback
+
+    def quiet_callback(*args, quiet=False, **kwargs):
+        if not quiet:
+            return callback(*args, **kwargs)
+        saved = sys.stderr
+        with open(os.devnull, "w") as devnull:
+            sys.stderr = devnull
+            try:
+                return callback(*args, **kwargs)
+            finally:
+                sys.stderr = saved
+
+    command.callback = functools.update_wrapper(quiet_callback, callback)
+
+
+for _command in cli.commands.values():
+    _add_quiet(_command)
 
 
 def main() -> None:

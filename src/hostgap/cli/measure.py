@@ -235,7 +235,8 @@ def register(cli: click.Group) -> None:
     @cli.command("presets")
     @click.option("--dtype", default="bfloat16", show_default=True, help="dtype for weight bytes")
     @click.option("--json", "as_json", is_flag=True)
-    def presets_cmd(dtype, as_json):
+    @click.option("--csv", "as_csv", is_flag=True)
+    def presets_cmd(dtype, as_json, as_csv):
         """List workload presets with exact parameter counts and weight bytes (nothing is built).
 
         \b
@@ -255,6 +256,11 @@ def register(cli: click.Group) -> None:
             })
         if as_json:
             click.echo(json.dumps(rows, indent=2))
+            return
+        if as_csv:
+            from hostgap.report.terminal import write_csv
+
+            write_csv(rows)
             return
         from rich.table import Table
 
