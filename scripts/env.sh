@@ -13,14 +13,15 @@ if [ -z "$PY" ]; then
   done
 fi
 [ -n "$PY" ] || { echo "hostgap setup: error: Python >= 3.11 not found (set PYTHON=...)" >&2; exit 2; }
+# pip's machine-wide index configuration may name folders that do not exist: drop those notices
+quiet_pip() { "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; }
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 STAMP=.venv/.hostgap-lock
 if [ ! -f "$STAMP" ] || ! cmp -s requirements/lock.txt "$STAMP"; then
-  # torch==2.13.0 is the CPU wheel (PLATFORM.md): never let an open range pull a CUDA build
-  .venv/bin/pip install --quiet -r requirements/lock.txt
+  # torch==2.13.0 is pinned to the CPU build: an open range would pull a multi-GB CUDA build
+  quiet_pip .venv/bin/pip install --quiet -r requirements/lock.txt
   cp requirements/lock.txt "$STAMP"
 fi
-.venv/bin/pip install --quiet --no-deps --no-build-isolation -e . 2>/dev/null \
-  || .venv/bin/pip install --quiet --no-deps -e .
+quiet_pip .venv/bin/pip install --quiet --no-deps -e .
