@@ -45,6 +45,15 @@ class Figure:
     svg: str | None  # None: does not apply (the caption says why)
 
 
+
+def _step_ticks(ax, x) -> None:
+    """Whole step numbers on the x axis; every step labelled when there are only a few."""
+    if len(x) <= 12:
+        ax.set_xticks(np.asarray(x) + 0.4 * (x[1] - x[0] if len(x) > 1 else 1))
+        ax.set_xticklabels([str(int(v)) for v in x])
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
 def activity_label(inp: Input) -> str:
     return ACTIVITY_LABEL.get(inp.activity, "device-active")
 
@@ -155,7 +164,7 @@ def steps_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figure:
             ax.plot(fx, (gpu + host)[flagged] * 1.02, "v", color="black", markersize=4,
                     label="flagged step (queued or partial)")
         ax.set_xlabel("step index" + (f" (bins of {per_bin} steps, mean)" if per_bin > 1 else ""))
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _step_ticks(ax, x)
         ax.set_ylabel("ms")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
         return fig
@@ -197,7 +206,7 @@ def taxbreak_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figu
         ax.step(x + w / 2, binned(host, max_bars) / 1e6, where="mid", color="black", linewidth=1.0,
                 label="host-exposed (for reference, not a sum of these parts)")
         ax.set_xlabel("step index" + (f" (bins of {per_bin} steps, mean)" if per_bin > 1 else ""))
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _step_ticks(ax, x)
         ax.set_ylabel("ms")
         ax.set_ylim(bottom=0)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
@@ -312,7 +321,7 @@ def kernels_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figur
             ax.set_ylim(bottom=0)
             ax.set_xlabel("step index" + (f" (bins of {per_bin}, mean)" if per_bin > 1 else ""))
             ax.set_ylabel(f"{what} per step")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            _step_ticks(ax, x)
         if kernels:
             ax2 = axs[1]
             names = [trim(k["name"], 48) for k in kernels][::-1]
