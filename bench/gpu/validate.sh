@@ -16,10 +16,9 @@
 # On the GPU machine (torch 2.11, transformers 5.17, no network) hostgap is used from src/ with
 # `pip install --no-deps -e .` (or PYTHONPATH=src when pip cannot). Its pure-Python dependencies
 # that machine may lack are installed from bench/gpu/wheels/ when that folder holds wheels; fill
-# it on a machine with network (Python 3.12, x86_64):
+# it on a machine with network (Python 3.12, x86_64; ~4 MiB, within the device carry limit):
 #
-#   pip download --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
-#       --no-deps -d bench/gpu/wheels msgspec rich click markdown-it-py mdurl pygments py-spy
+#   bash bench/gpu/fetch-wheels.sh
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
