@@ -51,20 +51,15 @@ def timed(fn, repeats: int) -> dict:
 
 def taxbreak_only(trace, links):
     """The inputs analyze() hands to kernel_taxes, rebuilt the same way (timed apart from it)."""
-    from hostgap.anatomy.markers import find_markers
-    from hostgap.anatomy.steps import _marker_windows, _step_of
+    from hostgap.anatomy.markers import step_markers
     from hostgap.anatomy.timeline import activity_rows, lane_prev_end
-    from hostgap.events import HOST_API_KINDS, NONE
+    from hostgap.anatomy.windows import host_api_steps, marker_windows
 
-    ev = trace.events
     _, op_rows = activity_rows(trace)
-    _, markers = find_markers(trace)
-    m_start, m_end, _ = _marker_windows(trace, markers)
-    host = np.flatnonzero(ev.of_kind(*HOST_API_KINDS))
-    step = np.full(len(ev), NONE, dtype=np.int64)
-    step[host] = _step_of(ev.start_ns[host], m_start, m_end)
+    win = marker_windows(trace, step_markers(trace).rows)
+    _, step = host_api_steps(trace, win)
     prev = lane_prev_end(trace, op_rows)
-    return lambda: tb.kernel_taxes(trace, links, step, m_start, 4600.0, prev)
+    return lambda: tb.kernel_taxes(trace, links, step, win.start_ns, 4600.0, prev)
 
 
 def main(argv=None) -> int:

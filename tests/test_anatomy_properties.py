@@ -9,18 +9,21 @@ behind earlier work or delayed. Markers may end before their host work does.
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import tempfile
 
 import numpy as np
 from anatomy_builders import H100, Timeline
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 from hostgap.events import GPU_OP_KINDS, Kind
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EXAMPLES = int(os.environ.get("HOSTGAP_PROPERTY_EXAMPLES", "60"))
+"""Examples per property; bench/properties.py runs them at >= 10,000."""
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FOLDER = tempfile.mkdtemp(prefix="hostgap-anatomy-props-")
 atexit.register(shutil.rmtree, FOLDER, ignore_errors=True)
 
@@ -238,32 +241,100 @@ def naive_steps(events: list[dict]) -> list[dict]:
                 out[i]["ops"].append(iv)
                 if e["cat"] == "kernel":
                     out[i]["kernels"].append(iv)
-    # host_wait: the idle gap before a GPU op (device-wide) whose launch started after the gap
-    # began, charged to the op's step from its marker start on
-    host_wait = [0] * len(markers)
-    ops = sorted((e["ts"] * ns, (e["ts"] + e["dur"]) * ns, e["args"].get("correlation")) for e in events
+    # host_wait (docs/method.md §3, causal rule): at an instant t in a device-idle gap, the GPU
+    # waited on the host when no op starting at or after the gap's end had been handed over
+    # (its launch call ended) by t. The device's first gap is outside the capture, whole, when
+    # its op waited more than 30 µs after its launch. The last step's wall may end after it.
+    ends = []
+    for i, st in enumerate(out):
+        if i + 1 < len(markers):
+            ends.append(starts[i + 1])
+        else:
+            ends.append(max([markers[i][1]] + [e for _, e in st["ops"]]))
+    launch_end = {e["args"]["correlation"]: (e["ts"] + e["dur"]) * ns for e in events
+                  if e["cat"] == "cuda_runtime" and "correlation" in e["args"]}
+    ops = sorted((e["ts"] * ns, (e["ts"] + e["dur"]) * ns, launch_end[e["args"]["correlation"]]) for e in events
                  if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset"))
-    reach = None
-    for s, e, c in ops:
-        at = launch_at.get(c)
-        i = None if at is None else step_of(at)
-        if reach is not None and s > reach and i is not None and at > reach:
-            host_wait[i] += max(0, s - max(reach, starts[i]))
-        reach = e if reach is None else max(reach, e)
+    lo = min([starts[0]] + [s for s, _, _ in ops])
+    hi = max(ends + [e for _, e, _ in ops])
+    host = []  # host-caused intervals
+    reach, first_gap = lo, True
+    for s, e, _ in ops:
+        if s > reach:
+            handed = min(h for s2, _, h in ops if s2 >= s)
+            cut = min(max(handed, reach), s)
+            if not (first_gap and s - cut > 30_000):
+                host.append((reach, cut))
+        first_gap = False
+        reach = max(reach, e)
+    host.append((reach, hi))
+    host_wait = [sum(max(0, min(b, ends[i]) - max(a, starts[i])) for a, b in host) for i in range(len(markers))]
     rows = []
     for i, st in enumerate(out):
         if i + 1 < len(markers):
             wall = starts[i + 1] - starts[i]
         else:
             wall = max([markers[i][1]] + [e for _, e in st["ops"]]) - starts[i]
-        rows.append({"host_wait_ns": min(host_wait[i], wall),"kernel_count": len(st["kernels"]), "kernel_sum_ns": sum(e - s for s, e in st["kernels"]),
+        rows.append({"host_wait_ns": host_wait[i], "kernel_count": len(st["kernels"]), "kernel_sum_ns": sum(e - s for s, e in st["kernels"]),
                      "kernel_union_ns": _union_len(st["kernels"]), "gpu_active_ns": _union_len(st["ops"]),
                      "wall_ns": wall, "launches": st["launches"], "graph_launches": st["graph_launches"]})
     return rows
 
 
+def two_threads_two_streams() -> Timeline:
+    """The timeline on which an earlier rule and this reference disagreed (step 4's gap 14-21 µs
+    ends with two kernels at 21: one handed over at 15, one at 19; only 14-15 is host-caused).
+    Hand-derived values: tests/test_anatomy_pinned.py::test_gap_after_the_work_was_launched_is_not_host."""
+    t = Timeline(props=H100)
+    t.annotation("ProfilerStep#1", 0, 1)
+    t.runtime("cudaLaunchKernel", 0, 1, corr=1)
+    t.kernel("k0", 2, 1, corr=1, stream=7)
+    t.op("aten::op0", 2, 0)
+    t.annotation("ProfilerStep#2", 2, 1)
+    t.op("aten::op0", 4, 0)
+    t.op("aten::op0", 4, 0)
+    t.annotation("ProfilerStep#3", 4, 1)
+    t.annotation("ProfilerStep#4", 5, 16)
+    t.op("aten::op0", 6, 9)
+    t.frame("<built-in function linear>", 6, 9)
+    t.runtime("cudaLaunchKernel", 9, 3, corr=5)
+    t.kernel("k0", 10, 4, corr=5, stream=7)
+    t.op("aten::op0", 13, 8, tid=2)
+    t.frame("<built-in function linear>", 13, 8, tid=2)
+    t.runtime("cudaLaunchKernel", 14, 1, corr=6)
+    t.op("aten::op0", 15, 0)
+    for j, ts in enumerate((18, 19, 20)):
+        t.runtime("cudaLaunchKernel", ts, 1, corr=2 + j, tid=2)
+    t.kernel("k0", 21, 2, corr=2, stream=8)
+    t.kernel("k0", 21, 1, corr=6, stream=7)
+    t.kernel("k0", 23, 1, corr=3, stream=8)
+    t.kernel("k0", 24, 1, corr=4, stream=8)
+    return t
+
+
 @SETTINGS
 @given(timelines())
+def test_idle_causes_tile_the_idle_time(t):
+    """Per step and per device: busy + host + dependency + outside + unexplained = wall, and
+    host_wait is the host cause (docs/method.md §3)."""
+    trace, a, doc = analysed(t)
+    total = dict.fromkeys(("host_ns", "dependency_ns", "outside_ns", "unexplained_ns"), 0)
+    for s in doc["steps"]:
+        for part in [s] + s["devices"]:
+            causes = part["idle_causes"]
+            assert all(v >= 0 for v in causes.values())
+            assert part["busy_ns"] + sum(causes.values()) == s["wall_ns"]
+            assert part["idle_ns"] == s["wall_ns"] - part["busy_ns"]
+            assert part["host_wait_ns"] == causes["host_ns"]
+        assert s["host_wait_ns"] <= s["idle_ns"]
+        for k in total:
+            total[k] += s["idle_causes"][k]
+    assert {k: doc["idle_causes"][k] for k in total} == total
+
+
+@SETTINGS
+@given(timelines())
+@example(t=two_threads_two_streams())
 def test_steps_match_a_naive_reference(t):
     trace, a, doc = analysed(t)
     got = [{k: s[k] for k in ("host_wait_ns", "kernel_count", "kernel_sum_ns", "kernel_union_ns", "gpu_active_ns",

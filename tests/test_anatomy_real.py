@@ -141,8 +141,10 @@ def test_deep_queue_steps_are_flagged_and_judged_by_host_wait(deep_queue):
     for s in steps:
         assert s["host_wait_ns"] < 0.05 * s["wall_ns"]  # the GPU hardly ever waits on the host
     v = a.verdict
-    assert v["basis"] == "host_wait_fraction" and "queued" in v["note"]
-    assert v["verdict"] == "device-bound"
+    assert v["basis"] == "host_cause_fraction" and "queued" in v["note"]
+    # the GPU holds launched graph replays and sits idle tens of ms at a time with no wait call,
+    # collective or missing work in the trace to explain it: said so, never "host-bound"
+    assert v["verdict"] == "unexplained-idle" and v["idle_shares"]["unexplained"] >= 0.25
     assert v["host_wait_share"] < 0.05 < v["host_fraction"]
     tb = a.taxbreak
     assert tb["queued_launches"] > 0.9 * (tb["launches"] + tb["graph_launches"])

@@ -81,18 +81,30 @@ def test_graph_step_taxbreak_one_launch_no_per_kernel_terms(tmp_path):
 
 
 def test_host_wait_of_the_graph_step(tmp_path):
-    """Step 1's first kernel starts at 120 after an idle gap 40 -> 120 and was launched at 105
-    (> 40): the GPU waited on the host. Only the part inside step 1's wall (100 -> 120) is step
-    1's; 40 -> 100 lies in step 0's wall, where it is already host_exposed."""
+    """Host-caused idle = the part of a gap before any later work had been handed to the GPU
+    (the launch call's end). Device timeline: [0, 8) host (graph 0 handed over at 8), [8, 20)
+    unexplained (launched, not started: no wait evidence), busy [20, 30], [30, 31) dependency
+    (the replay's second kernel follows the graph's own edges), busy [31, 40], [40, 108) host
+    (graph 1 handed over at 108), [108, 120) unexplained, busy [120, 130], [130, 131)
+    dependency, busy [131, 200].
+    Step 0's wall [0, 100): host 8 + 60 = 68, dependency 1, unexplained 12, busy 19.
+    Step 1's wall [100, 200): host 8, dependency 1, unexplained 12, busy 79."""
     doc = run(graph_steps(), tmp_path)
     s0, s1 = doc["steps"]
-    assert s0["host_wait_ns"] == 0  # gap 30 -> 31 began after its launch at 5
-    assert s1["host_wait_ns"] == 20 * US
+    assert s0["host_wait_ns"] == 68 * US
+    assert s0["idle_causes"] == {"host_ns": 68 * US, "dependency_ns": 1 * US, "outside_ns": 0,
+                                 "unexplained_ns": 12 * US}
+    assert s0["busy_ns"] == 19 * US and s0["idle_ns"] == 81 * US
+    assert s1["host_wait_ns"] == 8 * US
+    assert s1["idle_causes"] == {"host_ns": 8 * US, "dependency_ns": 1 * US, "outside_ns": 0,
+                                 "unexplained_ns": 12 * US}
 
 
 def test_host_wait_clipped_to_the_step_wall(tmp_path):
+    """The gap [40, 108) spans both walls: 40 -> 100 is step 0's, 100 -> 108 step 1's."""
     doc = run(graph_steps(), tmp_path)
-    assert doc["steps"][1]["host_wait_ns"] == 20 * US
+    assert doc["steps"][1]["host_wait_ns"] == 8 * US
+    assert doc["idle_causes"]["host_ns"] == 76 * US
 
 
 # -- deep queue: the host runs ahead -------------------------------------------------------
@@ -117,9 +129,11 @@ def test_deep_queue_flags_and_host_wait(tmp_path):
     assert [s["wall_ns"] for s in steps[:3]] == [10 * US] * 3
     assert steps[3]["wall_ns"] == 175 * US  # 30 -> 205
     assert [s["queued"] for s in steps[:3]] == [True, True, True]
-    assert all(s["host_wait_ns"] == 0 for s in steps)
+    # only [0, 2), before the first launch call returned, is host-caused; [2, 5) is launch latency
+    assert [s["host_wait_ns"] for s in steps] == [2 * US, 0, 0, 0]
+    assert steps[0]["idle_causes"]["unexplained_ns"] == 3 * US
     v = doc["verdict"]
-    assert v["basis"] == "host_wait_fraction"
+    assert v["basis"] == "host_cause_fraction"
     assert v["host_wait_share"] == 0.0
     assert v["verdict"] == "device-bound"
     sm = doc["summary"]
@@ -432,7 +446,8 @@ def test_cpu_host_wait_clipped_to_the_step_wall(tmp_path):
     t.op("aten::mm", 5, 10)
     t.op("aten::mm", 90, 5)
     s1 = run(t, tmp_path)["steps"][1]
-    assert s1["host_wait_ns"] == 40 * US
+    # the CPU computes [5, 15] and [90, 95]; step 1's wall [50, 100) is otherwise host time
+    assert s1["host_wait_ns"] == 45 * US
 
 
 # -- verdict ---------------------------------------------------------------------------------
@@ -448,13 +463,19 @@ def test_verdict_thresholds(fraction, expected):
 
 
 def test_verdict_over_steady_decode_steps(tmp_path):
-    """decode_loop(6): steps 2-5 are used (prefill and warm-up apart); host fractions 0.58,
-    0.57, 0.56 and, for the last step (wall 500 -> 555, kernel 45), 10/55: median 0.565."""
+    """decode_loop(6): steps 2-5 are used (prefill and warm-up apart). Raw host fractions 0.58,
+    0.57, 0.56 and, for the last step (wall 500 -> 560, kernel 45), 15/60: median 0.565.
+    Host-caused idle of step i (2-4): [100i, 100i+4) before its launch call returns, and from its
+    kernel's end (100i+50+i) to the wall end: 54 - i µs of 100; the launch latency
+    [100i+4, 100i+10) is unexplained. Last step: 4 + 5 = 9 of 60. Median(0.52, 0.51, 0.50, 0.15)
+    = 0.505."""
     doc = run(decode_loop(6), tmp_path)
     v = doc["verdict"]
-    assert v["steps_used"] == 4 and v["basis"] == "host_fraction"
+    assert v["steps_used"] == 4 and v["basis"] == "host_cause_fraction"
     assert v["host_fraction"] == pytest.approx(0.565)
-    assert v["verdict"] == "host-bound"
+    assert v["host_wait_share"] == pytest.approx(0.505)
+    assert v["idle_shares"]["unexplained"] == pytest.approx(0.06)
+    assert v["verdict"] == "host-bound" and v["raw_verdict"] == "host-bound"
     assert v["thresholds"] == {"host_bound_min": 0.25, "device_bound_max": 0.10}
     assert v["hdbi"] == doc["taxbreak"]["hdbi"]
 

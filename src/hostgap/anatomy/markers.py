@@ -64,24 +64,59 @@ FAMILIES = (
 )
 
 
-def find_markers(trace: Trace, step_marker: str | None = None) -> tuple[str, np.ndarray]:
-    """(family name, marker rows sorted by start). Empty rows: the whole trace is one step."""
-    ev = trace.events
-    host_ann = ev.kind == Kind.ANNOTATION
+@dataclass(frozen=True)
+class Markers:
+    """The step markers chosen: family, trace rows (any order; empty: the whole trace is one
+    step) and a note saying why, when a choice was made between families."""
+
+    family: str
+    rows: np.ndarray
+    note: str = ""
+
+
+def step_markers(trace: Trace, step_marker: str | None = None) -> Markers:
+    """The annotations that delimit engine steps (module docstring for the order).
+
+    Host-side annotations are searched first; legacy traces whose ``ProfilerStep#N`` ranges carry
+    the category ``Operator`` (loaded as framework ops) are searched when no annotation matches.
+    When a trace carries both vLLM-style ``execute_…`` and SGLang ``step[…]`` ranges (SGLang's
+    own traces do), ``step[…]`` bounds the engine iterations: ``execute_…`` ranges there can
+    enclose the wait for the previous batch's GPU work, folding it into one step.
+    """
     if step_marker:
         try:
             pattern = re.compile(step_marker)
         except re.error as e:
             raise HostgapError("--step-marker", f"invalid regular expression ({e})") from None
-        rows = np.flatnonzero(host_ann & trace.name_mask(pattern.search))
+        rows = _matching(trace, pattern.search)
         if not len(rows):
             raise HostgapError(trace.meta.path, f"no annotation matches --step-marker {step_marker!r}")
-        return "custom", rows
+        return Markers("custom", rows)
+    found = {fam.name: _matching(trace, fam.pattern.match) for fam in FAMILIES}
+    if len(found["vllm"]) and len(found["sglang"]) and not len(found["hostgap"]):
+        return Markers("sglang", found["sglang"], "both execute_ and step[ annotations: steps from step[ "
+                       "(execute_ ranges can hold the wait for earlier GPU work)")
     for fam in FAMILIES:
-        rows = np.flatnonzero(host_ann & trace.name_mask(fam.pattern.match))
-        if len(rows):
-            return fam.name, rows
-    return "whole_trace", np.zeros(0, dtype=np.int64)
+        if len(found[fam.name]):
+            return Markers(fam.name, found[fam.name])
+    return Markers("whole_trace", np.zeros(0, dtype=np.int64))
+
+
+def find_markers(trace: Trace, step_marker: str | None = None) -> tuple[str, np.ndarray]:
+    """(family name, marker rows). Empty rows: the whole trace is one step."""
+    m = step_markers(trace, step_marker)
+    return m.family, m.rows
+
+
+def _matching(trace: Trace, predicate) -> np.ndarray:
+    """Host annotation rows whose name satisfies ``predicate``; else framework-op rows (legacy
+    ``Operator``-category step ranges)."""
+    ev = trace.events
+    named = trace.name_mask(predicate)
+    rows = np.flatnonzero(named & (ev.kind == Kind.ANNOTATION))
+    if not len(rows):
+        rows = np.flatnonzero(named & (ev.kind == Kind.CPU_OP))
+    return rows
 
 
 def composition(name: str) -> tuple[str, dict[str, int] | None]:

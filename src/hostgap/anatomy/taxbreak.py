@@ -126,13 +126,17 @@ def kernel_taxes(
     step_start_ns: np.ndarray,
     floor_ns: float,
     lane_prev_end: np.ndarray,
+    held: np.ndarray | None = None,
 ) -> KernelTaxes:
     """TaxBreak terms of every launch that enqueued GPU work.
 
     ``launch_step``: step index per trace row (for launch rows); ``step_start_ns``: CPU start
     of each step (the frame fallback); ``lane_prev_end``: per GPU-op row, the end of the
     previous op on its stream (or int64 min) — a kernel is queued when that is after its
-    launch call started.
+    launch call started (a stream that frees exactly at the launch start was free: not queued);
+    ``held``: per trace row, GPU ops that waited on a dependency or on work outside the capture
+    after their launch (:mod:`hostgap.anatomy.idle`) — queued too, so ΔKT_fw never charges an
+    event or dependency wait as launch-path excess.
     """
     ev = trace.events
     kinds = ev.kind
@@ -211,6 +215,8 @@ def kernel_taxes(
     dct = np.where(i_lib, np.maximum(0, t_dispatch - np.rint(base).astype(np.int64)), 0)
     busy_at_launch = lane_prev_end[np.maximum(gpu_row, 0)] > l_start
     queued = busy_at_launch & (gpu_row >= 0)
+    if held is not None:
+        queued |= held[np.maximum(gpu_row, 0)] & (gpu_row >= 0)
     dkt_fw = np.where(queued, np.nan, np.maximum(0.0, t_launch - floor_ns))
     return KernelTaxes(
         launch_row=L, graph=graph, step=step, thread=thread, gpu_row=gpu_row,
