@@ -8,12 +8,15 @@ a Python loop per event).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
 from hostgap.events import GPU_OP_KINDS, HOST_API_KINDS, NONE, Kind, Trace
+
+PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,9 @@ def link(trace: Trace) -> Links:
     op_of = np.full(n, NONE, dtype=np.int64)
     top_op_of = np.full(n, NONE, dtype=np.int64)
     frame_of = np.full(n, NONE, dtype=np.int64)
-    ops = Nesting.build(trace, ev.kind == Kind.CPU_OP)
+    # legacy traces record ProfilerStep#N ranges as ops (category "Operator"): step markers,
+    # never the framework op that encloses a launch
+    ops = Nesting.build(trace, (ev.kind == Kind.CPU_OP) & ~trace.name_mask(PROFILER_STEP.match))
     host_api = np.flatnonzero(ev.of_kind(*HOST_API_KINDS))
     if len(ops.rows) and len(host_api):
         pos = ops.innermost(ev.tid[host_api], ev.start_ns[host_api], ev.end_ns[host_api])
