@@ -180,3 +180,16 @@ def test_cpu_only_real_trace_says_not_applicable():
     assert a.activity == "cpu-compute" and a.kernels is None
     assert a.taxbreak["applicable"] is False and a.taxbreak["hdbi"] is None and a.taxbreak["ft_ns"] is None
     assert all(s["taxbreak"] is None for s in a.steps)
+
+
+def test_hf_eager_work_from_before_the_capture_is_busy(hf_eager):
+    """Kernels without a runtime partner run at the start of the ProfilerStep: launched before the
+    capture. They count as GPU-busy, the step is partial with that reason, and its idle (wall -
+    busy) is a small part of the wall: the raw residual reads host-bound, the causal one not."""
+    t, a = hf_eager
+    (s,) = a.steps
+    assert s["partial"] and s["partial_reason"] == "work_launched_before_the_capture"
+    assert a.unassigned["gpu_ops_before_capture"] > 0
+    assert s["busy_ns"] > s["gpu_active_ns"]
+    assert s["idle_ns"] < 0.10 * s["wall_ns"] < s["host_exposed_ns"]
+    assert a.verdict["verdict"] != "host-bound" and a.verdict["raw_verdict"] == "host-bound"
