@@ -251,3 +251,71 @@ def test_gap_after_the_work_was_launched_is_not_host(tmp_path):
     assert s3["busy_ns"] == 8 * US
     assert s3["idle_causes"] == {"host_ns": 6 * US, "dependency_ns": 0, "outside_ns": 0, "unexplained_ns": 6 * US}
     assert steps[0]["idle_causes"]["unexplained_ns"] == 1 * US
+
+
+# -- ties (docs/method.md §3 "Ties") ----------------------------------------------------------------
+
+
+def test_tie_idle_gap_exactly_at_the_threshold_is_other(tmp_path):
+    """k1 [0, 10], k2 [40, 45] on one stream, k2 launched [1, 2] (before the gap began: not
+    host-wait). The 30 µs gap equals the threshold: kernel-wait needs < threshold, so "other"."""
+    from hostgap.anatomy.timeline import idle_gaps
+    from hostgap.events import GPU_OP_KINDS
+    from hostgap.link import link
+
+    t = Timeline(props=H100)
+    t.launch_kernel(0, 0, "k", 0, 10)
+    t.launch_kernel(1, 1, "k", 40, 5)
+    trace = t.load(tmp_path)
+    rows = __import__("numpy").flatnonzero(trace.events.of_kind(*GPU_OP_KINDS))
+    g = idle_gaps(trace, link(trace), rows, 30_000)
+    assert g.count == {"host_wait": 0, "kernel_wait": 0, "other": 1}
+    g = idle_gaps(trace, link(trace), rows, 30_001)
+    assert g.count == {"host_wait": 0, "kernel_wait": 1, "other": 0}
+
+
+def test_tie_leading_wait_exactly_at_the_tolerance_is_not_outside(tmp_path):
+    """Graph launch [2, 3], replay starts at 33: it waited exactly 30 µs after its launch, not
+    more than the tolerance: [0, 3) host, [3, 33) unexplained (31 µs would make it outside)."""
+    t = Timeline(props=H100)
+    t.annotation("ProfilerStep#1", 0, 10)
+    t.graph_launch(2, 1, [("k", 33, 10)])
+    (s,) = run(t, tmp_path)["steps"]
+    assert (s["idle_causes"]["host_ns"], s["idle_causes"]["unexplained_ns"]) == (3 * US, 30 * US)
+    t = Timeline(props=H100)
+    t.annotation("ProfilerStep#1", 0, 10)
+    t.graph_launch(2, 1, [("k", 34, 10)])
+    (s,) = run(t, tmp_path)["steps"]
+    assert s["idle_causes"]["outside_ns"] == 34 * US
+
+
+def test_tie_call_exactly_on_a_step_boundary_belongs_to_the_later_step(tmp_path):
+    """Markers [0, 10] and [10, 20]: a launch starting at 10 is step 1's; one starting at 20
+    (the last marker's end) is still step 1's; one at 21 belongs to no step."""
+    t = Timeline(props=H100)
+    t.annotation("ProfilerStep#1", 0, 10)
+    t.annotation("ProfilerStep#2", 10, 10)
+    t.launch_kernel(10, 1, "k", 12, 1)
+    t.launch_kernel(20, 1, "k", 22, 1)
+    t.launch_kernel(21, 1, "k", 24, 1)
+    doc = run(t, tmp_path)
+    assert [s["launches"] for s in doc["steps"]] == [0, 2]
+    assert doc["unassigned"]["gpu_ops_outside_steps"] == 1
+
+
+def test_tie_equal_starts_on_two_streams_and_a_launch_ending_at_the_gap_start(tmp_path):
+    """k0 [0, 10] (launched [0, 0]). Two kernels start at 20 on streams 7 and 8, handed over at
+    12 and 15: the gap [10, 20) ends at both; host [10, 12), unexplained [12, 20). Then k3
+    launched [21, 25] runs [25, 30] right after them, and k4 launched [26, 30] — its call ends
+    exactly when the gap [30, 40) begins — runs [40, 41]: no host part, unexplained 10."""
+    t = Timeline(props=H100)
+    t.annotation("ProfilerStep#1", 0, 41)
+    t.launch_kernel(0, 0, "k0", 0, 10)
+    t.launch_kernel(11, 1, "a", 20, 3)
+    t.launch_kernel(14, 1, "b", 20, 2, stream=8)
+    t.launch_kernel(21, 4, "k3", 25, 5)
+    t.launch_kernel(26, 4, "k4", 40, 1)
+    (s,) = run(t, tmp_path)["steps"]
+    # busy [0, 10] + [20, 23] + [25, 30] + [40, 41] = 19; gap [23, 25): k3 handed over at 25
+    assert s["busy_ns"] == 19 * US
+    assert s["idle_causes"] == {"host_ns": 4 * US, "dependency_ns": 0, "outside_ns": 0, "unexplained_ns": 18 * US}
