@@ -23,7 +23,8 @@ from hostgap.events import GPU_OP_KINDS, Kind
 
 EXAMPLES = int(os.environ.get("HOSTGAP_PROPERTY_EXAMPLES", "60"))
 """Examples per property; bench/properties.py runs them at >= 10,000."""
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                    **({"database": None} if "HOSTGAP_PROPERTY_EXAMPLES" in os.environ else {}))
 FOLDER = tempfile.mkdtemp(prefix="hostgap-anatomy-props-")
 atexit.register(shutil.rmtree, FOLDER, ignore_errors=True)
 
