@@ -166,9 +166,12 @@ def test_per_launch_host_intervals_never_overlap_on_a_thread(t):
     trace, a, doc = analysed(t)
     k = a.kernels
     ev = trace.events
-    assert np.all(k.t_py_ns >= 0) and np.all(k.t_dispatch_ns >= 0)
+    assert np.all(k.t_py_ns >= 0) and np.all(k.t_dispatch_ns >= 0) and np.all(k.sync_ns >= 0)
+    # the generated timelines hold no synchronising calls: the intervals are the terms
     assert np.array_equal(k.t_py_ns, k.py_end_ns - k.py_start_ns)
     assert np.array_equal(k.t_dispatch_ns, k.dispatch_end_ns - k.dispatch_start_ns)
+    assert not k.sync_ns.any()
+    assert np.all((k.t_wrapper_ns >= 0) & (k.t_wrapper_ns <= k.t_dispatch_ns))
     for th in np.unique(k.thread):
         sel = np.flatnonzero(k.thread == th)
         lr = k.launch_row[sel]
@@ -343,6 +346,11 @@ def test_steps_match_a_naive_reference(t):
     assert got == naive_steps(t.events)
 
 
+def _started_in(markers, t) -> int:
+    """Index of the last marker starting at or before t (-1: none)."""
+    return max((j for j, m in enumerate(markers) if m[0] <= t), default=-1)
+
+
 def naive_taxes(events: list[dict]) -> dict[int, dict]:
     """T_py, T_dispatch, T_launch and queued per launch correlation id, one event at a time."""
     ns = 1000
@@ -350,7 +358,9 @@ def naive_taxes(events: list[dict]) -> dict[int, dict]:
     def iv(e):
         return e["ts"] * ns, (e["ts"] + e["dur"]) * ns
 
-    markers = sorted(iv(e) for e in events if e["cat"] == "user_annotation")
+    annotations = sorted((e for e in events if e["cat"] == "user_annotation"), key=lambda e: e["ts"])
+    markers = [iv(e) for e in annotations]
+    marker_tid = [e["tid"] for e in annotations]
     gpu = [e for e in events if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")]
     first_gpu = {}
     for e in gpu:
@@ -398,11 +408,16 @@ def naive_taxes(events: list[dict]) -> dict[int, dict]:
             earlier = [x for x in units if x["tid"] == u["tid"] and iv(x)[0] < iv(u)[0]]
             prev_end = iv(max(earlier, key=lambda x: iv(x)[0]))[1] if earlier else None
             fr = [f for f in frames if encloses(f, u)]
+            step = _step_of(markers, l_start)
             if fr:
                 frame_start = iv(max(fr, key=lambda f: (iv(f)[0], -iv(f)[1])))[0]
-            else:
-                step = _step_of(markers, l_start)
+            elif step is None or marker_tid[step] == u["tid"]:
                 frame_start = markers[step][0] if step is not None else None
+            else:  # another thread than the marker's: from its previous unit of the same step only
+                frame_start = None
+                prev_step = None if not earlier else _started_in(markers, iv(max(earlier, key=lambda x: iv(x)[0]))[0])
+                if prev_step != _started_in(markers, iv(u)[0]):
+                    prev_end = None
             cands = [x for x in (frame_start, prev_end) if x is not None]
             t_py = max(0, iv(u)[0] - max(cands)) if cands else 0
             t_dispatch = l_start - iv(u)[0]

@@ -411,3 +411,65 @@ def test_base_name_keeps_anonymous_namespaces():
     assert base_name("void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous "
                      "namespace)::OpaqueType<2u>, unsigned int, 3, 128, 1>(at::native::(anonymous namespace)::"
                      "OpaqueType<2u>*, int)") == "at::native::(anonymous namespace)::CatArrayBatchedCopy"
+
+
+# -- method.md §5 as implemented: wrappers, synchronising calls, a second thread ------------------
+
+
+def wrapper_sync_threads() -> Timeline:
+    """One step [0, 100] (marker on thread 1), no Python frames::
+
+        thread 1  aten::linear [5, 30] > aten::t [6, 8], aten::addmm [10, 28]
+                     L1 [20, 22] -> cuBLAS kernel [25, 27]
+                  cudaStreamSynchronize [32, 38]
+                  aten::relu [40, 50] > L2 [43, 45] -> [46, 48]
+        thread 2  aten::add [60, 70] > L3 [63, 65] -> [66, 68]
+                  aten::mul [75, 80] > L4 [76, 78] -> [79, 80]
+
+    Native T_dispatch: relu 3, add 3, mul 1 -> base 3.
+    L1 (library): T_py 5 (step start 0 -> 5), T_dispatch 15, of which the wrapper linear -> addmm
+    5 (ΔFT) and addmm -> L1 10: ΔCT = 10 - 3 = 7, ΔFT = 5 + 5 + 3 = 13.
+    L2: T_py = 40 - 30 - 6 (the sync call is its own part) = 4; ΔFT = 4 + 3 = 7.
+    L3: thread 2's first op of the step: no T_py (the thread was idle, not translating); ΔFT 3.
+    L4: T_py = 75 - 70 = 5 (its previous op in the step), ΔFT = 5 + 1 = 6.
+    """
+    t = Timeline(props=H100)
+    t.annotation("ProfilerStep#1", 0, 100)
+    t.op("aten::linear", 5, 25)
+    t.op("aten::t", 6, 2)
+    t.op("aten::addmm", 10, 18)
+    t.launch_kernel(20, 2, XMMA, 25, 2)
+    t.runtime("cudaStreamSynchronize", 32, 6)
+    t.op("aten::relu", 40, 10)
+    t.launch_kernel(43, 2, ADD, 46, 2)
+    t.op("aten::add", 60, 10, tid=2)
+    t.launch_kernel(63, 2, ADD, 66, 2, tid=2)
+    t.op("aten::mul", 75, 5, tid=2)
+    t.launch_kernel(76, 2, MUL, 79, 1, tid=2)
+    return t
+
+
+def test_wrapper_time_is_framework_not_library_translation(tmp_path):
+    a = analyze(wrapper_sync_threads().load(tmp_path), FLOOR)
+    r = rows_by_launch(a)
+    assert a.kernels.dispatch_base_ns == 3 * US
+    assert [x["i_lib"] for x in r] == [True, False, False, False]
+    assert list(a.kernels.t_wrapper_ns[np.argsort(a.kernels.launch_row)]) == [5 * US, 0, 0, 0]
+    assert [x["dct_ns"] for x in r] == [7 * US, 0, 0, 0]
+    assert [x["dft_ns"] for x in r] == [13 * US, 7 * US, 3 * US, 6 * US]
+
+
+def test_synchronising_call_is_neither_framework_nor_library_time(tmp_path):
+    a = analyze(wrapper_sync_threads().load(tmp_path), FLOOR)
+    r = rows_by_launch(a)
+    assert [x["t_py_ns"] for x in r] == [5 * US, 4 * US, 0, 5 * US]
+    tb = a.steps[0]["taxbreak"]
+    assert tb["sync_ns"] == 6 * US and a.taxbreak["sync_ns"] == 6 * US
+    assert tb["ft_ns"] == (13 + 7 + 3 + 6) * US and tb["ct_ns"] == 7 * US
+
+
+def test_second_thread_first_op_is_not_charged_the_step_start(tmp_path):
+    a = analyze(wrapper_sync_threads().load(tmp_path), FLOOR)
+    r = rows_by_launch(a)
+    assert (r[2]["t_py_ns"], r[3]["t_py_ns"]) == (0, 5 * US)
+    assert a.steps[0]["taxbreak"]["ft_ns"] <= a.steps[0]["wall_ns"]

@@ -41,6 +41,8 @@ def kernel_rows(trace: Trace, anatomy: Anatomy) -> list[dict]:
             "t_py_ns": int(k.t_py_ns[i]),
             "t_dispatch_ns": int(k.t_dispatch_ns[i]),
             "t_launch_ns": int(k.t_launch_ns[i]),
+            "t_wrapper_ns": int(k.t_wrapper_ns[i]),
+            "sync_ns": int(k.sync_ns[i]),
             "queued": bool(k.queued[i]),
             "dft_ns": int(k.dft_ns[i]),
             "dct_ns": int(k.dct_ns[i]),

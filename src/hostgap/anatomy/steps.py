@@ -15,7 +15,6 @@ and every GPU-only quantity (TaxBreak, HDBI, launch floor) is reported as not ap
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,8 +41,7 @@ from hostgap.anatomy.windows import (
 from hostgap.events import HOST_API_KINDS, NONE, CopyKind, Kind, Trace
 from hostgap.link import Links, link
 
-SYNC_API = re.compile(r"Synchronize|^(cuda|hip)Memcpy(_v\d+)?$|^cuMemcpy[DH]to[DH](_v\d+)?$|StreamQuery|EventQuery")
-"""Runtime calls during which the host waits for the GPU (not host work)."""
+SYNC_API = tb.SYNC_API
 
 
 @dataclass(frozen=True)
@@ -136,7 +134,8 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
                              config.floor_file)
         held = np.zeros(len(ev), dtype=bool)
         held[ops.rows[idle.held]] = True
-        taxes = tb.kernel_taxes(trace, links, host_step, win.start_ns, floor.ns, lane_prev_end(trace, op_rows), held)
+        taxes = tb.kernel_taxes(trace, links, host_step, win.start_ns, floor.ns, lane_prev_end(trace, op_rows), held,
+                                win.thread)
     unattributed = _unattributed(trace, taxes, win)
 
     step_device = _step_devices(ops, n_steps)
@@ -345,6 +344,7 @@ def _per_step_taxes(taxes, n) -> dict[str, np.ndarray]:
         "kt_fw_ns": _sum_by(st, fw, n),
         "py_ns": _sum_by(st, taxes.t_py_ns, n),
         "dispatch_ns": _sum_by(st, taxes.t_dispatch_ns, n),
+        "sync_ns": _sum_by(st, taxes.sync_ns, n),
         "launches": launches,
     }
 
@@ -414,7 +414,7 @@ def _trace_taxbreak(trace, taxes, floor, steps, ops: DeviceOps, unattributed) ->
     }
     if taxes is None:
         base.update({k: None for k in ("ft_ns", "ct_ns", "kt_ns", "kt_fw_ns", "kt_fw_samples", "py_ns",
-                                       "dispatch_ns", "unattributed_ns", "device_active_ns",
+                                       "dispatch_ns", "sync_ns", "unattributed_ns", "device_active_ns",
                                        "orchestrate_ns", "hdbi", "launches", "graph_launches",
                                        "library_launches", "queued_launches", "dispatch_base_ns",
                                        "launch_floor_ns", "floor_source")})
@@ -426,7 +426,7 @@ def _trace_taxbreak(trace, taxes, floor, steps, ops: DeviceOps, unattributed) ->
     orchestrate = s.ft_ns + s.ct_ns + s.kt_ns
     base.update({
         "ft_ns": s.ft_ns, "ct_ns": s.ct_ns, "kt_ns": s.kt_ns, "kt_fw_ns": s.kt_fw_ns,
-        "kt_fw_samples": s.kt_fw_samples, "py_ns": s.py_ns, "dispatch_ns": s.dispatch_ns,
+        "kt_fw_samples": s.kt_fw_samples, "py_ns": s.py_ns, "dispatch_ns": s.dispatch_ns, "sync_ns": s.sync_ns,
         "unattributed_ns": int(np.sum(unattributed)), "device_active_ns": device_active,
         "orchestrate_ns": orchestrate, "hdbi": tb.hdbi(device_active, orchestrate),
         "launches": int(np.sum(~taxes.graph[sel])), "graph_launches": int(np.sum(taxes.graph[sel])),

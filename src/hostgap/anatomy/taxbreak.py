@@ -30,8 +30,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hostgap.events import NONE, Kind, Trace
+from hostgap.anatomy.intervals import covered_each, merge
+from hostgap.events import HOST_API_KINDS, NONE, Kind, Trace
 from hostgap.link import Links, Nesting
+
+INT_MIN = np.iinfo(np.int64).min
+
+SYNC_API = re.compile(r"Synchronize|^(cuda|hip)Memcpy(_v\d+)?$|^cuMemcpy[DH]to[DH](_v\d+)?$|StreamQuery|EventQuery")
+"""Runtime calls during which the host waits for the GPU (not host work)."""
 
 LIBRARY_KERNEL = re.compile(
     r"^(cutlass_|cutlass::|sm\d+_xmma|sm\d+_gemm|sm\d+_|ampere_|volta_|turing_|hopper_|"
@@ -109,6 +115,8 @@ class KernelTaxes:
     t_dispatch_ns: np.ndarray
     t_launch_ns: np.ndarray
     queued: np.ndarray
+    t_wrapper_ns: np.ndarray  # library launches: framework wrapper time inside T_dispatch (ΔFT)
+    sync_ns: np.ndarray  # time blocked in synchronising calls inside its T_py/T_dispatch intervals
     dft_ns: np.ndarray
     dct_ns: np.ndarray
     dkt_fw_ns: np.ndarray
@@ -127,6 +135,7 @@ def kernel_taxes(
     floor_ns: float,
     lane_prev_end: np.ndarray,
     held: np.ndarray | None = None,
+    step_thread: np.ndarray | None = None,
 ) -> KernelTaxes:
     """TaxBreak terms of every launch that enqueued GPU work.
 
@@ -136,7 +145,8 @@ def kernel_taxes(
     launch call started (a stream that frees exactly at the launch start was free: not queued);
     ``held``: per trace row, GPU ops that waited on a dependency or on work outside the capture
     after their launch (:mod:`hostgap.anatomy.idle`) — queued too, so ΔKT_fw never charges an
-    event or dependency wait as launch-path excess.
+    event or dependency wait as launch-path excess; ``step_thread``: the thread of each step's
+    marker (NONE: any thread), where a frameless unit's T_py may start at the step start.
     """
     ev = trace.events
     kinds = ev.kind
@@ -175,10 +185,14 @@ def kernel_taxes(
     uo = np.lexsort((ev.start_ns[all_units], ev.tid[all_units]))
     au = all_units[uo]
     same_thread = np.concatenate(([False], ev.tid[au][1:] == ev.tid[au][:-1]))
-    prev_end_sorted = np.where(same_thread, np.concatenate(([0], ev.end_ns[au][:-1])), np.iinfo(np.int64).min)
-    prev_end_of_row = np.full(len(ev), np.iinfo(np.int64).min, dtype=np.int64)
+    prev_end_sorted = np.where(same_thread, np.concatenate(([0], ev.end_ns[au][:-1])), INT_MIN)
+    prev_end_of_row = np.full(len(ev), INT_MIN, dtype=np.int64)
     prev_end_of_row[au] = prev_end_sorted
     prev_end = prev_end_of_row[unit]
+    # ... and whether that previous unit started in the same step
+    u_step = np.searchsorted(step_start_ns, ev.start_ns[au], side="right") - 1
+    same_step_of_row = np.zeros(len(ev), dtype=bool)
+    same_step_of_row[au] = same_thread & np.concatenate(([False], u_step[1:] == u_step[:-1]))
 
     # frame start: innermost Python frame, else the step's CPU start
     frame = np.where(orphan, NONE, links.frame_of[np.maximum(top, 0)])
@@ -188,9 +202,17 @@ def kernel_taxes(
     step = launch_step[L]
     step_start = np.where(step >= 0, step_start_ns[np.maximum(step, 0)] if len(step_start_ns) else 0,
                           np.iinfo(np.int64).min)
-    frame_start = np.where(frame >= 0, ev.start_ns[np.maximum(frame, 0)], step_start)
+    # without a frame: the step start on the thread that carries the step marker; on another
+    # thread the previous unit of the same step (its first unit: no T_py, the thread was idle)
+    marker_thread = np.ones(n, dtype=bool)
+    if step_thread is not None and len(step_thread):
+        owner_thread = np.where(step >= 0, step_thread[np.maximum(step, 0)], NONE)
+        marker_thread = (owner_thread == NONE) | (owner_thread == thread)
+    frameless = np.where(marker_thread, step_start, INT_MIN)
+    frame_start = np.where(frame >= 0, ev.start_ns[np.maximum(frame, 0)], frameless)
+    prev_end = np.where((frame >= 0) | marker_thread | same_step_of_row[unit], prev_end, INT_MIN)
     py_from = np.maximum(frame_start, prev_end)
-    py_from = np.where(py_from == np.iinfo(np.int64).min, u_start, py_from)
+    py_from = np.where(py_from == INT_MIN, u_start, py_from)
     py_from = np.minimum(py_from, u_start)
 
     # launches in unit order: first-in-unit and previous launch end
@@ -203,16 +225,24 @@ def kernel_taxes(
         prev_launch_end[lo] = np.concatenate(([0], l_end[lo][:-1]))
     d_start = np.where(first_in_unit, u_start, prev_launch_end)
     d_start = np.minimum(d_start, l_start)
-    t_dispatch = l_start - d_start
     py_start = np.where(first_in_unit, py_from, u_start)
-    py_end = np.where(first_in_unit, u_start, u_start)
-    t_py = py_end - py_start
+    py_end = u_start
+    # host time blocked in synchronising calls is its own part, neither ΔFT nor ΔCT
+    sync_py, sync_dispatch = _sync_inside(trace, thread, (py_start, py_end), (d_start, l_start))
+    t_py = py_end - py_start - sync_py
+    t_dispatch = l_start - d_start - sync_dispatch
+    # a library launch's translation (ΔCT) starts at the innermost op that encloses it; the
+    # wrapper time before it (aten::linear around aten::addmm) is framework time (ΔFT)
+    inner = links.op_of[L]
+    inner_start = np.clip(np.where(inner >= 0, ev.start_ns[np.maximum(inner, 0)], d_start), d_start, l_start)
+    wrapper = inner_start - d_start - _sync_inside(trace, thread, (d_start, inner_start))[0]
 
     i_lib = _library_flags(trace, links, L, gpu_row, graph)
     native = ~i_lib & ~graph
     base = float(np.median(t_dispatch[native])) if native.any() else 0.0
-    dft = t_py + np.where(i_lib, np.rint(base).astype(np.int64), t_dispatch)
-    dct = np.where(i_lib, np.maximum(0, t_dispatch - np.rint(base).astype(np.int64)), 0)
+    wrapper = np.where(i_lib, wrapper, 0)
+    dft = t_py + np.where(i_lib, wrapper + np.rint(base).astype(np.int64), t_dispatch)
+    dct = np.where(i_lib, np.maximum(0, t_dispatch - wrapper - np.rint(base).astype(np.int64)), 0)
     busy_at_launch = lane_prev_end[np.maximum(gpu_row, 0)] > l_start
     queued = busy_at_launch & (gpu_row >= 0)
     if held is not None:
@@ -224,8 +254,28 @@ def kernel_taxes(
         op_row=links.op_of[L], frame_row=frame, i_lib=i_lib, first_in_unit=first_in_unit,
         py_start_ns=py_start, py_end_ns=py_end, dispatch_start_ns=d_start, dispatch_end_ns=l_start,
         t_py_ns=t_py, t_dispatch_ns=t_dispatch, t_launch_ns=t_launch, queued=queued,
+        t_wrapper_ns=wrapper, sync_ns=sync_py + sync_dispatch,
         dft_ns=dft, dct_ns=dct, dkt_fw_ns=dkt_fw, dispatch_base_ns=base, floor_ns=float(floor_ns),
     )
+
+
+def _sync_inside(trace: Trace, thread: np.ndarray, *intervals) -> list[np.ndarray]:
+    """For each (start, end) array pair (one entry per launch), the time inside it that the
+    launch's thread spent in synchronising calls (:data:`SYNC_API`)."""
+    ev = trace.events
+    out = [np.zeros(len(thread), dtype=np.int64) for _ in intervals]
+    sync = trace.name_mask(SYNC_API.search) & ev.of_kind(*HOST_API_KINDS)
+    if not sync.any():
+        return out
+    for th in np.unique(thread):
+        rows = np.flatnonzero(sync & (ev.tid == th))
+        if not len(rows):
+            continue
+        seg_s, seg_e = merge(ev.start_ns[rows], ev.end_ns[rows])
+        mine = thread == th
+        for o, (lo, hi) in zip(out, intervals):
+            o[mine] = covered_each(lo[mine], np.maximum(hi[mine], lo[mine]), seg_s, seg_e)
+    return out
 
 
 def _library_flags(trace: Trace, links: Links, L, gpu_row, graph) -> np.ndarray:
@@ -259,6 +309,7 @@ class TaxSums:
     kt_fw_samples: int
     py_ns: int
     dispatch_ns: int
+    sync_ns: int
 
 
 def sums(taxes: KernelTaxes, select: np.ndarray) -> TaxSums:
@@ -275,4 +326,5 @@ def sums(taxes: KernelTaxes, select: np.ndarray) -> TaxSums:
         kt_fw_samples=int(ok.sum()),
         py_ns=int(taxes.t_py_ns[select].sum()),
         dispatch_ns=int(taxes.t_dispatch_ns[select].sum()),
+        sync_ns=int(taxes.sync_ns[select].sum()),
     )

@@ -38,6 +38,7 @@ class StepWindows:
     next_start_ns: np.ndarray
     cpu_end_ns: np.ndarray
     wall_end_ns: np.ndarray
+    thread: np.ndarray  # the host thread of each step's marker (NONE: the whole trace)
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -68,14 +69,16 @@ def marker_windows(trace: Trace, rows: np.ndarray) -> StepWindows:
     if not len(rows):
         if not len(ev):
             z = np.zeros(0, np.int64)
-            return StepWindows([], z, z, z, z, z)
+            return StepWindows([], z, z, z, z, z, z)
         start, end, names = np.array([ev.start_ns.min()]), np.array([ev.end_ns.max()]), ["whole trace"]
+        thread = np.array([NONE], dtype=np.int64)
     else:
         rows = rows[np.argsort(ev.start_ns[rows], kind="stable")]
         start, end, names = ev.start_ns[rows], ev.end_ns[rows], trace.names_of(rows)
+        thread = ev.tid[rows].astype(np.int64)
     nxt = np.append(start[1:], INT_MAX).astype(np.int64)
     cpu_end = np.append(start[1:], end[-1]).astype(np.int64)
-    return StepWindows(names, start.astype(np.int64), end.astype(np.int64), nxt, cpu_end, cpu_end.copy())
+    return StepWindows(names, start.astype(np.int64), end.astype(np.int64), nxt, cpu_end, cpu_end.copy(), thread)
 
 
 def with_wall_end(windows: StepWindows, last_op_end_ns: int | None) -> StepWindows:
