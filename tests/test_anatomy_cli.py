@@ -71,7 +71,8 @@ def test_steps_json(trace4):
     assert [s["graph_launches"] for s in doc["steps"]] == [0, 1, 0, 1]
     assert doc["steps"][0]["wall_ns"] == 100 * US
     assert doc["taxbreak"]["floor_source"] == "cli" and doc["taxbreak"]["launch_floor_ns"] == 4500
-    assert doc["verdict"]["verdict"] in ("host-bound", "balanced", "device-bound")
+    assert doc["verdict"]["verdict"] in ("host-bound", "balanced", "device-bound", "dependency-bound",
+                                         "incomplete-capture", "unexplained-idle")
 
 
 def test_steps_csv(trace4):
@@ -84,6 +85,11 @@ def test_steps_csv(trace4):
         assert key in rows[0], key
     js = json.loads(run("steps", trace4, "--json").stdout)["steps"]
     assert [int(r["gpu_active_ns"]) for r in rows] == [s["gpu_active_ns"] for s in js]
+    # idle causes flattened into columns; the per-device parts stay in the JSON
+    assert "devices" not in rows[0] and "idle_causes" not in rows[0]
+    for r, s in zip(rows, js):
+        assert {k: int(r[f"idle_{k}"]) for k in s["idle_causes"]} == s["idle_causes"]
+        assert r["queued_reason"] == (s["queued_reason"] or "")
 
 
 def test_steps_terminal(trace4):

@@ -204,7 +204,9 @@ def render_steps(doc: dict, con: Console) -> None:
 def step_csv_rows(doc: dict) -> list[dict]:
     rows = []
     for s in doc["steps"]:
-        row = {k: v for k, v in s.items() if k != "taxbreak"}
+        row = {k: v for k, v in s.items() if k not in ("taxbreak", "idle_causes", "devices")}
+        for k, v in (s.get("idle_causes") or {}).items():  # per-device parts: JSON only
+            row[f"idle_{k}"] = v
         for k, v in (s.get("taxbreak") or {}).items():
             row[f"tb_{k}"] = v
         row["activity"] = doc["activity"]
