@@ -419,11 +419,17 @@ def naive_taxes(events: list[dict]) -> dict[int, dict]:
                 if prev_step != _started_in(markers, iv(u)[0]):
                     prev_end = None
             cands = [x for x in (frame_start, prev_end) if x is not None]
-            t_py = max(0, iv(u)[0] - max(cands)) if cands else 0
-            t_dispatch = l_start - iv(u)[0]
+            py_from = min(max(cands), iv(u)[0]) if cands else iv(u)[0]
+            # intervals are clipped to the launch's step (they never reach into an earlier step)
+            lo = markers[step][0] if step is not None else py_from  # outside every step: no clip
+            t_py = max(iv(u)[0], lo) - max(py_from, lo)
+            t_dispatch = l_start - max(iv(u)[0], lo)
         else:
             t_py = 0
-            t_dispatch = l_start - iv(same_unit[k - 1])[1]
+            step = _step_of(markers, l_start)
+            prev = iv(same_unit[k - 1])[1]
+            lo = markers[step][0] if step is not None else prev
+            t_dispatch = l_start - max(prev, lo)
         prev = lane_prev[id(first_op_of[c])]
         out[c] = {"t_py_ns": t_py, "t_dispatch_ns": max(t_dispatch, 0), "t_launch_ns": first_gpu[c][0] - l_start,
                   "queued": prev is not None and prev > l_start}

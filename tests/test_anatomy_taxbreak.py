@@ -473,3 +473,19 @@ def test_second_thread_first_op_is_not_charged_the_step_start(tmp_path):
     r = rows_by_launch(a)
     assert (r[2]["t_py_ns"], r[3]["t_py_ns"]) == (0, 5 * US)
     assert a.steps[0]["taxbreak"]["ft_ns"] <= a.steps[0]["wall_ns"]
+
+
+def test_intervals_stay_inside_the_launch_step(tmp_path):
+    """Steps [0, 50] and [50, 100]; aten::big [40, 70] launches at [60, 62] (step 1). Its T_py
+    and T_dispatch are clipped to step 1: T_py 0, T_dispatch 60 - 50 = 10 (not 20); the 10 µs
+    of the op inside step 0 are step 0's unattributed time (window [0, 50], nothing covered)."""
+    t = Timeline(props=H100)
+    t.annotation("ProfilerStep#1", 0, 50)
+    t.annotation("ProfilerStep#2", 50, 50)
+    t.op("aten::big", 40, 30)
+    t.launch_kernel(60, 2, ADD, 63, 2)
+    a = analyze(t.load(tmp_path), FLOOR)
+    (r,) = rows_by_launch(a)
+    assert (r["step"], r["t_py_ns"], r["t_dispatch_ns"]) == (1, 0, 10 * US)
+    assert a.steps[0]["taxbreak"]["unattributed_ns"] == 50 * US
+    assert a.steps[1]["taxbreak"]["ft_ns"] == 10 * US

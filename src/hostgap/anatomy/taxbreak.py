@@ -225,8 +225,12 @@ def kernel_taxes(
         prev_launch_end[lo] = np.concatenate(([0], l_end[lo][:-1]))
     d_start = np.where(first_in_unit, u_start, prev_launch_end)
     d_start = np.minimum(d_start, l_start)
-    py_start = np.where(first_in_unit, py_from, u_start)
-    py_end = u_start
+    # intervals stay inside the launch's step: the part of a unit that began in an earlier
+    # step's window is that step's (its unattributed time), never this step's ΔFT
+    lo_step = np.where(step >= 0, step_start, INT_MIN)
+    py_start = np.maximum(np.where(first_in_unit, py_from, u_start), lo_step)
+    py_end = np.maximum(u_start, lo_step)
+    d_start = np.maximum(d_start, lo_step)
     # host time blocked in synchronising calls is its own part, neither ΔFT nor ΔCT
     sync_py, sync_dispatch = _sync_inside(trace, thread, (py_start, py_end), (d_start, l_start))
     t_py = py_end - py_start - sync_py
