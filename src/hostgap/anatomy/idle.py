@@ -42,9 +42,14 @@ CAUSES = ("host", "dependency", "outside", "unexplained")
 BUSY, HOST, DEPENDENCY, OUTSIDE, UNEXPLAINED = range(5)
 """State codes; lower wins when devices are combined (busy anywhere = the step is busy)."""
 
-COLLECTIVE = re.compile(r"nccl|rccl|allreduce|all_reduce|allgather|all_gather|reducescatter|reduce_scatter|"
-                        r"sendrecv|alltoall|cross_device_reduce", re.IGNORECASE)
-"""Kernel names of collectives: they wait for the other ranks."""
+COLLECTIVE = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "all_gather", "reducescatter",
+              "reduce_scatter", "sendrecv", "alltoall", "cross_device_reduce")
+"""Substrings (lower case) of collective kernel names: they wait for the other ranks."""
+
+
+def is_collective(name: str) -> bool:
+    low = name[:200].lower()  # the name's head says it; template arguments can run to kilobytes
+    return any(c in low for c in COLLECTIVE)
 
 STREAM_WAIT = re.compile(r"StreamWaitEvent|StreamWaitValue|WaitExternalSemaphore|cuStreamWait")
 """Host calls that make later work on a stream wait for an event."""
@@ -84,7 +89,7 @@ def dependency_evidence(trace: Trace, links: Links, ops: DeviceOps) -> np.ndarra
     n = len(ops)
     if not ops.gpu or not n:
         return np.zeros(n, dtype=bool)
-    collective = trace.name_mask(COLLECTIVE.search)[ops.rows] & ops.is_kernel
+    collective = trace.name_mask(is_collective)[ops.rows] & ops.is_kernel
     linked = ops.launch_row >= 0
     launch = np.maximum(ops.launch_row, 0)
     sync_copy = linked & trace.name_mask(SYNC_COPY.match)[launch]

@@ -268,7 +268,8 @@ def _sync_inside(trace: Trace, thread: np.ndarray, *intervals) -> list[np.ndarra
     launch's thread spent in synchronising calls (:data:`SYNC_API`)."""
     ev = trace.events
     out = [np.zeros(len(thread), dtype=np.int64) for _ in intervals]
-    sync = trace.name_mask(SYNC_API.search) & ev.of_kind(*HOST_API_KINDS)
+    sync = ev.of_kind(*HOST_API_KINDS)
+    sync[sync] = trace.name_mask(SYNC_API.search)[sync]
     if not sync.any():
         return out
     for th in np.unique(thread):
