@@ -282,3 +282,15 @@ def test_sglang_step_ranges_preferred_over_execute(tmp_path):
     doc = run(t, tmp_path)
     assert doc["marker_family"] == "sglang" and len(doc["steps"]) == 2
     assert "step[" in doc["marker_note"]
+
+
+def test_device_bound_with_hidden_host_work_says_so():
+    """A device-bound verdict whose trace HDBI is below 0.5: the note names the hidden host work."""
+    from hostgap.anatomy.verdict import step_verdict
+
+    step = {"index": 0, "kind": "decode", "partial": False, "queued": False, "wall_ns": 100,
+            "host_wait_ns": 5, "host_fraction": 0.3,
+            "idle_causes": {"host_ns": 5, "dependency_ns": 0, "outside_ns": 0, "unexplained_ns": 0}}
+    v = step_verdict([step], [], 0.4)
+    assert v["verdict"] == "device-bound" and "HDBI 0.40" in v["note"]
+    assert step_verdict([step], [], 0.6)["note"] == ""

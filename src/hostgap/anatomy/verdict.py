@@ -26,7 +26,9 @@ that share of the step for another reason, the verdict names it: ``dependency-bo
 had work and waited on events, streams, copies or collectives) or ``incomplete-capture`` (the
 idle lies with work the trace does not contain); when neither, ``unexplained-idle`` if the
 unexplained share reaches it. The first of dependency, outside, unexplained that reaches the
-threshold names the verdict.
+threshold names the verdict. A balanced or device-bound verdict with HDBI below 0.5 (TaxBreak:
+host orchestration exceeds GPU time) says in its note that the host work is there but hidden
+behind GPU work: a faster GPU would expose it.
 """
 
 from __future__ import annotations
@@ -130,6 +132,10 @@ def step_verdict(steps: list[dict], warmup: list[int], hdbi: float | None) -> di
     if queued:
         note = ("host ran ahead of the GPU (queued steps); " + note) if note else \
             "host ran ahead of the GPU (queued steps): the GPU rarely waited on the host"
+    if label in (BALANCED, DEVICE_BOUND) and hdbi is not None and hdbi < 0.5:
+        # TaxBreak evidence: host orchestration exceeds device time, hidden behind GPU work here
+        hidden = f"HDBI {hdbi:.2f}: host orchestration exceeds GPU time but is hidden behind it"
+        note = f"{note}; {hidden}" if note else hidden
     out = Verdict(label, "host_cause_fraction", raw, host, hdbi, note).to_dict()
     out.update({"raw_verdict": classify(raw), "idle_shares": shares, "steps_used": len(use)})
     return out
