@@ -294,3 +294,22 @@ def test_device_bound_with_hidden_host_work_says_so():
     v = step_verdict([step], [], 0.4)
     assert v["verdict"] == "device-bound" and "HDBI 0.40" in v["note"]
     assert step_verdict([step], [], 0.6)["note"] == ""
+
+
+@pytest.mark.parametrize("host, dep, out, unexp, label", [
+    (25, 30, 30, 30, "host-bound"),          # the host share alone decides when it reaches 0.25
+    (24, 25, 30, 30, "dependency-bound"),    # then dependency, outside, unexplained in that order
+    (24, 24, 25, 30, "incomplete-capture"),
+    (24, 24, 24, 25, "unexplained-idle"),
+    (24, 24, 24, 24, "balanced"),
+    (9, 0, 0, 0, "device-bound"),
+])
+def test_verdict_labels_on_the_causal_basis(host, dep, out, unexp, label):
+    from hostgap.anatomy.verdict import step_verdict
+
+    step = {"index": 0, "kind": "decode", "partial": False, "queued": False, "wall_ns": 100,
+            "host_wait_ns": host, "host_fraction": 0.9,
+            "idle_causes": {"host_ns": host, "dependency_ns": dep, "outside_ns": out, "unexplained_ns": unexp}}
+    v = step_verdict([step], [], None)
+    assert v["verdict"] == label and v["raw_verdict"] == "host-bound"
+    assert v["host_wait_share"] == host / 100 and v["idle_shares"]["dependency"] == dep / 100
