@@ -319,3 +319,16 @@ def test_tie_equal_starts_on_two_streams_and_a_launch_ending_at_the_gap_start(tm
     # busy [0, 10] + [20, 23] + [25, 30] + [40, 41] = 19; gap [23, 25): k3 handed over at 25
     assert s["busy_ns"] == 19 * US
     assert s["idle_causes"] == {"host_ns": 4 * US, "dependency_ns": 0, "outside_ns": 0, "unexplained_ns": 18 * US}
+
+
+def test_tie_touching_ops_leave_no_gap(tmp_path):
+    """k1 [1, 10] and k2 [10, 20] touch (k2 launched [3, 4]): one busy segment, no zero-length
+    gap; the step [0, 30) has busy 19, and host time [0, 1) (until k1's launch call returned) and
+    [20, 30) (after the last op): 11, nothing else."""
+    t = Timeline(props=H100)
+    t.annotation("ProfilerStep#1", 0, 30)
+    t.launch_kernel(0, 1, "k", 1, 9)
+    t.launch_kernel(3, 1, "k", 10, 10)
+    (s,) = run(t, tmp_path)["steps"]
+    assert s["busy_ns"] == 19 * US
+    assert s["idle_causes"] == {"host_ns": 11 * US, "dependency_ns": 0, "outside_ns": 0, "unexplained_ns": 0}
