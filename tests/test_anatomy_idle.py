@@ -133,6 +133,8 @@ def test_full_graph_wait_is_outside_not_host(tmp_path):
     (s,) = doc["steps"]
     assert s["host_exposed_ns"] == 100 * US and s["host_fraction"] == pytest.approx(0.5)
     assert s["idle_causes"] == causes(outside=100) and s["host_wait_ns"] == 0
+    # the replay waited behind work outside the capture: no launch-path (ΔKT_fw) sample
+    assert doc["taxbreak"]["queued_launches"] == 1 and doc["taxbreak"]["kt_fw_samples"] == 0
     v = doc["verdict"]
     assert v["verdict"] == "incomplete-capture" and v["raw_verdict"] == "host-bound"
     assert v["host_wait_share"] == 0.0 and v["idle_shares"]["outside"] == pytest.approx(0.5)
@@ -142,6 +144,7 @@ def test_full_graph_wait_below_the_tolerance_is_host_and_latency(tmp_path):
     """With a 200 µs tolerance the leading gap is split: [0, 3) host, [3, 100) unexplained."""
     doc = run(full_graph_step(), tmp_path, AnatomyConfig(launch_floor_ns=4500.0, gap_threshold_ns=200_000))
     assert doc["steps"][0]["idle_causes"] == causes(host=3, unexplained=97)
+    assert doc["taxbreak"]["kt_fw_samples"] == 1  # no evidence of a wait: a launch-path sample
 
 
 def test_gpu_work_without_a_launch_in_the_trace(tmp_path):
