@@ -316,3 +316,55 @@ def test_verdict_labels_on_the_causal_basis(host, dep, out, unexp, label):
     v = step_verdict([step], [], None)
     assert v["verdict"] == label and v["raw_verdict"] == "host-bound"
     assert v["host_wait_share"] == host / 100 and v["idle_shares"]["dependency"] == dep / 100
+
+
+def test_dependency_on_a_peer_copy(tmp_path):
+    """As :func:`stream_wait` without the wait call, the second op a peer copy launched [22, 23]
+    running [60, 70]: the same split (host 45, dependency 37, unexplained 3)."""
+    t = Timeline(props=H100)
+    t.annotation("ProfilerStep#1", 0, 100)
+    t.launch_kernel(1, 1, "k1", 5, 5)
+    t.copy(22, 1, 60, 10, 4096, direction="PtoP", api="cudaMemcpyPeerAsync")
+    (s,) = run(t, tmp_path)["steps"]
+    assert s["idle_causes"] == causes(host=45, dependency=37, unexplained=3)
+
+
+def test_a_stream_wait_on_another_thread_is_no_evidence(tmp_path):
+    """The wait call of :func:`stream_wait` issued on thread 2: k2's launch on thread 1 did not
+    follow it, so its 37 µs are unexplained."""
+    t = Timeline(props=H100)
+    t.annotation("ProfilerStep#1", 0, 100)
+    t.launch_kernel(1, 1, "k1", 5, 5)
+    t.runtime("cudaStreamWaitEvent", 20, 1, tid=2)
+    t.launch_kernel(22, 1, "k2", 60, 10)
+    (s,) = run(t, tmp_path)["steps"]
+    assert s["idle_causes"] == causes(host=45, unexplained=40)
+
+
+def test_a_step_without_gpu_work_is_measured_on_every_device(tmp_path):
+    """Step 0 [0, 50] launches a (device 0, [5, 40]) and b (device 1, [20, 60]); step 1
+    [50, 100] launches nothing: its devices are all devices. Device 0 is idle throughout (host
+    50), device 1 busy until 60 (busy 10, host 40); the step: busy 10, host 40."""
+    t = Timeline(props=H100)
+    t.annotation("ProfilerStep#1", 0, 50)
+    t.annotation("ProfilerStep#2", 50, 50)
+    t.launch_kernel(1, 1, "a", 5, 35)
+    t.runtime("cudaLaunchKernel", 3, 1, corr=50)
+    t.kernel("b", 20, 40, corr=50, device=1, stream=3)
+    s1 = run(t, tmp_path)["steps"][1]
+    assert [(d["device"], d["busy_ns"], d["host_wait_ns"]) for d in s1["devices"]] == [(0, 0, 50 * US),
+                                                                                      (1, 10 * US, 40 * US)]
+    assert (s1["busy_ns"], s1["host_wait_ns"]) == (10 * US, 40 * US)
+
+
+def test_cpu_steps_without_compute_ops_are_host_time(tmp_path):
+    """A CPU-only trace whose only op is metadata (aten::view): no compute at all, every step's
+    wall is host time, no per-device parts."""
+    t = Timeline()
+    t.annotation("ProfilerStep#1", 0, 50)
+    t.annotation("ProfilerStep#2", 50, 30)
+    t.op("aten::view", 10, 1)
+    doc = run(t, tmp_path)
+    assert doc["activity"] == "cpu-compute"
+    assert [(s["busy_ns"], s["host_wait_ns"], s["devices"]) for s in doc["steps"]] == [(0, 50 * US, []),
+                                                                                      (0, 30 * US, [])]

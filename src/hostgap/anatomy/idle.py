@@ -12,8 +12,9 @@ Let P be the earliest time at which any op that starts at or after g1 had been h
   launched before the first step); **dependency** when the work shows a wait: the op pending
   longest (earliest hand-over) is not one of the ops that end the gap (later work ran first: it
   was held by an event, another stream or device), or it or an op that ends the gap was launched
-  right after a stream/event wait call on its thread, is a collective, is a synchronous or
-  peer copy, or is a later op of a graph replay that had already begun (the graph's own edges); **unexplained** else (e.g. a launch latency past the launch call's end);
+  right after a stream/event wait call on its thread, is a collective, is a peer copy, or is a
+  later op of a graph replay that had already begun (the graph's own edges); **unexplained**
+  else (e.g. a launch latency past the launch call's end);
 - the device's first gap, when its op waited longer than the tolerance (the idle-gap threshold,
   30 µs by default) after its launch with nothing before it on the device: **outside**, whole
   (the device was busy with work the capture does not contain: a FULL-graph replay queued
@@ -54,8 +55,6 @@ def is_collective(name: str) -> bool:
 STREAM_WAIT = re.compile(r"StreamWaitEvent|StreamWaitValue|WaitExternalSemaphore|cuStreamWait")
 """Host calls that make later work on a stream wait for an event."""
 
-SYNC_COPY = re.compile(r"^(cuda|hip)Memcpy(WithStream|2D|3D|ToSymbol|FromSymbol|Peer)?(_v\d+)?$|^cuMemcpy[DH]to[DH](_v\d+)?$")
-"""Copy calls that return only when the copy is done (the copy waits for earlier work)."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,8 @@ def dependency_evidence(trace: Trace, links: Links, ops: DeviceOps) -> np.ndarra
     collective = trace.name_mask(is_collective)[ops.rows] & ops.is_kernel
     linked = ops.launch_row >= 0
     launch = np.maximum(ops.launch_row, 0)
-    sync_copy = linked & trace.name_mask(SYNC_COPY.match)[launch]
+    # (a blocking copy call returns only after its copy ran: the copy is never pending after
+    # its hand-over, so it needs no rule of its own; the wait it imposes is the host's)
     peer = (ops.kind == Kind.MEMCPY) & (ev.copy_kind[ops.rows] == CopyKind.P2P)
     after_wait = linked & _after_stream_wait(trace)[launch]
     # a graph replay's later ops follow the graph's own edges (event, stream and host nodes)
@@ -100,7 +100,7 @@ def dependency_evidence(trace: Trace, links: Links, ops: DeviceOps) -> np.ndarra
     first = np.full(len(ev), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, launch[linked], ops.start_ns[linked])
     in_graph = graph & (ops.start_ns > first[launch])
-    return collective | sync_copy | peer | after_wait | in_graph
+    return collective | peer | after_wait | in_graph
 
 
 def _after_stream_wait(trace: Trace) -> np.ndarray:
