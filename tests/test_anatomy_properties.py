@@ -331,9 +331,12 @@ def test_idle_causes_tile_the_idle_time(t):
             assert part["idle_ns"] == s["wall_ns"] - part["busy_ns"]
             assert part["host_wait_ns"] == causes["host_ns"]
         assert s["host_wait_ns"] <= s["idle_ns"]
+        assert s["host_cause_fraction"] == (s["host_wait_ns"] / s["wall_ns"] if s["wall_ns"] else None)
         for k in total:
             total[k] += s["idle_causes"][k]
     assert {k: doc["idle_causes"][k] for k in total} == total
+    assert doc["idle_causes"]["busy_ns"] == sum(s["busy_ns"] for s in doc["steps"])
+    assert doc["idle_causes"]["idle_ns"] == sum(s["idle_ns"] for s in doc["steps"])
 
 
 @SETTINGS

@@ -448,6 +448,8 @@ def test_cpu_host_wait_clipped_to_the_step_wall(tmp_path):
     s1 = run(t, tmp_path)["steps"][1]
     # the CPU computes [5, 15] and [90, 95]; step 1's wall [50, 100) is otherwise host time
     assert s1["host_wait_ns"] == 45 * US
+    (d,) = s1["devices"]  # the CPU is one pseudo-device, without an index
+    assert (d["device"], d["busy_ns"], d["host_wait_ns"]) == (None, 5 * US, 45 * US)
 
 
 # -- verdict ---------------------------------------------------------------------------------
