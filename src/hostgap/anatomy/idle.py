@@ -83,11 +83,10 @@ class IdleAttribution:
 
 
 def dependency_evidence(trace: Trace, links: Links, ops: DeviceOps) -> np.ndarray:
-    """Per device op: does it show that it waited on something other than the host?"""
+    """Per device op: does it show that it waited on something other than the host?
+    (On a CPU-only trace an op is "handed over" when it starts, so it never waits and the
+    evidence is never read.)"""
     ev = trace.events
-    n = len(ops)
-    if not ops.gpu or not n:
-        return np.zeros(n, dtype=bool)
     collective = trace.name_mask(is_collective)[ops.rows] & ops.is_kernel
     linked = ops.launch_row >= 0
     launch = np.maximum(ops.launch_row, 0)
