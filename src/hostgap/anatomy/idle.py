@@ -167,8 +167,6 @@ def device_states(ops: DeviceOps, sel: np.ndarray, dep: np.ndarray, lo: int, hi:
 def combine(states: list[DeviceStates]) -> DeviceStates:
     """The union-basis timeline of several devices that tile the same range: at each instant the
     lowest code (busy anywhere wins, then host, dependency, outside, unexplained)."""
-    if len(states) == 1:
-        return states[0]
     cuts = np.unique(np.concatenate([d.start for d in states]))
     code = np.full(len(cuts), UNEXPLAINED, dtype=np.int8)
     for d in states:
