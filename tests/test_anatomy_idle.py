@@ -368,3 +368,20 @@ def test_cpu_steps_without_compute_ops_are_host_time(tmp_path):
     assert doc["activity"] == "cpu-compute"
     assert [(s["busy_ns"], s["host_wait_ns"], s["devices"]) for s in doc["steps"]] == [(0, 50 * US, []),
                                                                                       (0, 30 * US, [])]
+
+
+def test_a_step_is_measured_on_the_devices_its_own_ops_ran_on(tmp_path):
+    """Step 0 [0, 50] launches a on device 0 ([5, 40]); step 1 [50, 100] launches b on device 1
+    ([60, 90], launched [51, 52]). Step 0's devices: device 0 only (busy 35, host 2 + 10,
+    unexplained 3); step 1's: device 1 only (busy 30, host [50, 52) + [90, 100) = 12,
+    unexplained [52, 60) = 8)."""
+    t = Timeline(props=H100)
+    t.annotation("ProfilerStep#1", 0, 50)
+    t.annotation("ProfilerStep#2", 50, 50)
+    t.launch_kernel(1, 1, "a", 5, 35)
+    t.runtime("cudaLaunchKernel", 51, 1, corr=50)
+    t.kernel("b", 60, 30, corr=50, device=1, stream=3)
+    s0, s1 = run(t, tmp_path)["steps"]
+    assert [d["device"] for d in s0["devices"]] == [0] and [d["device"] for d in s1["devices"]] == [1]
+    assert (s0["busy_ns"], s0["idle_causes"]) == (35 * US, causes(host=12, unexplained=3))
+    assert (s1["busy_ns"], s1["idle_causes"]) == (30 * US, causes(host=12, unexplained=8))
