@@ -332,3 +332,12 @@ def test_tie_touching_ops_leave_no_gap(tmp_path):
     (s,) = run(t, tmp_path)["steps"]
     assert s["busy_ns"] == 19 * US
     assert s["idle_causes"] == {"host_ns": 11 * US, "dependency_ns": 0, "outside_ns": 0, "unexplained_ns": 0}
+
+
+def test_plain_verdict_is_not_queued_by_default():
+    """verdict(f, host_wait_share) without ``queued`` classifies the fraction it is given (the
+    differencing split's use), not the host-wait share."""
+    from hostgap.anatomy.verdict import verdict
+
+    v = verdict(0.5, 0.02)
+    assert (v.verdict, v.basis, v.note) == ("host-bound", "host_fraction", "")
