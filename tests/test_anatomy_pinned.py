@@ -341,3 +341,17 @@ def test_plain_verdict_is_not_queued_by_default():
 
     v = verdict(0.5, 0.02)
     assert (v.verdict, v.basis, v.note) == ("host-bound", "host_fraction", "")
+
+
+def test_verdict_pool_without_decode_steps_keeps_the_complete_ones():
+    """No decode step: the pool falls back to the steps that are not partial (here the second,
+    host share 0.05: device-bound), never to the partial one (0.9)."""
+    from hostgap.anatomy.verdict import step_verdict
+
+    def step(i, partial, host):
+        return {"index": i, "kind": "prefill", "partial": partial, "queued": False, "wall_ns": 100,
+                "host_wait_ns": host, "host_fraction": host / 100,
+                "idle_causes": {"host_ns": host, "dependency_ns": 0, "outside_ns": 0, "unexplained_ns": 0}}
+
+    v = step_verdict([step(0, True, 90), step(1, False, 5)], [], None)
+    assert (v["verdict"], v["steps_used"], v["host_wait_share"]) == ("device-bound", 1, 0.05)
