@@ -3,6 +3,7 @@
 #
 #   bash bench/mutation.sh                       # every core module, 60 strong mutants each
 #   bash bench/mutation.sh -n 20 src/hostgap/anatomy/steps.py src/hostgap/link.py
+#   bash bench/mutation.sh --timeout 600 ...     # per test run (raise it on a loaded machine)
 #
 # For each module, ../shared/tools/mutate.py flips one operator at a time (--strong: +/-, * and
 # /, and/or, not, min/max, ==/!=, booleans), runs the module's own tests (the map below), then the
@@ -15,11 +16,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 n=60
 seed=1
+timeout=240
 mods=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) n="$2"; shift ;;
     --seed) seed="$2"; shift ;;
+    --timeout) timeout="$2"; shift ;;
     -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) mods+=("$1") ;;
   esac
@@ -58,7 +61,7 @@ for m in "${mods[@]}"; do
   # shellcheck disable=SC2046
   tests=$(ls $(tests_for "$m") 2>/dev/null | tr '\n' ' ')
   j="$out/$(echo "$m" | tr '/' '_').json"
-  .venv/bin/python "$tool" "$m" --strong -n "$n" --seed "$seed" --tests "$tests" --json "$j" \
+  .venv/bin/python "$tool" "$m" --strong -n "$n" --seed "$seed" --timeout "$timeout" --tests "$tests" --json "$j" \
     > "$out/log" 2>&1 || true
   .venv/bin/python - "$m" "$j" "$out/log" <<'PY'
 import json, sys
