@@ -252,3 +252,28 @@ def test_exact_quiet_measurement_is_valid():
     s = _cpu_series(1e6, 0.5, 0.4)
     d = difference(s, 1, 128, activity="cpu-compute").to_dict()
     assert v.reasons(d) == [] and np.isclose(d["host_fraction"], 0.6)
+
+
+def test_regimes_leave_out_invalid_runs_and_mark_busy_cells(tmp_path):
+    from hostgap.cli import cli
+
+    arch = {"name": "tiny"}
+    docs = [dict(_result("ok-b1", True), arch=arch, batch=1),
+            dict(_result("busy-b2", True), arch=arch, batch=2),
+            dict(_result("bad-b4", False, host_fraction=-1.4), arch=arch, batch=4)]
+    docs[1]["differencing"]["contended"] = True
+    files = []
+    for d in docs:
+        p = tmp_path / f"{d['run_id']}.json"
+        p.write_text(json.dumps(d))
+        files.append(str(p))
+    out = CliRunner().invoke(cli, ["regimes", "--json", *files])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    cells = {c["run_id"]: c for c in doc["cells"]}
+    assert set(cells) == {"ok-b1", "busy-b2"}  # the invalid run is no regime point
+    assert cells["busy-b2"]["contended"] and not cells["ok-b1"]["contended"]
+    assert doc["invalid"] == [{"run_id": "bad-b4", "reasons": docs[2]["invalid_reasons"]}]
+    assert "host fraction outside [0, 1]" in doc["invalid"][0]["reasons"]
+    text = CliRunner().invoke(cli, ["regimes", *files]).output
+    assert "0.60 H!" in text and "left out, invalid measurement bad-b4" in text

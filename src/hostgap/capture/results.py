@@ -97,7 +97,8 @@ def judge(d: dict, cont: dict, hdbi: float | None, activity: str, anatomy: dict 
 
     why = validity.reasons(d, cont)
     if why:
-        v = {"verdict": "invalid", "basis": "validity", "host_fraction": None, "reasons": why}
+        v = {"verdict": "invalid", "basis": "validity", "host_fraction": None, "host_wait_share": None,
+             "hdbi": None, "reasons": why, "note": "invalid measurement, not a result: " + "; ".join(why)}
     else:
         v = make_verdict(d["host_fraction"], hdbi=hdbi).to_dict()
         if activity != "gpu":

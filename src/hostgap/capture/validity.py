@@ -110,7 +110,7 @@ def reasons(d: dict, cont: dict | None = None) -> list[str]:
     result; empty when it is valid."""
     out = []
     t, g, h, f = d.get("t_step_ns"), d.get("g_step_ns"), d.get("h_step_ns"), d.get("host_fraction")
-    if t is None or not np.isfinite(t) or t <= 0:
+    if t is not None and not (np.isfinite(t) and t > 0):
         out.append("wall per step is not positive")
     if f is None or not np.isfinite(f) or not 0 <= f <= 1:
         out.append("host fraction outside [0, 1]" if f is not None else "no host fraction")

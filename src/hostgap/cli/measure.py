@@ -427,10 +427,10 @@ def _run_sweep(grid, opts) -> None:
     bar = None
 
     def on_cell(i, n, key, status):
-        if status == "done":
+        if status.startswith("done"):
             eta.tick()
         left = eta.left_s(n - i - 1)
-        eta_txt = f", ETA {left:.0f} s" if left is not None and status in ("done", "skip") else ""
+        eta_txt = f", ETA {left:.0f} s" if left is not None and status.startswith(("done", "skip")) else ""
         if bar is not None:
             bar.cell(i + (status != "start"), key.split("|n")[0])
         if not opts["quiet"] or status.startswith("fail"):
