@@ -277,3 +277,21 @@ def test_regimes_leave_out_invalid_runs_and_mark_busy_cells(tmp_path):
     assert "host fraction outside [0, 1]" in doc["invalid"][0]["reasons"]
     text = CliRunner().invoke(cli, ["regimes", *files]).output
     assert "0.60 H!" in text and "left out, invalid measurement bad-b4" in text
+
+
+def test_report_verdict_card_of_an_invalid_run():
+    from hostgap.capture.results import judge
+    from hostgap.report.html import key_numbers
+    from hostgap.report.inputs import Input, anatomy_from_results
+
+    d = {**_good(), "host_fraction": -1.41, "h_step_ns": -1.0, "activity": "cpu-compute"}
+    j = judge(d, {"contended": False, "flags": []}, None, "cpu-compute", None)
+    assert not j["valid"] and j["verdict"]["verdict"] == "invalid" and j["agreement"] is None
+    r = {**_result("bad", False), "verdict": j["verdict"], "invalid_reasons": j["invalid_reasons"]}
+    k = key_numbers(Input(source="bad", kind="run", label="bad", trace_path=None, results=r,
+                          anatomy=anatomy_from_results(r)))
+    assert k["verdict"] == "invalid" and "host fraction outside [0, 1]" in k["verdict_note"]
+    ok = judge(_good(), {"contended": False, "flags": []}, None, "cpu-compute",
+               {"summary": {"steady": {"host_fraction": {"median": 0.75}}}})
+    assert ok["valid"] and ok["verdict"]["verdict"] == "host-bound"
+    assert ok["agreement"]["difference"] == pytest.approx(0.15) and not ok["agreement"]["agree"]
