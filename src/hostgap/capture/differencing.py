@@ -72,8 +72,9 @@ def two_point_slope(n1: int, y1: float, n2: int, y2: float) -> float:
 
 @dataclass(frozen=True)
 class LinearFit:
-    """y = intercept + slope * n, least squares; ``max_residual``: the largest relative distance
-    of a point from the robust (Theil-Sen) line through the same points."""
+    """y = intercept + slope * n, least squares; ``max_residual``: the largest distance of a point
+    from the robust (Theil-Sen) line through the same points, relative to the line's largest
+    value."""
 
     slope: float
     intercept: float
@@ -109,12 +110,13 @@ def linear_fit(n, y) -> LinearFit:
 
 
 def _max_residual(x: np.ndarray, y: np.ndarray) -> float:
-    """Largest |y - robust line| / |robust line| over the points (0 where the line is 0)."""
+    """Largest |y - robust line| over the points, relative to the line's largest |value| over
+    them (its value at N2 for a growing total: a short run's small total does not turn its
+    ordinary jitter into a large relative error); 0 when the line is 0 everywhere."""
     b, a, _lo, _hi = theil_sen_line(x, y)
     line = a + b * x
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(line != 0, np.abs(y - line) / np.abs(line), 0.0)
-    return float(np.max(rel))
+    scale = float(np.max(np.abs(line)))
+    return float(np.max(np.abs(y - line)) / scale) if scale > 0 else 0.0
 
 
 def linear_enough(fit: LinearFit | None) -> bool:

@@ -9,7 +9,8 @@ range
     host fraction in [0, 1]; host-exposed >= 0; device-active (or its CPU analogue) <= wall.
 linearity
     W(N) and G(N) over the sweep: R² >= 0.99 and no per-N estimate further than 5 % from the
-    robust line (:func:`hostgap.capture.differencing.linear_enough`).
+    robust line, relative to the line's value at N2
+    (:func:`hostgap.capture.differencing.linear_enough`).
 profiler inflation
     traced / untraced wall - 1 <= :data:`INFLATION_LIMIT`.
 contention (:func:`contention`)
