@@ -47,7 +47,8 @@ tests_for() {
     src/hostgap/anatomy/*) echo tests/test_anatomy_*.py tests/test_timeline.py tests/test_cpu_compute.py ;;
     src/hostgap/link.py|src/hostgap/events.py)
                            echo tests/test_link.py tests/test_load_*.py tests/test_anatomy_steps.py ;;
-    src/hostgap/capture/differencing.py) echo tests/test_capture_differencing.py ;;
+    src/hostgap/capture/differencing.py|src/hostgap/capture/validity.py)
+                           echo tests/test_capture_differencing.py tests/test_capture_validity.py ;;
     src/hostgap/model/attribution.py) echo tests/test_attribution_*.py ;;
     src/hostgap/model/*)   echo tests/test_model_*.py ;;
     *)                     echo tests ;;

@@ -148,3 +148,50 @@ def test_thread_time_cross_check_and_preemption():
     assert preempted_share(raw) == pytest.approx(0.25)
     assert preempted_share({"untraced_wall_ns": {"1": [5]}, "untraced_thread_ns": {"1": [0]}}) is None
     assert disturbed(100, 94) and not disturbed(100, 96) and not disturbed(100, 0)
+
+
+def test_default_estimator_is_theil_sen_over_every_run():
+    # runs at N = 1, 2, 3 with values chosen so the median pairwise slope (not the two-point
+    # slope of minima or medians) is the answer: pairs (1,2): 10-0=10, (1,3): (21-0)/2=10.5,
+    # (2,3): 11 -> slopes over all runs, median 10.5
+    s = Series(wall_ns={1: [0.0], 2: [10.0], 3: [21.0]}, traced_wall_ns={1: [0.0], 3: [30.0]},
+               busy_ns={1: [0.0], 2: [1.0], 3: [2.0]}, kernel_sum_ns={}, kernel_union_ns={},
+               kernel_count={1: [1], 3: [3]})
+    d = difference(s, 1, 3)
+    assert d.estimator == "theil-sen" and d.t_step_ns == pytest.approx(10.5)
+    assert d.g_step_ns == pytest.approx(1.0) and d.h_step_ns == pytest.approx(9.5)
+    assert d.ci["t_step_ns"][0] <= 10.5 <= d.ci["t_step_ns"][1]
+    assert "Theil-Sen" in d.ci["method"]
+    m = difference(s, 1, 3, estimator="min", n_boot=50)
+    assert m.t_step_ns == pytest.approx(10.5) and "bootstrap" in m.ci["method"]
+    with pytest.raises(ValueError, match="unknown estimator"):
+        difference(s, 1, 3, estimator="max")
+
+
+def test_slope_uses_only_runs_between_n1_and_n2():
+    from hostgap.capture.differencing import slope_with_interval
+
+    runs = {1: [0.0, 0.0], 5: [40.0, 40.0], 9: [80.0, 80.0], 50: [0.0, 0.0]}
+    s = slope_with_interval(runs, 1, 9, "theil-sen")
+    assert (s.value, s.lo, s.hi) == (10.0, 10.0, 10.0)
+    # the median per N feeds the bootstrap estimators
+    b = slope_with_interval({1: [0.0, 2.0, 100.0], 9: [80.0, 82.0, 84.0]}, 1, 9, "median", n_boot=200)
+    assert b.value == pytest.approx((82 - 2) / 8) and b.lo <= b.value <= b.hi
+
+
+def test_cpu_split_needs_a_traced_wall_and_reports_its_share_interval():
+    from hostgap.capture.differencing import Slope, split
+
+    t, g = Slope(1.0, 0.9, 1.1), Slope(0.5, 0.45, 0.55)
+    with pytest.raises(ValueError):
+        split(t, g, "cpu-compute", None)
+    sp = split(t, g, "cpu-compute", Slope(2.0, 1.8, 2.2))
+    assert sp["share"] == pytest.approx(0.25) and sp["host_fraction"] == pytest.approx(0.75)
+    lo, hi = sp["ci_share"]
+    assert lo < 0.25 < hi and sp["ci_host_fraction"] == pytest.approx([1 - hi, 1 - lo])
+    assert sp["ci_g"][0] < 0.25 < sp["ci_g"][1] and sp["ci_h"][0] < 0.75 < sp["ci_h"][1]
+    # an interval reaching zero has no log-scale MOVER: the point stays, the interval is None
+    sp = split(t, Slope(0.5, -0.1, 1.0), "cpu-compute", Slope(2.0, 1.8, 2.2))
+    assert sp["g"].value == pytest.approx(0.25) and sp["ci_g"] is None and sp["ci_host_fraction"] is None
+    gpu = split(t, g, "gpu")
+    assert gpu["g"] is g and gpu["h"].value == pytest.approx(0.5) and gpu["share"] == pytest.approx(0.5)

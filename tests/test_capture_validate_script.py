@@ -35,7 +35,11 @@ def test_validate_cpu_test(tmp_path):
     if find_pyspy() is not None:
         assert len(stacks) == 1 and "host samples (py-spy)" in (out / "stacks.txt").read_text()
     assert {(r["mode"], r["batch"]) for r in rows} == {(c["mode"], c["batch"]) for c in cells}
-    assert all(0 < r["host_fraction"] < 1 for r in rows)
+    for r in rows:  # a number in range, or marked invalid with its reasons: never both wrong
+        if r["valid"]:
+            assert 0 <= r["host_fraction"] <= 1 and 0 <= r["g_step_ns"] <= r["t_step_ns"]
+        else:
+            assert r["invalid_reasons"] and f"invalid: {r['invalid_reasons'].splitlines()[0]}" in (out / "summary.md").read_text()
     summary = (out / "summary.md").read_text()
     assert summary.count("| tiny |") == len(all_rows)
     # rerunning resumes: every cell is already done

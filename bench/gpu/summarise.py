@@ -25,6 +25,13 @@ def ms(ns):
     return "-" if ns is None else f"{ns / 1e6:.3f}"
 
 
+def verdict(row: dict) -> str:
+    """The verdict cell; an invalid measurement shows why instead of a verdict."""
+    if row.get("valid") == 0:
+        return "invalid: " + (row.get("invalid_reasons") or "checks failed").split("\n")[0]
+    return f"{row['verdict']}" + (" (machine busy)" if row.get("contended") else "")
+
+
 def main(runs_path: str, floor_path: str | None = None) -> None:
     rows = json.loads(Path(runs_path).read_text())
     rows.sort(key=lambda r: (r["preset"] or "", r["batch"], r["mode"]))
@@ -34,7 +41,7 @@ def main(runs_path: str, floor_path: str | None = None) -> None:
         hf = r["host_fraction"]
         print(f"| {r['preset']} | {r['mode']} | {r['batch']} | {r['prompt_len']} | {ms(r['t_step_ns'])} | "
               f"{ms(r['g_step_ns'])} | {ms(r['h_step_ns'])} | {'-' if hf is None else f'{hf * 100:.1f}'} | "
-              f"{r['verdict']} |")
+              f"{verdict(r)} |")
     print()
     by = {(r["preset"], r["batch"], r["prompt_len"], r["mode"]): r for r in rows}
     for (preset, batch, ctx, mode), r in sorted(by.items()):

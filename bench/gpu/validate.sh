@@ -48,13 +48,13 @@ if [ "$cpu_test" = 1 ]; then
   device=cpu
   cells="$here/cells-cpu.json"
   out="${out:-${TMPDIR:-/tmp}/hostgap-validate-cpu}"
-  common=(--repeats 2 --traced-repeats 1 --warmup 1)
+  common=(--repeats 2 --traced-repeats 1 --warmup 1 --retries 0)  # contended cells: flagged, not re-run
   stacks_preset=tiny; stacks_context=64
 else
   device=cuda
   cells="$here/cells-h200.json"
   out="${out:-$root/bench/results/h200}"
-  common=(--repeats 3 --traced-repeats 1 --warmup 1 --keep-traces none --no-gzip)
+  common=(--repeats 3 --traced-repeats 1 --warmup 1 --retries 1 --keep-traces none --no-gzip)
   stacks_preset=llama-3.2-1b; stacks_context=2048
 fi
 mkdir -p "$out"
@@ -108,7 +108,7 @@ if [ "$rc" = 0 ] && [ "$left" -ge 60 ] && "$python" -c "import sys; from hostgap
   set +e
   timeout --signal=INT --kill-after=20 "$left" \
     "${hg[@]}" measure -p "$stacks_preset" -L "$stacks_context" --device "$device" --n2 32 --repeats 2 \
-    --traced-repeats 1 --stacks --keep-traces none --out "$out/runs" --db "$out/runs.sqlite" -q \
+    --traced-repeats 1 --retries 0 --stacks --keep-traces none --out "$out/runs" --db "$out/runs.sqlite" -q \
     2>&1 | tee "$out/stacks.txt"
   set -e
 else

@@ -25,7 +25,9 @@ from pathlib import Path
 
 from hostgap.errors import HostgapError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: columns ``valid``, ``invalid_reasons`` (one per line) and ``contended`` (added to a
+version-1 database on open, filled from each row's results)."""
 
 COLUMNS = (
     ("run_id", "TEXT PRIMARY KEY"),
@@ -50,8 +52,12 @@ COLUMNS = (
     ("verdict", "TEXT"),
     ("activity", "TEXT"),
     ("run_dir", "TEXT"),
+    ("valid", "INTEGER"),
+    ("invalid_reasons", "TEXT"),
+    ("contended", "INTEGER"),
     ("results", "TEXT NOT NULL"),
 )
+ADDED_IN_2 = ("valid", "invalid_reasons", "contended")
 
 SUMMARY_COLUMNS = tuple(c for c, _ in COLUMNS if c != "results")
 
@@ -91,8 +97,26 @@ def _row_of(result: dict) -> dict:
         "verdict": v.get("verdict") if isinstance(v, dict) else v,
         "activity": d.get("activity"),
         "run_dir": result.get("run_dir"),
+        **_validity_of(result),
         "results": json.dumps(result, default=_json_default),
     }
+
+
+def _validity_of(result: dict) -> dict:
+    """The validity columns of a results dict; a result from before validity existed is judged
+    by its numbers (:func:`hostgap.capture.validity.reasons`)."""
+    d = result.get("differencing") or {}
+    if "valid" in result:
+        why = list(result.get("invalid_reasons") or [])
+        valid = bool(result["valid"])
+    else:
+        from hostgap.capture.validity import reasons
+
+        why = reasons(d) if d else []
+        valid = not why
+    contended = d.get("contended")
+    return {"valid": int(valid), "invalid_reasons": "\n".join(why) or None,
+            "contended": None if contended is None else int(bool(contended))}
 
 
 def _json_default(o):
@@ -135,11 +159,27 @@ class RunsDB:
                 self._conn.execute(
                     "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
                 )
+            elif int(row["value"]) < SCHEMA_VERSION:
+                self._migrate()
             elif int(row["value"]) > SCHEMA_VERSION:
                 raise HostgapError(
                     self.path,
                     f"runs database schema {row['value']} is newer than this hostgap ({SCHEMA_VERSION}); upgrade hostgap",
                 )
+
+    def _migrate(self) -> None:
+        """Version 1 -> 2 in one transaction (the caller's): add the validity columns and fill
+        them from each row's results JSON."""
+        have = {r["name"] for r in self._conn.execute("PRAGMA table_info(runs)")}
+        types = dict(COLUMNS)
+        for col in ADDED_IN_2:
+            if col not in have:
+                self._conn.execute(f"ALTER TABLE runs ADD COLUMN {col} {types[col]}")
+        for r in self._conn.execute("SELECT run_id, results FROM runs").fetchall():
+            v = _validity_of(json.loads(r["results"]))
+            self._conn.execute("UPDATE runs SET valid = ?, invalid_reasons = ?, contended = ? WHERE run_id = ?",
+                               (v["valid"], v["invalid_reasons"], v["contended"], r["run_id"]))
+        self._conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     @property
     def schema_version(self) -> int:

@@ -1,21 +1,35 @@
 """The differencing method (METHOD.md §4): per-decode-step wall, device-active and host time
 from whole-run totals at two token counts, with no model of the step.
 
-Run the same workload generating N1 and N2 tokens. Prefill, loading and warm-up are the same in
-both runs and cancel, so for any run total X(N)::
+Run the same workload generating N tokens for every N of a sweep N1 .. N2. Prefill, loading and
+warm-up are the same in every run and cancel, so for any run total X(N) the per-step cost is the
+slope of X against N (two points: ``(X(N2) - X(N1)) / (N2 - N1)``)::
 
-    x_step = (X(N2) - X(N1)) / (N2 - N1)
-
-    t_step = slope of W (untraced wall)        g_step = slope of G (device-active union)
+    t_step = slope of W (untraced wall)        g_step = device-active per step
     h_step = t_step - g_step  (host-exposed)    k_step = slope of K (kernel count)
 
-The result is the mean over KV lengths prompt + N1 .. prompt + N2 - 1. Repeats give bootstrap
-confidence intervals: the repeats at N1 and at N2 are resampled independently, the estimator
-(minimum by default: the least-disturbed run on a shared machine; or the median) is applied to
-each resample, and the percentile interval of the resulting slopes is reported.
+The result is the mean over KV lengths prompt + N1 .. prompt + N2 - 1.
 
-The multi-point check fits X(N) = a + b N by least squares over a sweep of N and reports R² and
-the relative difference between the two-point slope and the fitted slope b.
+**Estimator** (default ``theil-sen``): the Theil-Sen slope over every run of the sweep (the
+median of all pairwise slopes between runs at different N), with Sen's distribution-free
+confidence interval (Kendall's tau). It is robust to heavy tails and to occasional preemption
+spikes, and its interval covers the true slope at its nominal level: a simulation test draws
+per-N timings from known slopes with normal, heavy-tailed and spiky noise and checks coverage.
+``min``/``median``/``mean`` keep the two-point slope of that per-N estimate, with a percentile
+bootstrap interval (``min``: the bootstrap of a sample minimum under-covers; reported as such).
+
+**Basis of g_step.** On a GPU, ``g_step`` is the slope of the traced runs' device-busy union
+G(N): kernel time is not inflated by the profiler. On a CPU the analogue (time inside compute
+operators) is measured inside traced runs whose host time the profiler inflates, so it is never
+set beside the untraced wall directly: the **compute share** ``c = slope(G) / slope(W_traced)``
+is taken on the traced basis and applied to the untraced wall, ``g_step = c * t_step``
+(:func:`difference`, ``basis``). Intervals of products, differences and ratios of independent
+estimates combine their own intervals by MOVER (Zou and Donner), on the log scale for products
+and ratios.
+
+The multi-point check fits X(N) = a + b N by least squares over the per-N estimates and reports
+R², the largest relative residual from the robust line (one bad N is caught even when R² stays
+high), and the relative difference between the two-point slope and the fitted slope b.
 
 Everything here is pure: arrays in, frozen dataclasses out.
 """
@@ -26,15 +40,19 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-ESTIMATORS = ("min", "median", "mean")
+ESTIMATORS = ("theil-sen", "median", "min", "mean")
+LINEARITY_R2 = 0.99
+"""Linearity check: R² of W(N) and G(N) over the sweep must reach this."""
+LINEARITY_RESIDUAL = 0.05
+"""Linearity check: no per-N estimate may lie further than this (relative) from the robust line."""
 
 
 def estimate(values, estimator: str = "min", axis: int = -1) -> np.ndarray | float:
-    """Reduce repeats with the named estimator."""
+    """Reduce repeats with the named per-N estimator (``theil-sen`` reduces per N by the median)."""
     x = np.asarray(values, dtype=np.float64)
     if estimator == "min":
         return np.min(x, axis=axis)
-    if estimator == "median":
+    if estimator in ("median", "theil-sen"):
         return np.median(x, axis=axis)
     if estimator == "mean":
         return np.mean(x, axis=axis)
@@ -54,35 +72,57 @@ def two_point_slope(n1: int, y1: float, n2: int, y2: float) -> float:
 
 @dataclass(frozen=True)
 class LinearFit:
-    """y = intercept + slope * n, least squares."""
+    """y = intercept + slope * n, least squares; ``max_residual``: the largest distance of a point
+    from the robust (Theil-Sen) line through the same points, relative to the line's largest
+    value."""
 
     slope: float
     intercept: float
     r2: float
     points: int
+    max_residual: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def linear_fit(n, y) -> LinearFit:
-    """Least-squares line through (n, y); R² = 1 - SS_res / SS_tot (1.0 when y is constant
-    and the line fits it exactly).
+    """Least-squares line through (n, y); R² = 1 - SS_res / SS_tot, and 1.0 when y is constant
+    (the line then fits it exactly).
 
     >>> f = linear_fit([1, 2, 3], [3.0, 5.0, 7.0])
     >>> (round(f.slope, 9), round(f.intercept, 9), f.r2)
     (2.0, 1.0, 1.0)
+    >>> linear_fit([1, 2, 3], [4.0, 4.0, 4.0]).r2
+    1.0
     """
     x = np.asarray(n, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if len(x) < 2 or np.ptp(x) == 0:
         raise ValueError("a linear fit needs at least two distinct n")
     slope, intercept = np.polyfit(x, y, 1)
-    resid = y - (intercept + slope * x)
-    ss_res = float(np.sum(resid**2))
     ss_tot = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
-    return LinearFit(float(slope), float(intercept), float(r2), int(len(x)))
+    if ss_tot == 0:  # constant y: the horizontal line is exact (polyfit may leave rounding dust)
+        return LinearFit(0.0, float(y[0]), 1.0, int(len(x)), 0.0)
+    resid = y - (intercept + slope * x)
+    r2 = 1.0 - float(np.sum(resid**2)) / ss_tot
+    return LinearFit(float(slope), float(intercept), float(r2), int(len(x)), _max_residual(x, y))
+
+
+def _max_residual(x: np.ndarray, y: np.ndarray) -> float:
+    """Largest |y - robust line| over the points, relative to the line's largest |value| over
+    them (its value at N2 for a growing total: a short run's small total does not turn its
+    ordinary jitter into a large relative error); 0 when the line is 0 everywhere."""
+    b, a, _lo, _hi = theil_sen_line(x, y)
+    line = a + b * x
+    scale = float(np.max(np.abs(line)))
+    return float(np.max(np.abs(y - line)) / scale) if scale > 0 else 0.0
+
+
+def linear_enough(fit: LinearFit | None) -> bool:
+    """The linearity check: R² >= :data:`LINEARITY_R2` and every point within
+    :data:`LINEARITY_RESIDUAL` of the robust line. No fit (too few N) passes: nothing to check."""
+    return fit is None or (fit.r2 >= LINEARITY_R2 and fit.max_residual <= LINEARITY_RESIDUAL)
 
 
 def slope_agreement(two_point: float, fitted: float) -> float | None:
@@ -107,6 +147,100 @@ def bootstrap_slopes(r1, r2, dn: int, estimator: str = "min", n_boot: int = 2000
 def percentile_ci(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     lo, hi = np.percentile(samples, [50 * (1 - level), 50 * (1 + level)])
     return float(lo), float(hi)
+
+
+# -- slopes with intervals ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Slope:
+    """A per-step slope and its interval (``lo`` <= ``value`` <= ``hi``)."""
+
+    value: float
+    lo: float
+    hi: float
+
+
+def _ties(v: np.ndarray) -> float:
+    """sum k (k - 1) (2 k + 5) over the groups of k equal values (Kendall's tau tie term)."""
+    _u, k = np.unique(v, return_counts=True)
+    k = k[k > 1].astype(np.float64)
+    return float(np.sum(k * (k - 1) * (2 * k + 5)))
+
+
+def theil_sen_line(x, y, level: float = 0.95) -> tuple[float, float, float, float]:
+    """(slope, intercept, lo, hi): the median of the pairwise slopes between points at different
+    x, the intercept median(y) - slope * median(x), and Sen's interval from the normal
+    approximation of Kendall's tau with tie corrections (as scipy.stats.theilslopes computes
+    it; done here in numpy, without importing scipy.stats)."""
+    from statistics import NormalDist
+
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    i, j = np.triu_indices(len(x), k=1)
+    dx, dy = x[j] - x[i], y[j] - y[i]
+    keep = dx != 0
+    if not keep.any():
+        raise ValueError("a Theil-Sen line needs at least two distinct x")
+    slopes = np.sort(dy[keep] / dx[keep])
+    b = float(np.median(slopes))
+    a = float(np.median(y) - b * np.median(x))
+    n, nt = len(y), len(slopes)
+    sigma = np.sqrt((n * (n - 1) * (2 * n + 5) - _ties(x) - _ties(y)) / 18.0)
+    z = NormalDist().inv_cdf(0.5 * (1 + level))
+    hi_i = min(int(np.round((nt + z * sigma) / 2.0)), nt - 1)
+    lo_i = max(int(np.round((nt - z * sigma) / 2.0)) - 1, 0)
+    return b, a, float(slopes[lo_i]), float(slopes[hi_i])
+
+
+def theil_sen(series: dict[int, list], level: float = 0.95) -> Slope | None:
+    """Theil-Sen slope over every run of ``series`` (N -> repeats) with Sen's interval; None
+    with fewer than two distinct N."""
+    x = np.concatenate([np.full(len(v), n, dtype=np.float64) for n, v in series.items() if v] or [[]])
+    y = np.concatenate([np.asarray(v, dtype=np.float64) for v in series.values() if v] or [[]])
+    if len(np.unique(x)) < 2:
+        return None
+    b, _a, lo, hi = theil_sen_line(x, y, level)
+    return Slope(b, min(lo, b), max(hi, b))
+
+
+def bootstrap_slope(series: dict[int, list], n1: int, n2: int, estimator: str, n_boot: int,
+                    seed: int, level: float = 0.95) -> Slope:
+    """Two-point slope of the per-N ``estimator`` with a percentile bootstrap interval."""
+    v = two_point_slope(n1, estimate(series[n1], estimator), n2, estimate(series[n2], estimator))
+    lo, hi = percentile_ci(bootstrap_slopes(series[n1], series[n2], n2 - n1, estimator, n_boot, seed), level)
+    return Slope(v, min(lo, v), max(hi, v))
+
+
+def mover_difference(a: Slope, b: Slope) -> Slope:
+    """a - b for independent estimates (MOVER: each side's half-widths added in quadrature)."""
+    d = a.value - b.value
+    lo = d - float(np.hypot(a.value - a.lo, b.hi - b.value))
+    hi = d + float(np.hypot(a.hi - a.value, b.value - b.lo))
+    return Slope(d, lo, hi)
+
+
+def mover_product(a: Slope, b: Slope) -> Slope | None:
+    """a * b for independent positive estimates (MOVER on the log scale); None unless both
+    intervals are positive."""
+    if min(a.lo, b.lo) <= 0:
+        return None
+    p = a.value * b.value
+    lo = p * float(np.exp(-np.hypot(np.log(a.value / a.lo), np.log(b.value / b.lo))))
+    hi = p * float(np.exp(np.hypot(np.log(a.hi / a.value), np.log(b.hi / b.value))))
+    return Slope(p, lo, hi)
+
+
+def mover_ratio(a: Slope, b: Slope) -> Slope | None:
+    """a / b for independent positive estimates (MOVER on the log scale); None unless both
+    intervals are positive."""
+    if min(a.lo, b.lo) <= 0:
+        return None
+    return mover_product(a, Slope(1 / b.value, 1 / b.hi, 1 / b.lo))
+
+
+def complement(share: Slope) -> Slope:
+    """1 - share, with its interval."""
+    return Slope(1 - share.value, 1 - share.hi, 1 - share.lo)
 
 
 @dataclass(frozen=True)
@@ -134,7 +268,11 @@ class Series:
 
 @dataclass(frozen=True)
 class Differencing:
-    """Per-decode-step quantities (ns unless named otherwise) and the checks behind them."""
+    """Per-decode-step quantities (ns unless named otherwise) and the checks behind them.
+
+    ``basis`` says how g_step was obtained: ``"traced-device"`` (GPU: the traced runs' device
+    busy slope) or ``"traced-share x untraced-wall"`` (CPU: ``compute_share`` of the traced
+    runs times the untraced t_step)."""
 
     n1: int
     n2: int
@@ -165,6 +303,9 @@ class Differencing:
     kv_range: tuple[int, int] | None = None  # (prompt + n1, prompt + n2 - 1)
     thread_t_step_ns: float | None = None  # t_step from the decode thread's CPU time
     r2_thread: float | None = None
+    basis: str = "traced-device"
+    compute_share: float | None = None  # CPU: traced compute slope / traced wall slope
+    traced_g_step_ns: float | None = None  # slope of the traced busy time itself
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -188,60 +329,121 @@ def _fit(series: dict[int, list[int]], estimator: str) -> LinearFit | None:
     return linear_fit(ns, [estimate(series[n], estimator) for n in ns])
 
 
-def difference(series: Series, n1: int, n2: int, *, estimator: str = "min", activity: str = "gpu",
+def _within(series: dict[int, list[int]], n1: int, n2: int) -> dict[int, list[int]]:
+    return {n: v for n, v in series.items() if n1 <= n <= n2 and v}
+
+
+def slope_with_interval(series: dict[int, list[int]], n1: int, n2: int, estimator: str, *,
+                        n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> Slope:
+    """The per-step slope of ``series`` between ``n1`` and ``n2`` and its interval:
+    Theil-Sen over every run (``theil-sen``), else the two-point slope of the per-N estimate
+    with a percentile bootstrap."""
+    if estimator == "theil-sen":
+        ts = theil_sen(_within(series, n1, n2), level)
+        if ts is not None:
+            return ts
+    est = "median" if estimator == "theil-sen" else estimator
+    return bootstrap_slope(series, n1, n2, est, n_boot, seed, level)
+
+
+def _interval(x: Slope | None) -> list[float] | None:
+    return [x.lo, x.hi] if x is not None else None
+
+
+def split(t: Slope, g_traced: Slope, activity: str, traced_t: Slope | None = None) -> dict:
+    """g, h, the host fraction and (CPU) the compute share, each with its interval, on one
+    basis: GPU ``g = g_traced``; CPU ``g = t * share`` with ``share = g_traced / traced_t``.
+    Intervals are None where MOVER does not apply (an interval reaching 0)."""
+    if activity == "gpu":
+        g = g_traced
+        share = mover_ratio(g, t)
+        share_value = g.value / t.value if t.value > 0 else None
+        h = mover_difference(t, g)
+    else:
+        if traced_t is None or traced_t.value <= 0:
+            raise ValueError("a CPU split needs a positive traced wall slope")
+        share_value = g_traced.value / traced_t.value
+        share = mover_ratio(g_traced, traced_t)
+        g_val = t.value * share_value
+        prod = mover_product(t, share) if share else None
+        rest = mover_product(t, complement(share)) if share else None
+        g = Slope(g_val, prod.lo, prod.hi) if prod else Slope(g_val, np.nan, np.nan)
+        h = Slope(t.value - g_val, rest.lo, rest.hi) if rest else Slope(t.value - g_val, np.nan, np.nan)
+    frac = complement(share) if share else None
+    return {
+        "g": g, "h": h, "share": share_value,
+        "host_fraction": (1 - share_value) if share_value is not None else None,
+        "ci_g": _interval(g) if np.isfinite(g.lo) else None,
+        "ci_h": _interval(h) if np.isfinite(h.lo) else None,
+        "ci_host_fraction": _interval(frac),
+        "ci_share": _interval(share),
+    }
+
+
+def difference(series: Series, n1: int, n2: int, *, estimator: str = "theil-sen", activity: str = "gpu",
                n_boot: int = 2000, level: float = 0.95, seed: int = 0,
                prompt_len: int | None = None) -> Differencing:
-    """Apply the differencing method to ``series`` between ``n1`` and ``n2``."""
+    """Apply the differencing method to ``series`` between ``n1`` and ``n2`` (module doc)."""
     if not n1 < n2:
         raise ValueError(f"need n1 < n2, got {n1}, {n2}")
-    dn = n2 - n1
-    t = _slope(series.wall_ns, n1, n2, estimator)
-    g = _slope(series.busy_ns, n1, n2, estimator)
-    if t is None or g is None:
-        raise ValueError("series lack repeats at n1 or n2")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; use one of {ESTIMATORS}")
+    for name, ser in (("untraced wall", series.wall_ns), ("traced busy", series.busy_ns)):
+        if not (ser.get(n1) and ser.get(n2)):
+            raise ValueError(f"series lack repeats at n1 or n2 ({name})")
+    kw = dict(n_boot=n_boot, level=level)
+    t = slope_with_interval(series.wall_ns, n1, n2, estimator, seed=seed, **kw)
+    gt = slope_with_interval(series.busy_ns, n1, n2, estimator, seed=seed + 1, **kw)
+    tt = (slope_with_interval(series.traced_wall_ns, n1, n2, estimator, seed=seed + 2, **kw)
+          if series.traced_wall_ns.get(n1) and series.traced_wall_ns.get(n2) else None)
+    sp = split(t, gt, activity, tt)
     k = _slope(series.kernel_count, n1, n2, "median")
     ksum = _slope(series.kernel_sum_ns, n1, n2, estimator)
     kun = _slope(series.kernel_union_ns, n1, n2, estimator)
-    tt = _slope(series.traced_wall_ns, n1, n2, estimator)
     infl = None
     if series.traced_wall_ns.get(n2) and series.wall_ns.get(n2):
         infl = float(estimate(series.traced_wall_ns[n2], estimator) / estimate(series.wall_ns[n2], estimator) - 1)
-
-    tb = bootstrap_slopes(series.wall_ns[n1], series.wall_ns[n2], dn, estimator, n_boot, seed)
-    gb = bootstrap_slopes(series.busy_ns[n1], series.busy_ns[n2], dn, estimator, n_boot, seed + 1)
-    hb = tb - gb
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fb = np.where(tb > 0, hb / tb, np.nan)
-    fb = fb[np.isfinite(fb)]
+    method = ("Theil-Sen slope over every run of the sweep, Sen's interval" if estimator == "theil-sen"
+              else f"percentile bootstrap over repeats ({n_boot} resamples, estimator {estimator})")
     ci = {
         "level": level,
-        "method": f"percentile bootstrap over repeats ({n_boot} resamples, estimator {estimator})",
+        "method": method + "; g, h and the host fraction combined by MOVER",
         "repeats_untraced": [len(series.wall_ns[n1]), len(series.wall_ns[n2])],
         "repeats_traced": [len(series.busy_ns[n1]), len(series.busy_ns[n2])],
-        "t_step_ns": percentile_ci(tb, level),
-        "g_step_ns": percentile_ci(gb, level),
-        "h_step_ns": percentile_ci(hb, level),
-        "host_fraction": percentile_ci(fb, level) if len(fb) else None,
+        "t_step_ns": [t.lo, t.hi],
+        "g_step_ns": sp["ci_g"],
+        "h_step_ns": sp["ci_h"],
+        "host_fraction": sp["ci_host_fraction"],
     }
-    fw, fg = _fit(series.wall_ns, estimator), _fit(series.busy_ns, estimator)
+    if activity != "gpu":
+        ci["compute_share"] = sp["ci_share"]
+    est = "median" if estimator == "theil-sen" else estimator
+    fw, fg = _fit(series.wall_ns, est), _fit(series.busy_ns, est)
     fk = _fit(series.kernel_count, "median")
     opt = lambda s: _slope(s, n1, n2, "median") if s else None  # noqa: E731
+    two_t = _slope(series.wall_ns, n1, n2, est)
+    two_g = _slope(series.busy_ns, n1, n2, est)
+    ft = _fit(series.thread_ns, est) if series.thread_ns else None
     return Differencing(
         n1=n1, n2=n2, estimator=estimator, activity=activity,
-        t_step_ns=t, g_step_ns=g, h_step_ns=t - g, k_step=k if k is not None else float("nan"),
-        host_fraction=(t - g) / t if t > 0 else None,
+        t_step_ns=t.value, g_step_ns=sp["g"].value, h_step_ns=sp["h"].value,
+        k_step=k if k is not None else float("nan"),
+        host_fraction=sp["host_fraction"] if t.value > 0 else None,
         kernel_sum_step_ns=ksum, kernel_union_step_ns=kun,
         sum_minus_union_step_ns=ksum - kun if ksum is not None and kun is not None else None,
         copies_per_step=opt(series.copies), copy_step_ns=opt(series.copy_ns),
         h2d_bytes_per_step=opt(series.h2d_bytes), d2h_bytes_per_step=opt(series.d2h_bytes),
-        profiler_inflation=infl, traced_t_step_ns=tt, ci=ci,
+        profiler_inflation=infl, traced_t_step_ns=tt.value if tt else None, ci=ci,
         fit_wall=fw, fit_gpu=fg, fit_kernels=fk,
         r2_wall=fw.r2 if fw else None, r2_gpu=fg.r2 if fg else None,
-        slope_agreement=slope_agreement(t, fw.slope) if fw else None,
-        slope_agreement_gpu=slope_agreement(g, fg.slope) if fg else None,
+        slope_agreement=slope_agreement(two_t, fw.slope) if fw else None,
+        slope_agreement_gpu=slope_agreement(two_g, fg.slope) if fg else None,
         kv_range=(prompt_len + n1, prompt_len + n2 - 1) if prompt_len is not None else None,
-        thread_t_step_ns=_slope(series.thread_ns, n1, n2, estimator) if series.thread_ns else None,
-        r2_thread=(ft.r2 if (ft := _fit(series.thread_ns, estimator)) else None) if series.thread_ns else None,
+        thread_t_step_ns=_slope(series.thread_ns, n1, n2, est) if series.thread_ns else None,
+        r2_thread=ft.r2 if ft else None,
+        basis="traced-device" if activity == "gpu" else "traced-share x untraced-wall",
+        compute_share=sp["share"] if activity != "gpu" else None,
+        traced_g_step_ns=gt.value,
     )
 
 

@@ -53,10 +53,23 @@ def cache_keyword(model) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def _kineto_noise(line: str) -> bool:
+    """A Kineto line that says nothing about the measurement.
+
+    >>> _kineto_noise("USDT: profiler_start"), _kineto_noise("ERROR: x gpuGetDeviceCount failed with code 35")
+    (True, True)
+    >>> _kineto_noise("Traceback (most recent call last):")
+    False
+    """
+    return line.startswith("USDT:") or "gpuGetDeviceCount failed" in line
+
+
 @contextlib.contextmanager
 def without_usdt_lines():
-    """Drop the ``USDT: ... profiler_start/stop`` lines Kineto prints on file descriptor 2 (no
-    setting silences them); everything else written to stderr meanwhile is passed on after."""
+    """Drop the lines Kineto prints on file descriptor 2 that mean nothing to the user (no
+    setting silences them): ``USDT: ... profiler_start/stop`` and, on a machine without a GPU,
+    ``ERROR: ... gpuGetDeviceCount failed with code 35``. Everything else written to stderr
+    meanwhile is passed on after."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -74,7 +87,7 @@ def without_usdt_lines():
             os.close(saved)
             tmp.seek(0)
             text = tmp.read().decode(errors="replace")
-            kept = "".join(l for l in text.splitlines(keepends=True) if not l.startswith("USDT:"))
+            kept = "".join(l for l in text.splitlines(keepends=True) if not _kineto_noise(l))
             if kept:
                 sys.stderr.write(kept)
                 sys.stderr.flush()

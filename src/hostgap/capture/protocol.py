@@ -11,8 +11,11 @@ written the run directory. Order of work:
    step): every sweep N once, N1 and N2 ``traced_repeats`` times; each trace is reduced to its
    totals (:func:`hostgap.anatomy.timeline.totals`) right away;
 4. optional py-spy stack sampling over one extra untraced N2 run (``stacks``);
-5. differencing (:mod:`hostgap.capture.differencing`) and the per-step anatomy of the first
-   N2 trace (:func:`hostgap.anatomy.steps.analyze`).
+5. contention check (:func:`hostgap.capture.validity.contention`): when the machine was busy
+   during the runs, steps 1-4 are repeated, at most ``retries`` times; a measurement that stays
+   contended is reported invalid rather than as a number;
+6. differencing (:mod:`hostgap.capture.differencing`) and the per-step anatomy of the first
+   N2 trace (:func:`hostgap.anatomy.steps.analyze`), then the validity checks.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from hostgap.capture.differencing import Series, difference, sweep_points
+from hostgap.capture.differencing import ESTIMATORS, Series, difference, sweep_points
 from hostgap.capture.engine import Workload, load_engine
 from hostgap.capture import rundir
 from hostgap.errors import HostgapError
@@ -56,7 +59,7 @@ class MeasureConfig:
     traced_repeats: int = 2
     sweep: tuple[int, ...] | None = None  # None: sweep_points(n1, n2)
     warmup: int = 2
-    estimator: str = "min"
+    estimator: str = "theil-sen"
     seed: int = 0
     stacks: bool = False
     keep_traces: str = "ends"  # "all", "ends" (N1 and N2 first repeat), "none"
@@ -66,6 +69,7 @@ class MeasureConfig:
     run_dir: str | None = None  # exact run directory (overrides out)
     n_boot: int = 2000
     kv_cache_gib: float | None = None  # vLLM engine: KV-cache space (GiB); None: the engine's default
+    retries: int = 2  # re-measurements when the machine was busy (contention)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -84,8 +88,10 @@ def validate(cfg: MeasureConfig) -> None:
             raise HostgapError(f"--{name.replace('_', '-')}", f"must be >= 1, got {getattr(cfg, name)}")
     if cfg.keep_traces not in ("all", "ends", "none"):
         raise HostgapError("--keep-traces", "use all, ends or none")
-    if cfg.estimator not in ("min", "median", "mean"):
-        raise HostgapError("--estimator", "use min, median or mean")
+    if cfg.estimator not in ESTIMATORS:
+        raise HostgapError("--estimator", f"use one of {', '.join(ESTIMATORS)}")
+    if cfg.retries < 0:
+        raise HostgapError("--retries", f"must be >= 0, got {cfg.retries}")
     if cfg.preset and cfg.model_path:
         raise HostgapError("--model", "give either a preset or --model PATH, not both")
     if cfg.preset:
@@ -229,7 +235,7 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
             t0 = time.perf_counter()
             engine.prepare()
             build_s = time.perf_counter() - t0
-            n2_trace, raw = _out_of_memory_is_user_error(cfg, lambda: _run_phases(cfg, engine, p, tally, run))
+            n2_trace, raw = _out_of_memory_is_user_error(cfg, lambda: _measure_until_quiet(cfg, engine, p, tally, run))
             describe = engine.describe()
         finally:
             engine.close()
@@ -276,6 +282,44 @@ def _out_of_memory_is_user_error(cfg: MeasureConfig, fn):
         ) from None
 
 
+def _measure_until_quiet(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run):
+    """Run every phase; while the runs were contended, run them all again, at most
+    ``cfg.retries`` times. Returns what the last attempt returned, with ``attempts`` (each
+    attempt's contention flags) in the raw timings."""
+    attempts = []
+    while True:
+        n2_trace, raw = _run_phases(cfg, engine, p, tally, run)
+        cont = contention_of(cfg, raw)
+        attempts.append(cont)
+        if not cont["contended"] or len(attempts) > cfg.retries:
+            raw["attempts"] = attempts
+            return n2_trace, raw
+        del n2_trace
+        tally.total += p["tokens"]
+        tally.set_phase(f"machine busy, measuring again ({len(attempts) + 1}/{cfg.retries + 1})")
+        time.sleep(1.0)  # let a passing burst of other work end
+
+
+def contention_of(cfg: MeasureConfig, raw: dict) -> dict:
+    """Contention flags of one attempt (:func:`hostgap.capture.validity.contention`); thread
+    times count only where the decode runs on the measuring thread."""
+    from hostgap.capture.validity import contention
+
+    walls = {n: v for n, v in raw["untraced_wall_ns"].items()}
+    if not in_thread(cfg):
+        return contention((walls, {}))
+    tr = raw.get("traced", {})
+    traced = ({n: [s["wall_ns"] for s in v] for n, v in tr.items()},
+              {n: [s.get("thread_ns", 0) for s in v] for n, v in tr.items()})
+    return contention((walls, raw.get("untraced_thread_ns", {})), traced)
+
+
+def in_thread(cfg: MeasureConfig) -> bool:
+    """The whole decode runs on the measuring thread (CPU, in-process engine, one thread): only
+    then does its CPU time stand for the run's undisturbed wall time."""
+    return cfg.device == "cpu" and cfg.engine == "hf" and cfg.threads == 1
+
+
 def _run_phases(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run):
     """Run every phase; return (the loaded N2 trace, raw timings for ``timings.json``)."""
     from hostgap.capture.results import trace_stats
@@ -302,14 +346,14 @@ def _run_phases(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run):
         tally.add(n)
     # Only where the decode runs on this thread: a device or a multi-process engine (vLLM) makes
     # the thread sleep legitimately, and its CPU time says nothing about preemption.
-    in_thread = cfg.device == "cpu" and cfg.engine == "hf" and cfg.threads == 1
-    extra = _top_up(cfg, engine, untraced, thread) if in_thread else []
+    extra = _top_up(cfg, engine, untraced, thread) if in_thread(cfg) else []
 
     tally.set_phase("traced G(N), K(N)")
     traced: dict[int, list[dict]] = {n: [] for n in cfg.sweep}
     anatomy_trace = loaded_n2 = None
     for n, r in p["traced"]:
         wall, path = engine.generate_traced(n, run.path / "traces")
+        thread_ns = int(getattr(engine, "last_thread_ns", 0))
         path = run.rename_trace(Path(path), f"trace_n{n}_r{r}")
         loaded = load_trace(str(path))
         st = trace_stats(path, loaded)
@@ -319,7 +363,7 @@ def _run_phases(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run):
         keep = cfg.keep_traces == "all" or (cfg.keep_traces == "ends" and r == 0 and n in (cfg.n1, cfg.n2))
         if n == cfg.n2 and r == 0:
             anatomy_trace = path
-        st.update({"wall_ns": int(wall), "trace": run.rel(path) if keep or path == anatomy_trace else None})
+        st.update({"wall_ns": int(wall), "thread_ns": thread_ns, "trace": run.rel(path) if keep or path == anatomy_trace else None})
         traced[n].append(st)
         if not keep and path != anatomy_trace:
             path.unlink(missing_ok=True)
@@ -344,27 +388,23 @@ def _run_phases(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run):
     }
 
 
-DISTURBED = 0.05
-"""A CPU run is disturbed when it spent more than this share of its wall off the CPU
-(wall - thread time): the thread was preempted by other work on the machine."""
-
-
 def disturbed(wall_ns: int, thread_ns: int) -> bool:
-    """Whether a run spent more than :data:`DISTURBED` of its wall preempted.
+    """Whether a run spent more than 5 % of its wall preempted
+    (:func:`hostgap.capture.validity.disturbed`).
 
     >>> disturbed(100, 99), disturbed(100, 80)
     (False, True)
     """
-    return thread_ns > 0 and (wall_ns - thread_ns) > DISTURBED * wall_ns
+    from hostgap.capture.validity import disturbed as _d
+
+    return bool(_d(wall_ns, thread_ns))
 
 
 def preempted_share(raw: dict) -> float | None:
     """Share of untraced runs that spent more than 5 % of their wall preempted."""
-    pairs = [(w, t) for n, ws in raw.get("untraced_wall_ns", {}).items()
-             for w, t in zip(ws, raw.get("untraced_thread_ns", {}).get(n, []))]
-    if not pairs or not all(t for _, t in pairs):
-        return None
-    return sum(disturbed(w, t) for w, t in pairs) / len(pairs)
+    from hostgap.capture.validity import preempted_share as share
+
+    return share(raw.get("untraced_wall_ns", {}), raw.get("untraced_thread_ns", {}))
 
 
 def _top_up(cfg: MeasureConfig, engine, untraced: dict, thread: dict) -> list[int]:

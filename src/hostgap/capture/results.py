@@ -70,18 +70,42 @@ def anatomy_of(trace_path, floor_file: str | None = None, trace=None) -> dict | 
 
 
 def _in_thread(cfg) -> bool:
-    """The whole decode runs on the measuring thread (CPU, in-process engine, one thread): only
-    then does its CPU time stand for the run's undisturbed wall time."""
-    return cfg.device == "cpu" and cfg.engine == "hf" and cfg.threads == 1
+    from hostgap.capture.protocol import in_thread
+
+    return in_thread(cfg)
 
 
-def _preempted(cfg, raw: dict) -> float | None:
-    """Share of preempted untraced runs; None unless :func:`_in_thread`."""
-    if not _in_thread(cfg):
-        return None
-    from hostgap.capture.protocol import preempted_share
+def _contention(cfg, raw: dict) -> dict:
+    """The last attempt's contention flags (recomputed for timings that predate them)."""
+    attempts = raw.get("attempts")
+    if attempts:
+        return dict(attempts[-1], attempts=len(attempts))
+    from hostgap.capture.protocol import contention_of
 
-    return preempted_share(raw)
+    return dict(contention_of(cfg, raw), attempts=1)
+
+
+def _steady_fraction(anatomy: dict | None) -> float | None:
+    steady = (_summary_of(anatomy).get("steady") or {})
+    return (steady.get("host_fraction") or {}).get("median")
+
+
+def judge(d: dict, cont: dict, hdbi: float | None, activity: str, anatomy: dict | None) -> dict:
+    """Validity, the one verdict and the agreement of the two estimates, for ``build_results``.
+    An invalid measurement gets ``{"verdict": "invalid", "reasons": [...]}`` as its verdict."""
+    from hostgap.capture import validity
+
+    why = validity.reasons(d, cont)
+    if why:
+        v = {"verdict": "invalid", "basis": "validity", "host_fraction": None, "host_wait_share": None,
+             "hdbi": None, "reasons": why, "note": "invalid measurement, not a result: " + "; ".join(why)}
+    else:
+        v = make_verdict(d["host_fraction"], hdbi=hdbi).to_dict()
+        if activity != "gpu":
+            v["note"] = ("CPU run: host fraction = 1 - compute share of the traced runs; HDBI and "
+                         "the launch floor are GPU-only (not applicable)")
+    return {"valid": not why, "invalid_reasons": why, "verdict": v,
+            "agreement": validity.agreement(d["host_fraction"], _steady_fraction(anatomy))}
 
 
 def _summary_of(anatomy: dict | None) -> dict:
@@ -107,14 +131,16 @@ def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy:
     taxbreak = (anatomy or {}).get("taxbreak") if anatomy and "unavailable" not in anatomy else None
     steps = (anatomy or {}).get("steps") or []
     hdbi = _hdbi(taxbreak, activity)
-    v = make_verdict(diff.host_fraction, hdbi=hdbi).to_dict()
-    if activity != "gpu":
-        v["note"] = ("CPU run: host fraction = 1 - CPU compute analogue / wall; HDBI and the "
-                     "launch floor are GPU-only (not applicable)")
+    cont = _contention(cfg, raw)
+    if not _in_thread(cfg):  # thread time says nothing about preemption there
+        cont.update(preempted_share=None, traced_preempted_share=None)
+    j = judge(d, cont, hdbi, activity, anatomy)
     k_n2 = raw["traced"][str(cfg.n2)][0]
     return {
         "schema_version": schema_version,
         "run_id": run_id,
+        "valid": j["valid"],
+        "invalid_reasons": j["invalid_reasons"],
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "preset": cfg.preset,
         "model_path": cfg.model_path,
@@ -160,7 +186,15 @@ def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy:
             "fit_kernels": d["fit_kernels"],
             "estimator": d["estimator"],
             "kv_range": d["kv_range"],
-            "preempted_share": _preempted(cfg, raw),
+            "basis": d["basis"],
+            "compute_share": d["compute_share"],
+            "traced_g_step_ns": d["traced_g_step_ns"],
+            "preempted_share": cont["preempted_share"],
+            "traced_preempted_share": cont["traced_preempted_share"],
+            "repeat_spread": cont["repeat_spread"],
+            "contended": cont["contended"],
+            "contention_flags": cont["flags"],
+            "attempts": cont["attempts"],
             "thread_t_step_ns": d["thread_t_step_ns"] if _in_thread(cfg) else None,
             "r2_thread": d["r2_thread"] if _in_thread(cfg) else None,
             "kernels_per_output_token": k_n2["kernel_count"] / cfg.n2,
@@ -171,9 +205,9 @@ def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy:
         "hdbi": hdbi,
         "taxbreak": taxbreak,
         "steps_decode": [s for s in steps if s.get("kind") == "decode"],
-        "verdict": v,
+        "verdict": j["verdict"],
+        "agreement": j["agreement"],
         "anatomy_summary": _summary_of(anatomy),
-        "anatomy_verdict": (anatomy or {}).get("verdict"),
         "top_ops": (anatomy or {}).get("top_ops"),
         "floor_file": cfg.floor_file,
         "engine_facts": describe,

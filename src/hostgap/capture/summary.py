@@ -35,36 +35,79 @@ def title(r: dict) -> str:
             f"prompt {r.get('prompt_len')} · {r.get('dtype')}{threads}")
 
 
+def is_valid(r: dict) -> bool:
+    """A run recorded before validity existed counts as valid unless its numbers say otherwise."""
+    if "valid" in r:
+        return bool(r["valid"])
+    from hostgap.capture.validity import reasons
+
+    return not reasons(r.get("differencing") or {})
+
+
+def _in_range(x: float | None, lo: float | None, hi: float | None, text: str) -> str:
+    """``text``, or "out of range" for a value that cannot be a result (never shown as one)."""
+    if x is None or (lo is not None and x < lo) or (hi is not None and x > hi):
+        return "out of range" if x is not None else "-"
+    return text
+
+
+def verdict_text(r: dict) -> tuple[str, str]:
+    """(verdict, basis); ``("invalid", <first reason>)`` in place of the verdict when invalid."""
+    v = r.get("verdict") or {}
+    if not is_valid(r):
+        why = r.get("invalid_reasons") or v.get("reasons") or ["checks failed"]
+        return "invalid", why[0]
+    return str(v.get("verdict") or "-"), str(v.get("basis", ""))
+
+
 def step_rows(r: dict) -> list[tuple[str, str, str]]:
-    """Per-decode-step rows: (label, value, CI)."""
+    """Per-decode-step rows: (label, value, CI); one verdict, from the differencing split."""
     d = r["differencing"]
     ci = d.get("ci") or {}
     act = d.get("activity", "gpu")
     label = ACTIVITY_LABEL.get(act, act)
     kernels = "kernels" if act == "gpu" else "CPU compute ops"
     hdbi = r.get("hdbi")
-    v = r.get("verdict") or {}
+    t, g, h, f = d["t_step_ns"], d["g_step_ns"], d["h_step_ns"], d["host_fraction"]
     rows = [
-        ("wall", ms(d["t_step_ns"]), _ci_ms(ci, "t_step_ns")),
-        (label, ms(d["g_step_ns"]), _ci_ms(ci, "g_step_ns")),
-        ("host-exposed", ms(d["h_step_ns"]), _ci_ms(ci, "h_step_ns")),
-        ("host fraction", pct(d["host_fraction"]), _ci_pct(ci, "host_fraction")),
+        ("wall", _in_range(t, 0, None, ms(t)), _ci_ms(ci, "t_step_ns")),
+        (label, _in_range(g, 0, t, ms(g)), _ci_ms(ci, "g_step_ns")),
+        ("host-exposed", _in_range(h, 0, t, ms(h)), _ci_ms(ci, "h_step_ns")),
+        ("host fraction", _in_range(f, 0, 1, pct(f)), _ci_pct(ci, "host_fraction")),
+    ]
+    rows += _anatomy_rows(r)
+    rows += [
         (f"{kernels} per step", f"{d['k_step']:.1f}", ""),
         ("HDBI", "n/a (GPU only)" if act != "gpu" else (f"{hdbi:.3f}" if hdbi is not None else "-"), ""),
-        ("verdict", str(v.get("verdict") or "-"), v.get("basis", "")),
+        ("verdict", *verdict_text(r)),
     ]
-    return rows + _anatomy_rows(r)
+    if not is_valid(r):
+        why = r.get("invalid_reasons") or []
+        rows += [("", "", w) for w in why[1:]]
+    return rows
+
+
+def agreement_note(r: dict) -> str | None:
+    """The agreement check in words when the two estimates disagree (None when they agree)."""
+    a = r.get("agreement") or {}
+    return None if not a or a.get("agree") else a.get("note")
 
 
 def _anatomy_rows(r: dict) -> list[tuple[str, str, str]]:
-    """Cross-checks from the traced N2 run: per-step anatomy medians and TaxBreak host work."""
+    """Cross-checks from the traced N2 run: the per-step anatomy's host fraction beside the
+    differencing one (the agreement check), and TaxBreak host work."""
     rows = []
     steady = (r.get("anatomy_summary") or {}).get("steady") or {}
     hf = (steady.get("host_fraction") or {}).get("median")
     wall = (steady.get("wall_ns") or {}).get("median")
+    a = r.get("agreement") or {}
     if hf is not None and wall is not None:
-        rows.append(("per-step anatomy (traced)", f"{pct(hf)} of {ms(wall)}",
-                     f"median over {steady.get('count')} steady decode steps"))
+        rows.append(("per-step anatomy (traced)", _in_range(hf, 0, 1, pct(hf)),
+                     f"median of {steady.get('count')} steady steps of {ms(wall)}"))
+    if a:
+        word = "agree" if a.get("agree") else "DISAGREE"
+        rows.append(("anatomy - differencing", f"{a['difference'] * 100:+.1f} pts",
+                     f"{word} (tolerance ±{a['tolerance'] * 100:.0f} pts)"))
     tb = r.get("taxbreak") or {}
     if tb.get("applicable") and r.get("n2"):
         n = r["n2"]
@@ -97,10 +140,22 @@ def check_rows(r: dict) -> list[tuple[str, str, str]]:
 
 def _cpu_rows(d: dict) -> list[tuple[str, str, str]]:
     """On a shared CPU: how many runs were preempted, and t_step from thread CPU time."""
+    rows = []
+    if d.get("compute_share") is not None:
+        rows.append(("compute share (traced)", pct(d["compute_share"]),
+                     "applied to the untraced wall: CPU compute = share x wall"))
     share = d.get("preempted_share")
+    if d.get("repeat_spread") is not None:
+        rows.append(("repeat spread", pct(d["repeat_spread"], 1), "IQR / median of untraced repeats"))
+    if d.get("contended") is not None:
+        flags = d.get("contention_flags") or []
+        rows.append(("machine busy", "yes" if d["contended"] else "no",
+                     "; ".join(flags) if flags else f"{d.get('attempts', 1)} attempt(s)"))
     if share is None:
-        return []
-    rows = [("preempted runs", pct(share, 0), "wall - thread time > 5 %: other work on this CPU")]
+        return rows
+    rows.append(("preempted runs", pct(share, 0), "wall - thread time > 5 %: other work on this CPU"))
+    if d.get("traced_preempted_share") is not None:
+        rows.append(("preempted traced runs", pct(d["traced_preempted_share"], 0), ""))
     if d.get("thread_t_step_ns") is not None:
         rows.append(("wall per step from thread time", ms(d["thread_t_step_ns"]),
                      f"R² {_f4(d.get('r2_thread'))}; cross-check, not the estimate"))
@@ -124,11 +179,16 @@ def footnote(r: dict) -> str:
     d = r["differencing"]
     ci = d.get("ci") or {}
     rep = ci.get("repeats_untraced") or [r.get("repeats")] * 2
+    est = d.get("estimator", "min")
+    how = ("Theil-Sen slope over every run, Sen's interval" if est == "theil-sen"
+           else f"{est} of {rep[-1]} untraced repeats, bootstrap interval")
     lines = [
-        f"per decode step: N1={r['n1']}, N2={r['n2']}; {d.get('note', '')}; "
-        f"{d.get('estimator', 'min')} of {rep[-1]} untraced repeats; CI {int(100 * ci.get('level', 0.95))} % bootstrap",
+        f"per decode step: N1={r['n1']}, N2={r['n2']}; {d.get('note', '')}; {how}; "
+        f"CI {int(100 * ci.get('level', 0.95))} %",
     ]
     if d.get("activity") == "cpu-compute":
-        lines.append("CPU run: device-active = CPU compute analogue (union of compute ops); "
-                     "the rest of the step is framework and Python time")
+        lines.append("CPU run: device-active = CPU compute analogue (union of compute ops), its share "
+                     "measured in the traced runs and applied to the untraced wall")
+    if not is_valid(r):
+        lines.append("invalid measurement: the numbers above are not a result (docs/measure.md, Validity)")
     return "\n".join(lines)

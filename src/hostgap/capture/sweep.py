@@ -103,7 +103,7 @@ def run_sweep(cells: list[MeasureConfig], db, *, on_cell: CellProgress | None = 
             db.add(result)
             out.done += 1
             out.run_ids.append(result["run_id"])
-            emit(i, len(resolved), key, "done")
+            emit(i, len(resolved), key, "done" + cell_flags(result))
         except KeyboardInterrupt:
             _remove_incomplete(run_dir)  # measure() cleans up too; this covers the gap before it
             out.interrupted = True
@@ -113,6 +113,22 @@ def run_sweep(cells: list[MeasureConfig], db, *, on_cell: CellProgress | None = 
             out.failed.append({"cell": key, "error": str(e)})
             emit(i, len(resolved), key, f"fail: {e}")
     return out
+
+
+def cell_flags(result: dict) -> str:
+    """What a finished cell's status line adds: `` (invalid: <reason>)`` or `` (machine busy)``.
+
+    >>> cell_flags({"valid": True, "differencing": {"contended": False}})
+    ''
+    >>> cell_flags({"valid": False, "invalid_reasons": ["negative host-exposed time"]})
+    ' (invalid: negative host-exposed time)'
+    """
+    if not result.get("valid", True):
+        why = result.get("invalid_reasons") or ["checks failed"]
+        return f" (invalid: {why[0]})"
+    if (result.get("differencing") or {}).get("contended"):
+        return " (machine busy)"
+    return ""
 
 
 def _remove_incomplete(run_dir: Path | None) -> None:

@@ -125,6 +125,9 @@ def render(r: dict, console=None) -> None:
     for row in s.check_rows(r):
         t.add_row(*map(escape, row))
     console.print(t)
+    note = s.agreement_note(r)
+    if note:
+        console.print(note, style="bold yellow", markup=False)
     console.print(s.footnote(r), style="dim", markup=False)
     if r.get("run_dir"):
         console.print(f"run directory: {r['run_dir']}", style="dim", markup=False)
@@ -142,7 +145,7 @@ def _config_from(opts: dict):
         warmup=opts["warmup"], estimator=opts["estimator"], seed=opts["seed"],
         stacks=opts.get("stacks", False), keep_traces=opts["keep_traces"],
         trace_gzip=opts["gzip"], floor_file=opts.get("floor_file"), out=opts["out"],
-        kv_cache_gib=opts.get("kv_cache_gib"),
+        kv_cache_gib=opts.get("kv_cache_gib"), retries=opts.get("retries", 2),
     )
 
 
@@ -158,7 +161,11 @@ def _common(f):
         click.option("--traced-repeats", default=2, show_default=True, help="traced repeats at N1 and N2"),
         click.option("--sweep", default=None, help="N values for the linearity check, e.g. 1,16,32,64,128"),
         click.option("--warmup", default=2, show_default=True),
-        click.option("--estimator", default="min", show_default=True, type=click.Choice(["min", "median", "mean"])),
+        click.option("--estimator", default="theil-sen", show_default=True,
+                     type=click.Choice(["theil-sen", "median", "min", "mean"]),
+                     help="theil-sen: robust slope over every run, intervals tested for coverage"),
+        click.option("--retries", default=2, show_default=True,
+                     help="measure again (at most this often) while the machine is busy"),
         click.option("--seed", default=0, show_default=True),
         click.option("--keep-traces", default="ends", show_default=True, type=click.Choice(["all", "ends", "none"])),
         click.option("--gzip/--no-gzip", default=True, show_default=True, help="gzip kept traces"),
@@ -199,6 +206,10 @@ def register(cli: click.Group) -> None:
         """Measure per-decode-step wall, device-active and host-exposed time of a real workload
         (differencing method, docs/method.md), with checks, anatomy and a verdict.
 
+        A measurement whose checks fail (a value out of range, non-linear totals, a machine that
+        stayed busy through --retries re-measurements, ...) is reported as "invalid: <reason>"
+        and the command exits with status 3 (docs/measure.md, Validity); 2 means bad input.
+
         \b
         Examples:
           hostgap measure                                   # tiny on CPU / llama-3.2-1b on CUDA
@@ -226,11 +237,15 @@ def register(cli: click.Group) -> None:
             results.append(r)
         if opts["as_json"]:
             click.echo(json.dumps(results[0] if len(results) == 1 else results, indent=2, default=str))
-            return
-        for r in results:
-            render(r)
-        if len(results) == 2:
-            _engine_difference(results)
+        else:
+            for r in results:
+                render(r)
+            if len(results) == 2:
+                _engine_difference(results)
+        if not all(r.get("valid", True) for r in results):
+            from hostgap.capture.validity import EXIT_INVALID
+
+            click.get_current_context().exit(EXIT_INVALID)
 
     @cli.command("presets")
     @click.option("--dtype", default="bfloat16", show_default=True, help="dtype for weight bytes")
@@ -338,14 +353,15 @@ def register(cli: click.Group) -> None:
 
         t = Table(box=None, header_style="bold")
         for c in ("run_id", "preset", "engine", "mode", "device", "batch", "prompt", "wall ms",
-                  "device ms", "host ms", "host %", "verdict"):
+                  "device ms", "host ms", "host %", "verdict", "busy"):
             t.add_column(c, justify="left" if c in ("run_id", "preset", "engine", "mode", "device", "verdict") else "right")
         for r in rows:
             f = lambda v: "-" if v is None else f"{v / 1e6:.3f}"  # noqa: E731
             hf = r["host_fraction"]
             cells = (r["run_id"], str(r["preset"]), str(r["engine"]), str(r["mode"]), str(r["device"]),
                      str(r["batch"]), str(r["prompt_len"]), f(r["t_step_ns"]), f(r["g_step_ns"]),
-                     f(r["h_step_ns"]), "-" if hf is None else f"{hf * 100:.1f}", str(r["verdict"]))
+                     f(r["h_step_ns"]), "-" if hf is None else f"{hf * 100:.1f}", _verdict_cell(r),
+                     {None: "-", 0: "no", 1: "yes"}.get(r.get("contended"), "-"))
             t.add_row(*map(escape, cells))
         _stdout().print(t)
         if not rows:
@@ -411,10 +427,10 @@ def _run_sweep(grid, opts) -> None:
     bar = None
 
     def on_cell(i, n, key, status):
-        if status == "done":
+        if status.startswith("done"):
             eta.tick()
         left = eta.left_s(n - i - 1)
-        eta_txt = f", ETA {left:.0f} s" if left is not None and status in ("done", "skip") else ""
+        eta_txt = f", ETA {left:.0f} s" if left is not None and status.startswith(("done", "skip")) else ""
         if bar is not None:
             bar.cell(i + (status != "start"), key.split("|n")[0])
         if not opts["quiet"] or status.startswith("fail"):
@@ -435,6 +451,14 @@ def _run_sweep(grid, opts) -> None:
         sys.exit(130)
     if outcome.failed:
         sys.exit(1)
+
+
+def _verdict_cell(row: dict) -> str:
+    """A runs-table row's verdict; "invalid: <first reason>" for an invalid measurement."""
+    if row.get("valid") == 0:
+        why = (row.get("invalid_reasons") or "checks failed").split("\n")[0]
+        return f"invalid: {why}"
+    return str(row.get("verdict"))
 
 
 def _find_run(run: str, db_path) -> dict:

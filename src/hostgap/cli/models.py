@@ -346,19 +346,23 @@ def regimes_cmd(results, db, as_json, as_csv, files):
     if not (results or files or db):
         db = fitting.default_db()
     docs = fitting.load_results([*results, *files], db)
-    cells = fitting.regime_cells(docs)
+    invalid, busy = _validity(docs)
+    cells = fitting.regime_cells([d for d in docs if str(d.get("run_id", "")) not in invalid])
     if not cells:
         raise HostgapError("--results", "no measured cell with a host fraction, batch and prompt length")
     bounds = fitting.boundaries(cells)
     if as_json:
         _echo_json({"schema_version": __import__("hostgap").SCHEMA_VERSION,
                     "thresholds": {"host_bound_min": HOST_BOUND_MIN, "device_bound_max": DEVICE_BOUND_MAX},
-                    "cells": [c.__dict__ for c in cells], "boundaries": [b.__dict__ for b in bounds]})
+                    "cells": [dict(c.__dict__, contended=c.run_id in busy) for c in cells],
+                    "boundaries": [b.__dict__ for b in bounds],
+                    "invalid": [{"run_id": k, "reasons": v} for k, v in invalid.items()]})
         return
     if as_csv:
-        click.echo("model,device,engine,mode,batch,prompt_len,host_fraction,regime,run_id")
+        click.echo("model,device,engine,mode,batch,prompt_len,host_fraction,regime,run_id,contended")
         for c in cells:
-            click.echo(f"{c.model},{c.device},{c.engine},{c.mode},{c.batch},{c.prompt_len},{c.host_fraction:.4f},{c.regime},{c.run_id}")
+            click.echo(f"{c.model},{c.device},{c.engine},{c.mode},{c.batch},{c.prompt_len},{c.host_fraction:.4f},"
+                       f"{c.regime},{c.run_id},{int(c.run_id in busy)}")
         return
     click.echo(f"regimes by host fraction: host-bound >= {HOST_BOUND_MIN}, balanced >= {DEVICE_BOUND_MAX}, else device-bound")
     short = {"host-bound": "H", "balanced": "B", "device-bound": "D"}
@@ -371,15 +375,36 @@ def regimes_cmd(results, db, as_json, as_csv, files):
         grid: dict = {}
         for c in cs:
             grid.setdefault((c.batch, c.prompt_len), []).append(c.host_fraction)
+            if c.run_id in busy:
+                grid.setdefault(("busy", c.batch, c.prompt_len), [])
         click.echo(f"\n{model} on {dev} ({eng} {mode}): host fraction (median over runs), rows batch, columns prompt length")
-        rows = [(str(b), *(_regime_text(grid[(b, p)], short) if (b, p) in grid else "." for p in prompts)) for b in batches]
+        rows = [(str(b), *(_regime_text(grid[(b, p)], short) + ("!" if ("busy", b, p) in grid else "")
+                           if (b, p) in grid else "." for p in prompts)) for b in batches]
         click.echo(_table(("batch", *map(str, prompts)), rows))
-    click.echo("\nH: host-bound, B: balanced, D: device-bound. Boundaries:")
+    click.echo("\nH: host-bound, B: balanced, D: device-bound; !: measured on a busy machine. Boundaries:")
     for b in bounds:
         click.echo(f"  {b.model}: {b.note}")
     labels = {f"{c.model} ({c.device}, {c.engine} {c.mode})" for c in cells}
     for label in sorted(labels - {b.model for b in bounds}):
         click.echo(f"  {label}: no boundary: needs two or more batch sizes or prompt lengths")
+    for rid, why in invalid.items():
+        click.echo(f"left out, invalid measurement {rid}: {why[0]}")
+
+
+def _validity(docs: list[dict]) -> tuple[dict, set]:
+    """({run_id: reasons} of invalid measurements, {run_id} measured on a busy machine); a
+    result from before validity existed is judged by its numbers."""
+    from hostgap.capture.validity import reasons
+
+    invalid, busy = {}, set()
+    for d in docs:
+        rid, diff = str(d.get("run_id", "")), d.get("differencing") or {}
+        why = list(d.get("invalid_reasons") or []) if "valid" in d else reasons(diff)
+        if ("valid" in d and not d["valid"]) or why:
+            invalid[rid] = why or ["checks failed"]
+        if diff.get("contended"):
+            busy.add(rid)
+    return invalid, busy
 
 
 def _regime_text(fractions, short) -> str:
