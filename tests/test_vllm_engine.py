@@ -166,10 +166,16 @@ def test_engine_start_failure_is_one_line_with_the_root_cause(tmp_path, monkeypa
         rt.start()
     msg = str(e.value)
     assert msg.startswith("preset tiny: vLLM could not start the engine: ValueError: To serve")
-    assert str(tmp_path / "run" / "engine.log") in msg and "\n" not in msg
+    kept = tmp_path / "run.failed"  # the run directory may go: the log is kept beside it
+    assert msg.endswith(f"(log: {kept / 'engine.log'})") and "\n" not in msg
     out, _err = capfd.readouterr()
     assert "child" not in out
-    assert "a child's print" in (tmp_path / "run" / "engine.log").read_text()
+    assert "a child's print" in (kept / "engine.log").read_text()
+    assert (kept / "engine.log").read_bytes() == (tmp_path / "run" / "engine.log").read_bytes()
+    facts = json.loads((kept / "engine.json").read_text())
+    assert facts["options"]["max_model_len"] == 256 and facts["preset"] == "tiny"
+    assert facts["problem"].startswith("RuntimeError: Engine core initialization failed")
+    assert json.loads((kept / "model-config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"  # the caller's environment is restored
     assert (tmp_path / "run" / "model" / "config.json").exists()
 

@@ -53,7 +53,17 @@ def step_rows(r: dict) -> list[tuple[str, str, str]]:
         ("HDBI", "n/a (GPU only)" if act != "gpu" else (f"{hdbi:.3f}" if hdbi is not None else "-"), ""),
         ("verdict", str(v.get("verdict") or "-"), v.get("basis", "")),
     ]
-    return rows + _anatomy_rows(r)
+    return rows + _anatomy_rows(r) + _process_rows(r)
+
+
+def _process_rows(r: dict) -> list[tuple[str, str, str]]:
+    """vLLM: the step split across the engine's processes (``engine_facts.process_split``)."""
+    facts = r.get("engine_facts") or {}
+    if facts.get("engine") != "vllm":
+        return []
+    from hostgap.capture.vllm_split import engine_rows, rows
+
+    return rows(facts.get("process_split")) + engine_rows(facts)
 
 
 def _anatomy_rows(r: dict) -> list[tuple[str, str, str]]:

@@ -38,7 +38,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hostgap.capture import vllm_watch as vw
 from hostgap.capture.engine import Engine, Workload
+from hostgap.capture.vllm_watch import EngineFailure
 from hostgap.errors import HostgapError
 from hostgap.model.arch import Arch
 
@@ -62,6 +64,18 @@ _ENGINE_PROC_PREFIX = "VLLM::"
 SHUTDOWN_TIMEOUT_S = 30.0
 """Grace period for EngineCore to exit (vLLM's default, 5 s, is too short on 2 busy cores
 and ends in a forced kill)."""
+STARTUP_BASE_S = 240.0
+"""Start-up deadline of an eager engine before the model's share (start-up measured 17-105 s
+on two busy cores)."""
+GRAPH_EXTRA_S = 600.0
+"""Extra start-up time for graph mode (torch.compile, graph capture)."""
+CALL_TIMEOUT_S = 120.0
+"""Deadline of a utility call (pause/resume, profiler start/stop, worker RPC)."""
+MIN_FLOPS = 2e9
+"""A deliberately low floor on the engine's arithmetic rate (FLOP/s): deadlines of model work
+are base + 2 x active params x tokens / MIN_FLOPS, so only a hang reaches them."""
+MIN_INIT_BYTES_S = 50e6
+"""A low floor on the rate at which the engine builds dummy weights (B/s), for start-up."""
 NOISE = ("Passing raw prompts to InputProcessor is deprecated",
          "Using None for EOS token id because tokenizer is not initialized",
          "Chat template warmup failed")
@@ -114,6 +128,7 @@ class VllmOptions:
     chunked_prefill: bool = True
     seed: int = 0
     log_level: str = "WARNING"  # vLLM's own log level (VLLM_LOGGING_LEVEL)
+    startup_timeout_s: float | None = None  # None: derived (startup_deadline_s)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -239,23 +254,10 @@ def output_to(log_path: Path):
             os.close(f)
 
 
-def engine_processes() -> list:
-    """This process's vLLM engine processes (EngineCore, Workers), via psutil (a vLLM
-    dependency; without it there is no engine to look for)."""
-    try:
-        import psutil
-    except ImportError:
-        return []
-
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.name().startswith(_ENGINE_PROC_PREFIX) or any(
-                    a.startswith(_ENGINE_PROC_PREFIX) for a in p.cmdline()[:1]):
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
+def engine_processes() -> list[vw.Proc]:
+    """This process's vLLM engine processes (EngineCore, Workers): every process below this
+    one named ``VLLM::...`` (vLLM sets the titles), from /proc."""
+    return [p for p in vw.descendants() if p.name.startswith(_ENGINE_PROC_PREFIX)]
 
 
 def shm_entries() -> set[str]:
@@ -358,59 +360,104 @@ def _composition(so) -> list:
 
 @dataclass
 class VllmRuntime:
-    """One started vLLM engine over a preset: start, generate, profile, record, close."""
+    """One started vLLM engine over a preset: start, generate, profile, record, close.
+
+    Every wait on the engine runs under the :class:`~hostgap.capture.vllm_watch.Watchdog`
+    (a deadline derived from the work waited for; the engine processes watched): a dead
+    EngineCore or Worker, a passed deadline or a failed call raises :class:`EngineFailure`
+    (exit status 3) within a poll, Ctrl-C raises ``KeyboardInterrupt`` (130); either way
+    :meth:`close` ends the engine processes within seconds and keeps the engine log, the
+    engine options and the model config in ``failure_dir`` (named in the error line)."""
 
     arch: Arch
     opts: VllmOptions
     run_dir: Path
     profile: bool = True
     record_steps: bool = False
+    failure_dir: Path | None = None  # None: <run_dir>.failed beside the run directory
     llm: object = None
     startup_ns: int = 0
     shutdown_ns: int = 0
     version: str = ""
     pids: list[int] = field(default_factory=list)
+    roles: dict = field(default_factory=dict)
     shm_before: set[str] = field(default_factory=set)
     leftovers: dict = field(default_factory=dict)
     _next_id: int = 0
     log_copy: str | None = None
+    watch: vw.Watchdog | None = None
+    kept: str | None = None  # the failure directory, once written
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.run_dir)
+        if self.failure_dir is None:
+            self.failure_dir = self.run_dir.with_name(self.run_dir.name + ".failed")
+        self.failure_dir = Path(self.failure_dir)
 
     @property
     def log_path(self) -> Path:
         return self.run_dir / "engine.log"
 
     @property
+    def kept_log(self) -> Path:
+        """Where the engine log is kept when the run fails (named in every failure line)."""
+        return self.failure_dir / "engine.log"
+
+    @property
     def profile_dir(self) -> Path:
         return self.run_dir / "vllm-profile"
 
     def start(self) -> VllmRuntime:
-        """Write the model directory and start the engine (timed: ``startup_ns``)."""
+        """Write the model directory and start the engine (timed: ``startup_ns``) under the
+        watchdog: start-up deadline :func:`startup_deadline_s`, Ctrl-C honoured."""
         self.version = vllm_version()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         model_dir = write_model_dir(self.arch, self.run_dir / "model", self.opts.dtype)
         env = engine_env(self.run_dir, self.opts.log_level)
         kw = self._llm_kwargs(model_dir)
         self.shm_before = shm_entries()
+        self.watch = vw.Watchdog(log_path=self.log_path)
+        self.watch.where = f"vLLM engine ({self.arch.name})"
+        self.watch.shown_log = self.kept_log
+        self.watch.start()
         t0 = time.perf_counter_ns()
-        with patched_env(env, drop=("VLLM_CPU_KVCACHE_SPACE",)), output_to(self.log_path):
-            try:
-                from vllm import LLM
+        try:
+            with patched_env(env, drop=("VLLM_CPU_KVCACHE_SPACE",)), output_to(self.log_path):
+                with self.watch.waiting("engine start-up", startup_deadline_s(self.arch, self.opts),
+                                        convert=False):
+                    from vllm import LLM
 
-                quiet_frontend_noise()
-                self.llm = LLM(**kw)
-            except Exception as e:
-                self._reap()
-                detail = last_error_line(self.log_path) or f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                raise HostgapError(
-                    f"preset {self.arch.name}",
-                    f"vLLM could not start the engine: {detail} (log: {self.log_path})",
-                ) from None
+                    quiet_frontend_noise()
+                    self.llm = LLM(**kw)
+        except (KeyboardInterrupt, EngineFailure):
+            self._abort()
+            raise
+        except Exception as e:  # noqa: BLE001 - vLLM's own start-up errors: one line
+            self._abort()
+            detail = last_error_line(self.log_path) or f"{type(e).__name__}: {_first_line(e)}"
+            raise HostgapError(f"preset {self.arch.name}",
+                               f"vLLM could not start the engine: {detail} (log: {self.kept_log})") from None
         self.startup_ns = time.perf_counter_ns() - t0
         quiet_frontend_noise()
-        self.pids = [p.pid for p in engine_processes()]
+        self._find_processes()
         if self.record_steps:
             self.rpc("hostgap_recorder_on")
         return self
+
+    def _find_processes(self) -> None:
+        procs = engine_processes()
+        self.pids = [p.pid for p in procs]
+        self.roles = {p.pid: _role(p) for p in procs}
+        me = os.getpid()
+        children = {p.pid for p in procs if p.ppid == me}
+        self.watch.watch(self.roles, children)
+
+    def _abort(self) -> None:
+        """After a failed or interrupted start: end whatever started, keep the log."""
+        with vw.sigint_deferred():
+            self._end_engine(fast=True)
+            self.keep_failure()
+            self._stop_watch()
 
     def _llm_kwargs(self, model_dir: Path) -> dict:
         o = self.opts
@@ -434,8 +481,16 @@ class VllmRuntime:
             }
         return kw
 
+    # -- waits on the engine (each under the watchdog) --------------------------------------
+    def waiting(self, what: str, timeout_s: float | None):
+        """A guarded wait on the engine (see :class:`~hostgap.capture.vllm_watch.Watchdog`)."""
+        if self.llm is None or self.watch is None:
+            raise EngineFailure(f"vLLM engine ({self.arch.name})", f"{what}: the engine is not running")
+        return self.watch.waiting(what, timeout_s)
+
     def rpc(self, method: str) -> list:
-        return self.llm.collective_rpc(method)
+        with self.waiting(f"worker call {method}", CALL_TIMEOUT_S):
+            return self.llm.collective_rpc(method)
 
     def take_steps(self) -> list:
         """Worker step records since the last call (rank 0)."""
@@ -446,15 +501,22 @@ class VllmRuntime:
 
         return SamplingParams(max_tokens=int(max_tokens), ignore_eos=True, temperature=0.0)
 
+    def work_deadline_s(self, tokens: int) -> float:
+        return work_deadline_s(self.arch, tokens)
+
     def generate(self, prompts: list[list[int]], max_tokens: list[int]) -> tuple[int, list]:
         """All prompts arrive together (the scheduler is paused while they are added, so the
-        first step sees all of them); return (wall ns, RequestOutputs in prompt order)."""
-        eng = self.llm.llm_engine
-        with self.paused():
-            t0 = time.perf_counter_ns()
-            ids = [self.add(p, n) for p, n in zip(prompts, max_tokens)]
-        done = self.drain()
-        wall = time.perf_counter_ns() - t0
+        first step sees all of them); return (wall ns, RequestOutputs in prompt order).
+        One deadline covers the call (:func:`work_deadline_s` of its tokens)."""
+        eng = self.llm.llm_engine if self.llm is not None else None
+        tokens = sum(len(p) for p in prompts) + sum(max_tokens)
+        with self.waiting(f"generate ({len(prompts)} requests, {max(max_tokens)} tokens)",
+                          self.work_deadline_s(tokens)):
+            with self.paused():
+                t0 = time.perf_counter_ns()
+                ids = [self.add(p, n) for p, n in zip(prompts, max_tokens)]
+            done = self.drain()
+            wall = time.perf_counter_ns() - t0
         assert not eng.has_unfinished_requests()
         return wall, [done[i] for i in ids]
 
@@ -462,29 +524,38 @@ class VllmRuntime:
         """Submit one request now; return its id."""
         self._next_id += 1
         rid = f"hg{self._next_id}"
-        self.llm.llm_engine.add_request(rid, {"prompt_token_ids": prompt}, self.sampling(max_tokens))
+        with self.waiting("add a request", CALL_TIMEOUT_S):
+            self.llm.llm_engine.add_request(rid, {"prompt_token_ids": prompt}, self.sampling(max_tokens))
         return rid
 
     def step(self) -> list:
-        """One engine step's finished RequestOutputs."""
-        return [o for o in self.llm.llm_engine.step() if o.finished]
+        """One engine step's finished RequestOutputs (deadline: one budget of tokens)."""
+        with self.waiting("engine step", self.work_deadline_s(self.opts.max_num_batched_tokens or 2048)):
+            return [o for o in self.llm.llm_engine.step() if o.finished]
+
+    def unfinished(self) -> bool:
+        return self.llm.llm_engine.has_unfinished_requests()
 
     def drain(self) -> dict:
         done = {}
-        while self.llm.llm_engine.has_unfinished_requests():
-            for o in self.step():
-                done[o.request_id] = o
+        eng = self.llm.llm_engine
+        while eng.has_unfinished_requests():
+            for o in eng.step():
+                if o.finished:
+                    done[o.request_id] = o
         return done
 
     @contextlib.contextmanager
     def paused(self):
         """Requests added inside the block wait until it ends, then arrive together."""
         core = self.llm.llm_engine.engine_core
-        core.call_utility("pause_scheduler", "keep", False)
+        with self.waiting("pause the scheduler", CALL_TIMEOUT_S):
+            core.call_utility("pause_scheduler", "keep", False)
         try:
             yield
         finally:
-            core.call_utility("resume_scheduler")
+            with self.waiting("resume the scheduler", CALL_TIMEOUT_S):
+                core.call_utility("resume_scheduler")
 
     @contextlib.contextmanager
     def profiling(self):
@@ -493,70 +564,124 @@ class VllmRuntime:
             raise HostgapError("vllm", "this engine was started without the profiler")
         before = set(glob.glob(str(self.profile_dir / "*.pt.trace.json*")))
         got: list[Path] = []
-        self.llm.start_profile()
+        with self.waiting("start the profiler", CALL_TIMEOUT_S):
+            self.llm.start_profile()
         try:
             yield got
         finally:
-            self.llm.stop_profile()
+            if self.watch is not None and self.watch.failure is None and not self.watch.interrupted:
+                with self.waiting("stop the profiler (writes the trace)", CALL_TIMEOUT_S):
+                    self.llm.stop_profile()
         new = sorted(set(glob.glob(str(self.profile_dir / "*.pt.trace.json*"))) - before,
                      key=os.path.getmtime)
         if not new:
             raise HostgapError(str(self.profile_dir), "the vLLM Worker wrote no trace")
         got.append(Path(new[-1]))
 
+    # -- shutdown --------------------------------------------------------------------------
     def close(self) -> None:
         """Shut the engine down (timed: ``shutdown_ns``), then make sure its processes are gone
-        and it left no shared memory behind (what is found goes to ``leftovers``)."""
-        if self.llm is None:
+        and it left no shared memory behind (what is found goes to ``leftovers``).
+
+        Called while an exception is in flight, after an engine failure or on Ctrl-C, it ends
+        the processes at once (SIGTERM, then SIGKILL after 2 s) and keeps the engine log in
+        ``failure_dir``. Bounded either way; Ctrl-C during close is held until it is done."""
+        if self.llm is None and self.watch is None:
             return
         t0 = time.perf_counter_ns()
-        try:
-            self.llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - shutdown must not hide the real outcome
-            pass
-        finally:
-            self.llm = None
-        self._reap()
-        self.shutdown_ns = time.perf_counter_ns() - t0
+        abnormal = (sys.exc_info()[1] is not None or self.watch is None
+                    or self.watch.failure is not None or self.watch.interrupted)
+        interrupted = None
+        if not abnormal:
+            self.watch.expect_exit()  # EngineCore's exit is the point now, not a failure
+            try:
+                with self.watch.waiting("engine shutdown", SHUTDOWN_TIMEOUT_S + 10, convert=False):
+                    self.llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
+            except KeyboardInterrupt as e:
+                interrupted, abnormal = e, True
+            except BaseException:  # noqa: BLE001 - shutdown must not hide the real outcome
+                abnormal = True
+        with vw.sigint_deferred():
+            self._end_engine(fast=abnormal)
+            if abnormal:
+                self.keep_failure()
+            self._stop_watch()
+            self.shutdown_ns = time.perf_counter_ns() - t0
         import gc
 
         gc.collect()
+        if interrupted is not None:
+            raise interrupted
 
-    def _reap(self, timeout_s: float = 15.0) -> None:
+    def _end_engine(self, fast: bool) -> None:
+        """End the engine processes (waiting for them first unless ``fast``), let vLLM close
+        its sockets (bounded), and remove shared memory nobody maps any more."""
+        pids = set(self.pids) | {p.pid for p in engine_processes()}
+        for p in list(pids):
+            pids |= {d.pid for d in vw.descendants(p)}
+        if fast:
+            killed = vw.end_processes(sorted(pids), grace_s=2.0)
+            _bounded(self._vllm_shutdown, 5.0)
+        else:
+            killed = self._reap(sorted(pids))
+        self.llm = None
+        self.leftovers = {"processes_ended": killed, "shm_removed": _remove_new_shm(self.shm_before)}
+
+    def _vllm_shutdown(self) -> None:
+        llm = self.llm
+        if llm is not None:
+            with contextlib.suppress(BaseException):
+                llm.llm_engine.engine_core.shutdown(timeout=1)
+
+    def _reap(self, pids: list[int], timeout_s: float = 10.0) -> list[int]:
+        """Wait for the processes to exit after a graceful shutdown; end those that linger."""
+        alive = vw.wait_ended(pids, timeout_s, "/proc")
+        return vw.end_processes(alive, grace_s=3.0) if alive else []
+
+    def _stop_watch(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+
+    def keep_failure(self) -> Path | None:
+        """Copy the engine log, the engine options and the model config to ``failure_dir``
+        (it outlives the run directory, which a failed run removes)."""
+        import json
+
         try:
-            import psutil
-        except ImportError:
-            return
-        procs = []
-        for pid in set(self.pids) | {p.pid for p in engine_processes()}:
-            try:
-                procs.append(psutil.Process(pid))
-            except psutil.Error:
-                continue
-        _gone, alive = psutil.wait_procs(procs, timeout=timeout_s)
-        for p in alive:
-            with contextlib.suppress(psutil.Error):
-                p.terminate()
-        _gone, alive = psutil.wait_procs(alive, timeout=5)
-        for p in alive:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        new_shm = sorted(shm_entries() - self.shm_before)
-        removed = []
-        for name in new_shm:
-            if (name.startswith("psm_") or "vllm" in name.lower()) and not _mapped_anywhere(name):
-                with contextlib.suppress(OSError):
-                    os.unlink(f"/dev/shm/{name}")
-                    removed.append(name)
-        self.leftovers = {"processes_ended": [p.pid for p in alive] if alive else [],
-                          "shm_removed": removed}
+            d = self.failure_dir
+            d.mkdir(parents=True, exist_ok=True)
+            if self.log_path.exists():
+                shutil.copyfile(self.log_path, d / "engine.log")
+            else:
+                (d / "engine.log").write_text("(the engine wrote nothing)\n")
+            cfg = self.run_dir / "model" / "config.json"
+            if cfg.exists():
+                shutil.copyfile(cfg, d / "model-config.json")
+            problem = None
+            if self.watch is not None and self.watch.failure is not None:
+                problem = str(self.watch.failure)
+            elif self.watch is not None and self.watch.interrupted:
+                problem = "interrupted (Ctrl-C)"
+            elif sys.exc_info()[1] is not None:
+                problem = f"{type(sys.exc_info()[1]).__name__}: {_first_line(sys.exc_info()[1])}"
+            (d / "engine.json").write_text(json.dumps({
+                "preset": self.arch.name, "options": self.opts.to_dict(), "vllm_version": self.version,
+                "engine_pids": self.roles and {str(k): v for k, v in self.roles.items()},
+                "problem": problem, "leftovers": self.leftovers,
+            }, indent=1, default=str) + "\n")
+        except OSError:
+            return None
+        self.kept = str(d)
+        return d
 
     def describe(self) -> dict:
         return {
             "engine": "vllm", "vllm_version": self.version, "vllm_tested": VLLM_TESTED,
             "options": self.opts.to_dict(), "startup_ns": self.startup_ns,
             "shutdown_ns": self.shutdown_ns, "engine_pids": self.pids,
+            "engine_processes": {str(k): v for k, v in self.roles.items()},
             "engine_log": self.log_copy or str(self.log_path), "leftovers": self.leftovers,
+            "failure_dir": self.kept,
             "processes": "frontend (this process), EngineCore, Worker (rank 0)",
         }
 
@@ -565,6 +690,57 @@ class VllmRuntime:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def startup_deadline_s(arch: Arch, opts: VllmOptions) -> float:
+    """How long start-up may take: ``opts.startup_timeout_s``, else :data:`STARTUP_BASE_S`
+    (+ :data:`GRAPH_EXTRA_S` in graph mode) + the weights at :data:`MIN_INIT_BYTES_S`.
+
+    >>> from hostgap.model.arch import get_preset
+    >>> startup_deadline_s(get_preset("tiny"), VllmOptions(startup_timeout_s=5))
+    5.0
+    """
+    if opts.startup_timeout_s is not None:
+        return float(opts.startup_timeout_s)
+    base = STARTUP_BASE_S + (GRAPH_EXTRA_S if opts.mode == "graph" else 0.0)
+    return base + arch.weight_bytes(opts.dtype) / MIN_INIT_BYTES_S
+
+
+def work_deadline_s(arch: Arch, tokens: int) -> float:
+    """How long model work over ``tokens`` tokens may take: 60 s + 2 x active params x tokens
+    / :data:`MIN_FLOPS` (a floor far below any real engine, so only a hang reaches it)."""
+    return 60.0 + 2.0 * arch.param_count(active=True) * max(int(tokens), 1) / MIN_FLOPS
+
+
+def _role(p: vw.Proc) -> str:
+    """``EngineCore`` or ``Worker`` from a ``VLLM::...`` process name."""
+    name = p.name.split()[0] if p.name else ""
+    name = name[len(_ENGINE_PROC_PREFIX):] if name.startswith(_ENGINE_PROC_PREFIX) else name
+    return "Worker" if name.lower().startswith(("worker", "vllmworker")) else (name or "engine process")
+
+
+def _bounded(fn, seconds: float) -> None:
+    """Run ``fn`` in a daemon thread and stop waiting for it after ``seconds``."""
+    import threading
+
+    t = threading.Thread(target=fn, name="hostgap-vllm-close", daemon=True)
+    t.start()
+    t.join(seconds)
+
+
+def _remove_new_shm(before: set[str]) -> list[str]:
+    removed = []
+    for name in sorted(shm_entries() - before):
+        if (name.startswith("psm_") or "vllm" in name.lower()) and not _mapped_anywhere(name):
+            with contextlib.suppress(OSError):
+                os.unlink(f"/dev/shm/{name}")
+                removed.append(name)
+    return removed
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e)
+    return s.splitlines()[0][:300] if s else ""
 
 
 # -- the measure engine -----------------------------------------------------------------------
@@ -639,11 +815,15 @@ class VllmEngine(Engine):
             self.run_dir = Path(run_dir) / "vllm" if run_dir else Path(tempfile.mkdtemp(prefix="hostgap-vllm-"))
         self._own_dir = runtime is None and not run_dir
         self._trace_dirs: list[Path] = []
-        self.runtime = runtime or VllmRuntime(w.arch, self.opts, self.run_dir, profile=True)
+        # a failed run's directory is removed: its engine log is kept beside it
+        failed = self.run_dir.parent.with_name(self.run_dir.parent.name + ".failed") if run_dir else None
+        self.runtime = runtime or VllmRuntime(w.arch, self.opts, self.run_dir, profile=True,
+                                              failure_dir=failed)
         self.prompts = prompt_ids(w.arch.vocab, [w.prompt_len] * w.batch, w.seed)
         self.last_request_timing: list[dict] = []
         self.last_thread_ns = 0
         self.calls: list[dict] = []
+        self.split: dict | None = None
 
     def prepare(self) -> None:
         if not self.shared:
@@ -676,6 +856,8 @@ class VllmEngine(Engine):
         src = got[0]
         dst = trace_dir / f"vllm_n{n_tokens}_{time.time_ns()}.json.gz"
         shutil.move(str(src), dst)
+        if n_tokens == self.workload.max_new_tokens and self.split is None:
+            self.split = _split_of(dst)  # the N2 run: the per-process split of its decode steps
         return wall, dst
 
     def close(self) -> None:
@@ -683,7 +865,7 @@ class VllmEngine(Engine):
             return
         self.runtime.close()
         self._write_record()
-        if self._own_dir:
+        if self._own_dir and not self.runtime.kept:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def _write_record(self) -> None:
@@ -714,7 +896,22 @@ class VllmEngine(Engine):
             "request_timing_last": self.last_request_timing,
             "engine_timing": engine_timing(self.calls),
         })
+        from hostgap.capture.vllm_split import with_frontend
+
+        d["process_split"] = with_frontend(self.split, d["engine_timing"])
         return d
+
+
+def _split_of(trace_path: Path) -> dict | None:
+    """The per-process split of a Worker trace (:mod:`hostgap.capture.vllm_split`), or a dict
+    saying why there is none (never fails the run: it is an addition to the measurement)."""
+    from hostgap.capture.vllm_split import split_of_trace
+    from hostgap.load import load_trace
+
+    try:
+        return split_of_trace(load_trace(str(trace_path)))
+    except HostgapError as e:
+        return {"unavailable": str(e)}
 
 
 def engine_timing(calls: list[dict]) -> dict:

@@ -26,7 +26,10 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except HostgapError as e:
             click.echo(f"hostgap: error: {e}", err=True)
-            ctx.exit(2)
+            ctx.exit(getattr(e, "exit_status", 2))  # 2: bad input; 3: the engine failed
+        except KeyboardInterrupt:
+            click.echo("hostgap: interrupted", err=True)
+            ctx.exit(130)
         except BrokenPipeError:  # `hostgap ... | head`
             sys.stderr.close()
             ctx.exit(0)

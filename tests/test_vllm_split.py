@@ -1,0 +1,120 @@
+"""The per-process split of vLLM engine steps: exact tiling, by hand and on a real Worker trace."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hostgap.capture import vllm_split as vs
+
+FIXTURE = Path(__file__).parent / "data" / "vllm_worker_tiny_cpu.json.gz"
+
+
+def _arr(*x):
+    return np.array(x, dtype=np.int64)
+
+
+def test_parts_by_hand():
+    # step 0: window [0, 100), annotation [0, 60); step 1: window [100, 150), annotation [100, 130)
+    # compute: [10, 30) and [50, 70) straddling the annotation's end, [80, 90) after it; [110, 120)
+    parts = vs.step_parts(_arr(0, 100), _arr(100, 50), _arr(60, 130),
+                          _arr(10, 50, 80, 110), _arr(30, 70, 90, 120))
+    assert parts["compute_ns"].tolist() == [20 + 20 + 10, 10]
+    assert parts["worker_host_ns"].tolist() == [60 - (20 + 10), 30 - 10]
+    assert parts["between_ns"].tolist() == [(100 - 60) - (10 + 10), 20]
+    total = parts["compute_ns"] + parts["worker_host_ns"] + parts["between_ns"]
+    assert total.tolist() == parts["wall_ns"].tolist() == [100, 50]
+
+
+def test_annotation_past_its_window_is_clipped():
+    parts = vs.step_parts(_arr(100), _arr(50), _arr(400), _arr(110), _arr(120))
+    assert parts["worker_host_ns"].tolist() == [40] and parts["between_ns"].tolist() == [0]
+
+
+def test_no_compute_and_an_empty_window():
+    parts = vs.step_parts(_arr(0, 10), _arr(10, 0), _arr(4, 10), _arr(), _arr())
+    assert parts["compute_ns"].tolist() == [0, 0]
+    assert parts["worker_host_ns"].tolist() == [4, 0]
+    assert parts["between_ns"].tolist() == [6, 0]
+
+
+def test_summary_means_add_up_and_shares():
+    parts = {"compute_ns": _arr(10, 20), "worker_host_ns": _arr(30, 30), "between_ns": _arr(60, 50),
+             "wall_ns": _arr(100, 100)}
+    s = vs.summarize(parts)
+    assert s["steps"] == 2 and s["step_ns"] == 100.0
+    assert (s["compute_ns"], s["worker_host_ns"], s["between_ns"]) == (15.0, 30.0, 55.0)
+    assert s["shares"] == {"compute_ns": 0.15, "worker_host_ns": 0.30, "between_ns": 0.55}
+
+
+def test_steady_decode_rows():
+    steps = [{"kind": "prefill", "wall_ns": 9}, {"kind": "decode", "wall_ns": 5},
+             {"kind": "decode", "wall_ns": 6}, {"kind": "unknown", "wall_ns": 1}, {"kind": "decode", "wall_ns": 0}]
+    assert [s["wall_ns"] for s in vs.decode_rows(steps)] == [6]
+    assert [s["wall_ns"] for s in vs.decode_rows(steps[:2])] == [5]  # too few to drop one
+    assert vs.decode_rows(steps[:1]) == []
+
+
+def test_frontend_beside_the_tiling():
+    split = {"step_ns": 100.0, "steps": 3, "compute_ns": 20.0, "worker_host_ns": 30.0, "between_ns": 50.0,
+             "shares": {"compute_ns": 0.2, "worker_host_ns": 0.3, "between_ns": 0.5}}
+    out = vs.with_frontend(split, {"per_step": {"wall_ns": 120.0, "engine_ns": 110.0, "frontend_ns": 10.0}})
+    assert out["frontend_ns"] == 10.0 and out["step_ns"] == 100.0
+    neg = vs.with_frontend(split, {"per_step": {"frontend_ns": -3.0}})
+    assert neg["frontend_ns"] == 0.0 and neg["frontend_raw_ns"] == -3.0  # never a negative time
+    assert vs.with_frontend(split, {"per_step": None})["frontend_ns"] is None
+    assert vs.with_frontend(None, {}) is None
+    assert vs.with_frontend({"unavailable": "x"}, {}) == {"unavailable": "x"}
+    rows = vs.rows(out)
+    assert rows[0] == ("per-process split (traced)", "0.000 ms", "mean of 3 decode steps; parts add up to it")
+    assert [r[0].strip() for r in rows[1:]] == ["Worker compute", "Worker host in execute_",
+                                                "between Worker steps", "frontend beyond EngineCore"]
+    assert rows[3][2].startswith("50.0 % ·")
+    assert vs.rows(None) == [] and vs.rows({"unavailable": "no decode steps"})[0][2] == "no decode steps"
+
+
+def test_engine_rows():
+    assert vs.engine_rows({"startup_ns": 31_200_000_000, "shutdown_ns": 5_060_000_000}) == [
+        ("engine start-up / shutdown", "31.2 s / 5.1 s", "outside every timed call")]
+    assert vs.engine_rows({"startup_ns": 0}) == []
+    assert vs.engine_rows({"startup_ns": 2e9, "shutdown_ns": 0})[0][1] == "2.0 s / -"
+
+
+@pytest.mark.skipif(not FIXTURE.exists(), reason="fixture not generated")
+def test_parts_tile_every_step_of_a_real_worker_trace():
+    """A vLLM Worker trace harvested on CPU (trimmed): for every decode step the three parts
+    add up to the anatomy's step wall, the compute part is the anatomy's device-active time,
+    and the annotation part is read independently from the raw trace events."""
+    from hostgap.anatomy.steps import AnatomyConfig, analyze
+    from hostgap.load import load_trace
+
+    trace = load_trace(str(FIXTURE))
+    steps = analyze(trace, AnatomyConfig()).to_dict()["steps"]
+    dec = [s for s in steps if s["kind"] == "decode"]
+    assert len(dec) >= 5
+    seg_s, seg_e = vs.active_segments(trace)
+    parts = vs.step_parts(np.array([s["start_ns"] for s in dec]), np.array([s["wall_ns"] for s in dec]),
+                          np.array([s["marker_end_ns"] for s in dec]), seg_s, seg_e)
+    total = parts["compute_ns"] + parts["worker_host_ns"] + parts["between_ns"]
+    assert total.tolist() == [s["wall_ns"] for s in dec]
+    assert all(min(parts[k]) >= 0 for k in vs.PARTS)
+    assert np.abs(parts["compute_ns"] - np.array([s["gpu_active_ns"] for s in dec])).max() <= 1_000
+    # independently of the loader: each step's execute_ annotation from the raw JSON (µs),
+    # in order, bounds the two host parts
+    raw = json.loads(gzip.open(FIXTURE).read())["traceEvents"]
+    annot = [e["dur"] * 1000 for e in sorted(
+        (e for e in raw if e.get("ph") == "X" and e.get("name", "").startswith("execute_")), key=lambda e: e["ts"])]
+    assert len(annot) == len(steps)
+    for j, s in enumerate(dec):
+        a = annot[s["index"]]
+        tol = 1_000  # µs rounding of the JSON
+        assert parts["worker_host_ns"][j] <= a + tol  # host inside the annotation fits in it
+        assert parts["worker_host_ns"][j] + parts["compute_ns"][j] >= a - tol  # the rest of it is compute
+        assert parts["between_ns"][j] <= s["wall_ns"] - a + tol  # outside the annotation
+    split = vs.split_of_trace(trace, steps)
+    assert split["steps"] == len(dec) - 1  # the first decode step is the warm-up one
+    assert split["compute_ns"] + split["worker_host_ns"] + split["between_ns"] == pytest.approx(split["step_ns"], abs=1e-6)
