@@ -190,3 +190,16 @@ def test_engine_timing_takes_the_fastest_call_per_n_and_the_two_point_slope():
     assert t["by_n"]["1"] == {"wall_ns": 50, "engine_ns": 40, "engine_decode_ns": 0}
     assert t["per_step"] == {"wall_ns": 10.0, "engine_ns": 8.0, "frontend_ns": 2.0}
     assert ve.engine_timing(calls[:1])["per_step"] is None
+
+
+def test_contention_counts_untraced_calls_only():
+    calls = [{"wall_ns": 1000, "other_cpu_ns": 10}, {"wall_ns": 1000, "other_cpu_ns": 60},
+             {"wall_ns": 2000, "other_cpu_ns": 100}, {"wall_ns": 500, "other_cpu_ns": 500, "traced": True},
+             {"wall_ns": 800, "other_cpu_ns": None}]
+    c = ve.contention(calls)
+    assert c["calls"] == 3
+    assert c["other_cpu_share"] == pytest.approx((10 + 60 + 100) / 4000)
+    assert c["preempted_share"] == pytest.approx(1 / 3)  # 60 > 5 % of 1000; 100 is not > 100
+    assert ve.contention([{"wall_ns": 5, "other_cpu_ns": None}]) is None
+    rows = __import__("hostgap.capture.vllm_split", fromlist=["x"]).engine_rows({"contention": c})
+    assert rows == [("other work during runs", "4 % of a core", "33 % of 3 runs over 5 % (CPU time of other processes)")]

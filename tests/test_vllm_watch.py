@@ -254,3 +254,30 @@ def test_ctrl_c_during_cleanup_waits_for_it():
     assert done == [1]
     with vw.sigint_deferred():
         pass  # no Ctrl-C: nothing raised
+
+
+# -- other work on the machine ------------------------------------------------------------------
+
+def test_cpu_ticks_from_proc(tmp_path):
+    (tmp_path / "stat").write_text("cpu  10 1 5 100 7 2 3 4 0 0\ncpu0 1 1 1 1 1 1 1 1 0 0\n")
+    (tmp_path / "42").mkdir()
+    # fields after the name: state, ppid, ... utime (14th field) = 6, stime (15th) = 4
+    (tmp_path / "42" / "stat").write_text("42 (VLLM::Worker) S 1 " + " ".join(["0"] * 9) + " 6 4 99 99\n")
+    # busy = user + nice + system + irq + softirq + steal (idle and iowait left out)
+    assert vw.cpu_ticks([42, 43], proc_root=str(tmp_path)) == (10 + 1 + 5 + 2 + 3 + 4, 6 + 4)
+    assert vw.cpu_ticks([42], proc_root=str(tmp_path / "none")) is None
+
+
+def test_other_cpu_is_never_negative():
+    assert vw.other_cpu_ns((100, 40), (110, 60)) == 0  # tick sampling: the engine's share can lead
+    assert vw.other_cpu_ns(None, (1, 1)) is None and vw.other_cpu_ns((1, 1), None) is None
+    assert vw.other_cpu_ns((0, 0), (3, 1)) == int(2 * vw.TICK_NS)
+
+
+def test_cpu_ticks_of_this_machine_grow_with_work():
+    a = vw.cpu_ticks([os.getpid()])
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    b = vw.cpu_ticks([os.getpid()])
+    assert b[0] >= a[0] and b[1] > a[1]

@@ -832,14 +832,17 @@ class VllmEngine(Engine):
     def _run(self, n_tokens: int, traced: bool = False) -> int:
         if n_tokens < 1:
             raise HostgapError("n_tokens", f"must be >= 1, got {n_tokens}")
+        pids = [os.getpid(), *self.runtime.pids]
+        cpu0 = vw.cpu_ticks(pids)
         t_thread = time.thread_time_ns()
         wall, outs = self.runtime.generate(self.prompts, [n_tokens] * len(self.prompts))
         self.last_thread_ns = time.thread_time_ns() - t_thread
+        other = vw.other_cpu_ns(cpu0, vw.cpu_ticks(pids))
         got = {len(o.outputs[0].token_ids) for o in outs}
         if got != {n_tokens}:
             raise HostgapError("vllm", f"asked for {n_tokens} tokens per request, got {sorted(got)}")
         self.last_request_timing = request_timing(outs)
-        self.calls.append({"n_tokens": n_tokens, "traced": traced, "wall_ns": wall,
+        self.calls.append({"n_tokens": n_tokens, "traced": traced, "wall_ns": wall, "other_cpu_ns": other,
                            "engine_decode_ns": _median([r["decode_ns"] for r in self.last_request_timing]),
                            "engine_ns": _median([r["engine_ns"] for r in self.last_request_timing])})
         return wall
@@ -899,6 +902,7 @@ class VllmEngine(Engine):
         from hostgap.capture.vllm_split import with_frontend
 
         d["process_split"] = with_frontend(self.split, d["engine_timing"])
+        d["contention"] = contention(self.calls)
         return d
 
 
@@ -912,6 +916,26 @@ def _split_of(trace_path: Path) -> dict | None:
         return split_of_trace(load_trace(str(trace_path)))
     except HostgapError as e:
         return {"unavailable": str(e)}
+
+
+def contention(calls: list[dict], threshold: float = 0.05) -> dict | None:
+    """Other work on the machine during the untraced calls: the CPU time processes other than
+    the engine's three used (``other_cpu_ns`` per call, /proc tick resolution), as a share of
+    the calls' wall, and the share of calls where it exceeded ``threshold`` of the wall
+    (the same 5 % rule as the in-process engine's preemption check).
+
+    >>> contention([{"wall_ns": 100, "other_cpu_ns": 2}, {"wall_ns": 100, "other_cpu_ns": 30}])
+    {'other_cpu_share': 0.16, 'preempted_share': 0.5, 'calls': 2, 'threshold': 0.05, 'basis': 'CPU time of other processes (/proc/stat minus the engine processes) during each untraced call'}
+    """
+    rows = [c for c in calls if not c.get("traced") and c.get("other_cpu_ns") is not None and c.get("wall_ns")]
+    if not rows:
+        return None
+    wall = sum(c["wall_ns"] for c in rows)
+    other = sum(c["other_cpu_ns"] for c in rows)
+    return {"other_cpu_share": other / wall,
+            "preempted_share": sum(c["other_cpu_ns"] > threshold * c["wall_ns"] for c in rows) / len(rows),
+            "calls": len(rows), "threshold": threshold,
+            "basis": "CPU time of other processes (/proc/stat minus the engine processes) during each untraced call"}
 
 
 def engine_timing(calls: list[dict]) -> dict:

@@ -146,9 +146,16 @@ def rows(split: dict | None) -> list[tuple[str, str, str]]:
 
 
 def engine_rows(facts: dict) -> list[tuple[str, str, str]]:
-    """The engine's start-up and shutdown times (never part of a step)."""
+    """The engine's start-up and shutdown times (never part of a step), and other work on
+    the machine during the untraced runs (:func:`hostgap.capture.vllm_engine.contention`)."""
+    out = []
     up, down = facts.get("startup_ns"), facts.get("shutdown_ns")
-    if not up:
-        return []
-    down_txt = f"{down / 1e9:.1f} s" if down else "-"
-    return [("engine start-up / shutdown", f"{up / 1e9:.1f} s / {down_txt}", "outside every timed call")]
+    if up:
+        down_txt = f"{down / 1e9:.1f} s" if down else "-"
+        out.append(("engine start-up / shutdown", f"{up / 1e9:.1f} s / {down_txt}", "outside every timed call"))
+    c = facts.get("contention")
+    if c:
+        out.append(("other work during runs", f"{c['other_cpu_share'] * 100:.0f} % of a core",
+                    f"{c['preempted_share'] * 100:.0f} % of {c['calls']} runs over {c['threshold'] * 100:.0f} % "
+                    "(CPU time of other processes)"))
+    return out

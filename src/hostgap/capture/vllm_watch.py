@@ -380,6 +380,45 @@ def wait_ended(pids: list[int], timeout_s: float, proc_root: str) -> list[int]:
     return left
 
 
+# -- other work on the machine -----------------------------------------------------------------
+
+TICK_NS = 1e9 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+
+def cpu_ticks(pids: list[int], proc_root: str = "/proc") -> tuple[int, int] | None:
+    """(CPU ticks the whole machine spent busy, ticks spent by ``pids`` with all their
+    threads), from ``/proc/stat`` and ``/proc/PID/stat``; None where /proc cannot say."""
+    try:
+        first = Path(f"{proc_root}/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if first[0] != "cpu" or len(first) < 8:
+        return None
+    v = [int(x) for x in first[1:9]]
+    machine = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]  # user nice system irq softirq steal
+    mine = 0
+    for pid in pids:
+        try:
+            text = Path(f"{proc_root}/{pid}/stat").read_text()
+        except OSError:
+            continue
+        f = text[text.rfind(")") + 2:].split()
+        mine += int(f[11]) + int(f[12])  # utime + stime
+    return machine, mine
+
+
+def other_cpu_ns(before: tuple[int, int] | None, after: tuple[int, int] | None) -> int | None:
+    """CPU time that processes other than the watched ones used between two samples (ns,
+    tick resolution; >= 0), or None without both samples.
+
+    >>> other_cpu_ns((100, 40), (130, 60)) == 10 * TICK_NS
+    True
+    """
+    if before is None or after is None:
+        return None
+    return int(max(0, (after[0] - before[0]) - (after[1] - before[1])) * TICK_NS)
+
+
 @contextlib.contextmanager
 def sigint_deferred():
     """Ctrl-C waits until the block ends (a bounded cleanup must not be cut short and leave
