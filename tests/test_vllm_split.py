@@ -118,3 +118,39 @@ def test_parts_tile_every_step_of_a_real_worker_trace():
     split = vs.split_of_trace(trace, steps)
     assert split["steps"] == len(dec) - 1  # the first decode step is the warm-up one
     assert split["compute_ns"] + split["worker_host_ns"] + split["between_ns"] == pytest.approx(split["step_ns"], abs=1e-6)
+
+
+RAW = """\
+process 10:"python -m hostgap measure";thread (1): MainThread;generate (v.py:1);get (queue.py:2);wait (threading.py:3);PyThread_acquire_lock (libpython) 30
+process 10:"python -m hostgap measure";thread (1): MainThread;generate (v.py:1);process_outputs (o.py:5) 10
+process 10:"python -m hostgap measure";thread (9): Thread-2;run (threading.py:1);zmq_poll (libzmq.so);epoll_wait (libc.so.6) 40
+process 20:"VLLM::EngineCore";thread (2): MainThread;busy_loop (core.py:5);schedule (s.py:9) 25
+process 20:"VLLM::EngineCore";thread (2): MainThread;busy_loop (core.py:5);dequeue (shm.py:3);sched_yield (libc.so.6) 50
+process 20:"VLLM::EngineCore";thread (3): Thread-1;run (t.py:1);time_sleep (libpython);clock_nanosleep (libc.so.6) 25
+process 30:"VLLM::Worker";thread (4): MainThread;execute_model (w.py:1);at::native::cpublas::gemm (libtorch_cpu.so) 60
+process 30:"VLLM::Worker";thread (4): MainThread;worker_busy_loop (w.py:2);take_gil (libpython) 20
+process 99:"resource tracker";thread (5): MainThread;main (r.py:1);select (libc.so.6) 500
+not a sample line
+"""
+
+
+def test_thread_states_per_engine_process():
+    st = vs.process_states(RAW, {10: "frontend", 20: "EngineCore", 30: "Worker"})
+    p = st["processes"]
+    assert set(p) == {"frontend", "EngineCore", "Worker"}  # pid 99 is not an engine process
+    assert p["frontend"] == {"samples": 80, "running": 10 / 80, "socket_poll": 40 / 80, "lock_gil": 30 / 80, "idle": 0.0}
+    # sched_yield is a busy wait: running; clock_nanosleep is idle (not a lock, despite its name)
+    assert p["EngineCore"] == {"samples": 100, "running": 0.75, "socket_poll": 0.0, "lock_gil": 0.0, "idle": 0.25}
+    assert p["Worker"] == {"samples": 80, "running": 0.75, "socket_poll": 0.0, "lock_gil": 0.25, "idle": 0.0}
+    assert "not a critical path" in st["basis"]
+    assert vs.process_states(RAW, {}) is None
+    rows = vs.state_rows(st)
+    assert [r[0].strip() for r in rows] == ["frontend threads (py-spy)", "EngineCore threads (py-spy)",
+                                            "Worker threads (py-spy)"]
+    assert rows[0][1] == "run 12 % · poll 50 % · lock 38 % · idle 0 %"
+    assert vs.state_rows(None) == []
+
+
+def test_table_rows_put_the_split_first():
+    facts = {"process_split": {"unavailable": "no decode steps"}, "startup_ns": 1e9, "shutdown_ns": 2e9}
+    assert [r[0] for r in vs.table_rows(facts)] == ["per-process split", "engine start-up / shutdown"]

@@ -61,9 +61,9 @@ def _process_rows(r: dict) -> list[tuple[str, str, str]]:
     facts = r.get("engine_facts") or {}
     if facts.get("engine") != "vllm":
         return []
-    from hostgap.capture.vllm_split import engine_rows, rows
+    from hostgap.capture.vllm_split import table_rows
 
-    return rows(facts.get("process_split")) + engine_rows(facts)
+    return table_rows(facts)
 
 
 def _anatomy_rows(r: dict) -> list[tuple[str, str, str]]:

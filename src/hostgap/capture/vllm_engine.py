@@ -892,6 +892,16 @@ class VllmEngine(Engine):
                                                      "engine_timing": engine_timing(self.calls),
                                                      "calls": self.calls})
 
+    def _process_states(self) -> dict | None:
+        """With ``--stacks``: the protocol's py-spy samples of the whole process tree (in the run
+        directory's ``stacks/``), split by engine process."""
+        if self._own_dir:
+            return None
+        raw = self.run_dir.parent / "stacks" / "pyspy.txt"
+        if not raw.is_file():
+            return None
+        return _states_of(raw, {os.getpid(): "frontend", **self.runtime.roles})
+
     def describe(self) -> dict:
         d = self.runtime.describe()
         d.update({
@@ -903,7 +913,18 @@ class VllmEngine(Engine):
 
         d["process_split"] = with_frontend(self.split, d["engine_timing"])
         d["contention"] = contention(self.calls)
+        d["process_states"] = self._process_states()
         return d
+
+
+def _states_of(raw_path: Path, roles: dict[int, str]) -> dict | None:
+    """Thread states per engine process from the protocol's py-spy samples (``--stacks``)."""
+    from hostgap.capture.vllm_split import process_states
+
+    try:
+        return process_states(raw_path.read_text(errors="replace"), roles)
+    except OSError:
+        return None
 
 
 def _split_of(trace_path: Path) -> dict | None:

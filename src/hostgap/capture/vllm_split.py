@@ -26,6 +26,8 @@ Everything here is numpy over one loaded trace; no vLLM needed.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 PARTS = ("compute_ns", "worker_host_ns", "between_ns")
@@ -159,3 +161,78 @@ def engine_rows(facts: dict) -> list[tuple[str, str, str]]:
                     f"{c['preempted_share'] * 100:.0f} % of {c['calls']} runs over {c['threshold'] * 100:.0f} % "
                     "(CPU time of other processes)"))
     return out
+
+
+# -- thread states per process (py-spy, --stacks) ----------------------------------------------
+
+STATES = ("running", "socket_poll", "lock_gil", "idle")
+_STATE_RULES = (
+    ("socket_poll", re.compile(r"epoll_wait|\bpoll\b|__poll|\bselect\b|zmq|socket|\brecv|\bsend\b|sendmsg|recvmsg",
+                               re.IGNORECASE)),
+    ("lock_gil", re.compile(r"futex|pthread_cond_|sem_wait|take_gil|PyThread_acquire_lock|acquire \(|"
+                            r"_wait_for_tstate_lock|Condition\.wait|\bwait \(", re.IGNORECASE)),
+    ("idle", re.compile(r"nanosleep|clock_nanosleep|time_sleep|\bsleep\b", re.IGNORECASE)),
+)
+_PROCESS = re.compile(r"^process (\d+)")
+
+
+def thread_state(frames: list[str]) -> str:
+    """The state of one sample from its frames (root first): the innermost frame that names a
+    wait decides; a sample with none is ``running``.
+
+    >>> thread_state(["run (core.py:1)", "zmq_poll (libzmq.so)", "epoll_wait (libc.so.6)"])
+    'socket_poll'
+    >>> thread_state(["forward (m.py:3)", "take_gil (libpython)"]), thread_state(["main (x.py:1)"])
+    ('lock_gil', 'running')
+    """
+    for f in reversed(frames):
+        for state, rule in _STATE_RULES:
+            if rule.search(f):
+                return state
+    return "running"
+
+
+def process_states(raw: str, roles: dict[int, str]) -> dict:
+    """Per process of the engine (``roles``: pid -> frontend / EngineCore / Worker), the share
+    of py-spy samples (all threads) in each of :data:`STATES`; samples of other processes
+    (py-spy's own children, resource trackers) are left out. A thread-state distribution over
+    the sampled run, not a critical path."""
+    counts: dict[str, dict[str, int]] = {}
+    for line in raw.splitlines():
+        stack, _, n = line.strip().rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        frames = stack.split(";")
+        m = _PROCESS.match(frames[0])
+        role = roles.get(int(m.group(1))) if m else None
+        if role is None:
+            continue
+        body = [f for f in frames[1:] if not f.startswith("thread (")]
+        c = counts.setdefault(role, dict.fromkeys(STATES, 0))
+        c[thread_state(body)] += int(n)
+    out = {}
+    for role, c in counts.items():
+        total = sum(c.values())
+        out[role] = {"samples": total, **{s: c[s] / total for s in STATES}}
+    return {"processes": out, "basis": "py-spy samples of every thread of each process during one untraced N2 "
+                                       "run: a thread-state distribution, not a critical path"} if out else None
+
+
+def state_rows(states: dict | None) -> list[tuple[str, str, str]]:
+    """One row per process: running / socket-poll / lock-GIL / idle shares."""
+    if not states:
+        return []
+    out = []
+    for role in ("frontend", "EngineCore", "Worker"):
+        s = states["processes"].get(role)
+        if s:
+            out.append((f"  {role} threads (py-spy)",
+                        f"run {s['running'] * 100:.0f} % · poll {s['socket_poll'] * 100:.0f} % · "
+                        f"lock {s['lock_gil'] * 100:.0f} % · idle {s['idle'] * 100:.0f} %",
+                        f"{s['samples']} samples; thread states, not a critical path"))
+    return out
+
+
+def table_rows(facts: dict) -> list[tuple[str, str, str]]:
+    """Every vLLM row of the measure table from the engine's facts (``engine_facts``)."""
+    return rows(facts.get("process_split")) + state_rows(facts.get("process_states")) + engine_rows(facts)
