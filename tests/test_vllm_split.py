@@ -154,3 +154,18 @@ def test_thread_states_per_engine_process():
 def test_table_rows_put_the_split_first():
     facts = {"process_split": {"unavailable": "no decode steps"}, "startup_ns": 1e9, "shutdown_ns": 2e9}
     assert [r[0] for r in vs.table_rows(facts)] == ["per-process split", "engine start-up / shutdown"]
+
+
+def test_report_draws_one_stacked_bar_for_a_vllm_run():
+    from hostgap.report import figures as F
+    from hostgap.report.inputs import Input
+
+    split = {"steps": 30, "step_ns": 7.0e6, "compute_ns": 2.0e6, "worker_host_ns": 4.0e6, "between_ns": 1.0e6,
+             "shares": {}, "frontend_ns": 0.0}
+    inp = Input(source="r", kind="run", label="r", trace_path=None,
+                results={"engine_facts": {"engine": "vllm", "process_split": split}})
+    f = F.processes_figure(inp, "fig-processes-0")
+    assert f.svg is not None and "Worker host in execute_ (4.000 ms)" in f.svg
+    assert "add up to the traced step (7.000 ms" in f.caption
+    bare = F.processes_figure(Input(source="t", kind="trace", label="t", trace_path="t.json"), "fig-processes-1")
+    assert bare.svg is None and bare.caption.startswith("Not available")

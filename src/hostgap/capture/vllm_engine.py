@@ -64,9 +64,9 @@ _ENGINE_PROC_PREFIX = "VLLM::"
 SHUTDOWN_TIMEOUT_S = 30.0
 """Grace period for EngineCore to exit (vLLM's default, 5 s, is too short on 2 busy cores
 and ends in a forced kill)."""
-STARTUP_BASE_S = 240.0
-"""Start-up deadline of an eager engine before the model's share (start-up measured 17-105 s
-on two busy cores)."""
+STARTUP_BASE_S = 600.0
+"""Start-up deadline of an eager engine before the model's share (vLLM's own default; start-up
+took 17-162 s on two busy cores)."""
 GRAPH_EXTRA_S = 600.0
 """Extra start-up time for graph mode (torch.compile, graph capture)."""
 CALL_TIMEOUT_S = 120.0
