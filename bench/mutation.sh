@@ -45,6 +45,7 @@ tests_for() {
     src/hostgap/link.py|src/hostgap/events.py)
                            echo tests/test_link.py tests/test_load_*.py tests/test_anatomy_steps.py ;;
     src/hostgap/capture/differencing.py) echo tests/test_capture_differencing.py ;;
+    src/hostgap/capture/vllm_*.py|src/hostgap/capture/harvest.py) echo tests/test_vllm_*.py ;;
     src/hostgap/model/attribution.py) echo tests/test_attribution_*.py ;;
     src/hostgap/model/*)   echo tests/test_model_*.py ;;
     *)                     echo tests ;;
