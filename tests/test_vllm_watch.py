@@ -281,3 +281,12 @@ def test_cpu_ticks_of_this_machine_grow_with_work():
         pass
     b = vw.cpu_ticks([os.getpid()])
     assert b[0] >= a[0] and b[1] > a[1]
+
+
+def test_a_watchdog_stopped_during_cleanup_leaves_the_original_handler():
+    before = signal.getsignal(signal.SIGINT)
+    w = vw.Watchdog().start()
+    assert signal.getsignal(signal.SIGINT) == w._on_interrupt
+    with vw.sigint_deferred():
+        w.stop()  # as close() does: the watchdog's own handler must not come back afterwards
+    assert signal.getsignal(signal.SIGINT) is before

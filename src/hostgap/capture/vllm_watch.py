@@ -427,10 +427,17 @@ def sigint_deferred():
         yield
         return
     got = []
-    old = signal.signal(signal.SIGINT, lambda *_: got.append(1))
+
+    def defer(*_):
+        got.append(1)
+
+    old = signal.signal(signal.SIGINT, defer)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old)
+        # put back what was there, unless the block installed the right handler itself (a
+        # watchdog stopping in the block restores the handler from before it started)
+        if signal.getsignal(signal.SIGINT) is defer:
+            signal.signal(signal.SIGINT, old)
     if got:
         raise KeyboardInterrupt
