@@ -290,3 +290,22 @@ def test_a_watchdog_stopped_during_cleanup_leaves_the_original_handler():
     with vw.sigint_deferred():
         w.stop()  # as close() does: the watchdog's own handler must not come back afterwards
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_log_tail_skips_the_profiler_table(tmp_path):
+    log = tmp_path / "engine.log"
+    log.write_text(
+        "(EngineCore pid=5) ERROR [core.py:1] RuntimeError: worker died\n"
+        "-------------------------------------------------------  ------------  ------------\n"
+        "                                                   Name    Self CPU %      Self CPU\n"
+        "aten::unsqueeze         0.00%       5.200us         0.00%       6.111us       3.056us             2\n"
+        "USDT:2026-12-01 20:50:44 5771:5771 SyncActivityProfilerHandler.cpp:59] profiler_stop\n"
+        "Self CPU time total: 135.063ms\n")
+    assert vw.log_tail(log, 3) == "(EngineCore pid=5) ERROR [core.py:1] RuntimeError: worker died"
+
+
+def test_log_tail_leaves_out_the_frontends_records(tmp_path):
+    log = tmp_path / "engine.log"
+    log.write_text("(EngineCore pid=5) INFO [core.py:1] ready\n"
+                   "(MainProcess pid=4) WARNING [base.py:380] ValueError: Tokenizer not available\n")
+    assert vw.log_tail(log) == "(EngineCore pid=5) INFO [core.py:1] ready"

@@ -76,7 +76,8 @@ MIN_FLOPS = 2e9
 are base + 2 x active params x tokens / MIN_FLOPS, so only a hang reaches them."""
 MIN_INIT_BYTES_S = 50e6
 """A low floor on the rate at which the engine builds dummy weights (B/s), for start-up."""
-NOISE = ("Passing raw prompts to InputProcessor is deprecated",
+NOISE = ("engine core exited unexpectedly",  # hostgap's own line says which process, and how
+         "Passing raw prompts to InputProcessor is deprecated",
          "Using None for EOS token id because tokenizer is not initialized",
          "Chat template warmup failed")
 """Frontend warnings that hostgap's own use of vLLM (token-id prompts, no tokenizer) triggers."""
@@ -619,13 +620,17 @@ class VllmRuntime:
         pids = set(self.pids) | {p.pid for p in engine_processes()}
         for p in list(pids):
             pids |= {d.pid for d in vw.descendants(p)}
+        t0 = time.monotonic()
         if fast:
-            killed = vw.end_processes(sorted(pids), grace_s=2.0)
-            _bounded(self._vllm_shutdown, 5.0)
+            killed = vw.end_processes(sorted(pids), grace_s=1.0)
+            t1 = time.monotonic()
+            _bounded(self._vllm_shutdown, 2.0)
         else:
             killed = self._reap(sorted(pids))
+            t1 = time.monotonic()
         self.llm = None
-        self.leftovers = {"processes_ended": killed, "shm_removed": _remove_new_shm(self.shm_before)}
+        self.leftovers = {"processes_ended": killed, "shm_removed": _remove_new_shm(self.shm_before),
+                          "end_processes_s": round(t1 - t0, 3), "vllm_cleanup_s": round(time.monotonic() - t1, 3)}
 
     def _vllm_shutdown(self) -> None:
         llm = self.llm

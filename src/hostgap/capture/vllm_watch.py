@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import threading
 import time
@@ -177,8 +178,16 @@ def log_tail(log_path: Path | None, n: int = LOG_TAIL_LINES) -> str:
             lines = f.read().decode(errors="replace").splitlines()
     except OSError:
         return ""
-    keep = [ln.strip() for ln in lines if ln.strip() and not set(ln.strip()) <= {"^", "~", " "}]
+    keep = [ln.strip() for ln in lines if ln.strip() and not _TABLE.search(ln)
+            and not set(ln.strip()) <= {"^", "~", " "}]
     return " | ".join(s[:200] for s in keep[-n:])
+
+
+_TABLE = re.compile(r"^\s*-{5,}|\d%\s+\S+\s+\d+(\.\d+)?%|Self (CPU|CUDA|XPU) time total|^\s*Name\s+Self|^USDT:"
+                    r"|^\(MainProcess ")
+"""Lines that say nothing about the engine processes: the torch profiler's summary table the
+Worker prints when a trace is written, Kineto's USDT probe lines, and the frontend's own
+records (hostgap's process: what matters there reaches the terminal anyway)."""
 
 
 # -- the watchdog -------------------------------------------------------------------------
