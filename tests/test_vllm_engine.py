@@ -203,3 +203,59 @@ def test_contention_counts_untraced_calls_only():
     assert ve.contention([{"wall_ns": 5, "other_cpu_ns": None}]) is None
     rows = __import__("hostgap.capture.vllm_split", fromlist=["x"]).engine_rows({"contention": c})
     assert rows == [("other work during runs", "4 % of a core", "33 % of 3 runs over 5 % (CPU time of other processes)")]
+
+
+class _StuckCore:
+    """An engine core whose shutdown never returns (a hung EngineCore)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def shutdown(self, timeout=None):
+        self.calls += 1
+        if self.calls == 1:
+            import time as _t
+
+            end = _t.monotonic() + 600
+            while _t.monotonic() < end:
+                _t.sleep(0.01)
+
+
+def _fake_runtime(tmp_path, core):
+    from hostgap.capture import vllm_watch as vw
+
+    rt = ve.VllmRuntime(TINY, ve.VllmOptions(max_model_len=256), tmp_path / "vllm")
+    rt.run_dir.mkdir(parents=True)
+    rt.log_path.write_text("(EngineCore pid=1) INFO ready\n")
+    rt.llm = SimpleNamespace(llm_engine=SimpleNamespace(engine_core=core))
+    rt.watch = vw.Watchdog(log_path=rt.log_path, poll_s=0.05).start()
+    return rt
+
+
+def test_ctrl_c_during_shutdown_ends_it_and_keeps_the_log(tmp_path):
+    import os
+    import signal
+    import threading
+    import time
+
+    core = _StuckCore()
+    rt = _fake_runtime(tmp_path, core)
+    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        rt.close()
+    assert time.monotonic() - t0 < 60  # not the 600 s the stuck shutdown would take
+    assert rt.llm is None and core.calls == 2  # vLLM's clean-up given its bounded second chance
+    facts = json.loads((tmp_path / "vllm.failed" / "engine.json").read_text())
+    assert facts["problem"] == "interrupted (Ctrl-C)"
+    assert (tmp_path / "vllm.failed" / "engine.log").read_text() == "(EngineCore pid=1) INFO ready\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_clean_close_keeps_no_failure_directory(tmp_path):
+    rt = _fake_runtime(tmp_path, SimpleNamespace(shutdown=lambda timeout=None: None))
+    rt.close()
+    assert rt.kept is None and not (tmp_path / "vllm.failed").exists()
+    assert rt.shutdown_ns > 0 and rt.leftovers["processes_ended"] == []
+    rt.close()  # twice is harmless: nothing kept, nothing ended again
+    assert rt.kept is None and rt.llm is None

@@ -617,6 +617,8 @@ class VllmRuntime:
     def _end_engine(self, fast: bool) -> None:
         """End the engine processes (waiting for them first unless ``fast``), let vLLM close
         its sockets (bounded), and remove shared memory nobody maps any more."""
+        if self.watch is not None:
+            self.watch.expect_exit()  # the deaths we cause now are not the failure to report
         pids = set(self.pids) | {p.pid for p in engine_processes()}
         for p in list(pids):
             pids |= {d.pid for d in vw.descendants(p)}
@@ -646,6 +648,7 @@ class VllmRuntime:
     def _stop_watch(self) -> None:
         if self.watch is not None:
             self.watch.stop()
+            self.watch = None  # closed: a second close returns at once
 
     def keep_failure(self) -> Path | None:
         """Copy the engine log, the engine options and the model config to ``failure_dir``
@@ -663,10 +666,10 @@ class VllmRuntime:
             if cfg.exists():
                 shutil.copyfile(cfg, d / "model-config.json")
             problem = None
-            if self.watch is not None and self.watch.failure is not None:
-                problem = str(self.watch.failure)
-            elif self.watch is not None and self.watch.interrupted:
+            if self.watch is not None and self.watch.interrupted:
                 problem = "interrupted (Ctrl-C)"
+            elif self.watch is not None and self.watch.failure is not None:
+                problem = str(self.watch.failure)
             elif sys.exc_info()[1] is not None:
                 problem = f"{type(sys.exc_info()[1]).__name__}: {_first_line(sys.exc_info()[1])}"
             (d / "engine.json").write_text(json.dumps({
