@@ -309,3 +309,14 @@ def test_log_tail_leaves_out_the_frontends_records(tmp_path):
     log.write_text("(EngineCore pid=5) INFO [core.py:1] ready\n"
                    "(MainProcess pid=4) WARNING [base.py:380] ValueError: Tokenizer not available\n")
     assert vw.log_tail(log) == "(EngineCore pid=5) INFO [core.py:1] ready"
+
+
+def test_exit_now_only_with_vllm_loaded(monkeypatch):
+    calls = []
+    monkeypatch.setattr(vw.os, "_exit", lambda status: calls.append(status))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    vw.exit_now_if_engine_loaded(3)
+    assert calls == []
+    monkeypatch.setitem(sys.modules, "vllm", object())
+    vw.exit_now_if_engine_loaded(130)
+    assert calls == [130]
