@@ -608,9 +608,10 @@ class VllmRuntime:
                 self.keep_failure()
             self._stop_watch()
             self.shutdown_ns = time.perf_counter_ns() - t0
-        import gc
+        if not abnormal:  # (after a failure hostgap is about to end: no time for a collection)
+            import gc
 
-        gc.collect()
+            gc.collect()
         if interrupted is not None:
             raise interrupted
 

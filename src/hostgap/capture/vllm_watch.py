@@ -180,7 +180,7 @@ def log_tail(log_path: Path | None, n: int = LOG_TAIL_LINES) -> str:
         return ""
     keep = [ln.strip() for ln in lines if ln.strip() and not _TABLE.search(ln)
             and not set(ln.strip()) <= {"^", "~", " "}]
-    return " | ".join(s[:200] for s in keep[-n:])
+    return " | ".join(s[:160] for s in keep[-n:])
 
 
 _TABLE = re.compile(r"^\s*-{5,}|\d%\s+\S+\s+\d+(\.\d+)?%|Self (CPU|CUDA|XPU) time total|^\s*Name\s+Self|^USDT:"
