@@ -117,6 +117,10 @@ def test_parts_tile_every_step_of_a_real_worker_trace():
         assert parts["between_ns"][j] <= s["wall_ns"] - a + tol  # outside the annotation
     split = vs.split_of_trace(trace, steps)
     assert split["steps"] == len(dec) - 1  # the first decode step is the warm-up one
+    assert vs.split_of_trace(trace) == split  # analysed here when not given
+    few = vs.split_of_trace(trace, steps[:4])  # the steps given are the ones used
+    assert few["steps"] == 2 and few["step_ns"] == pytest.approx((dec[1]["wall_ns"] + dec[2]["wall_ns"]) / 2)
+    assert vs.split_of_trace(trace, [s for s in steps if s["kind"] != "decode"]) is None
     assert split["compute_ns"] + split["worker_host_ns"] + split["between_ns"] == pytest.approx(split["step_ns"], abs=1e-6)
 
 
