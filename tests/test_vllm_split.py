@@ -173,3 +173,30 @@ def test_report_draws_one_stacked_bar_for_a_vllm_run():
     assert "add up to the traced step (7.000 ms" in f.caption
     bare = F.processes_figure(Input(source="t", kind="trace", label="t", trace_path="t.json"), "fig-processes-1")
     assert bare.svg is None and bare.caption.startswith("Not available")
+
+
+def test_parts_tile_any_timeline():
+    """Property: on generated step windows, annotations and compute intervals, every step's three
+    parts are >= 0, add up to its wall, and compute never exceeds the window."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from hostgap.anatomy.intervals import merge
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.integers(0, 50), min_size=1, max_size=8), st.data())
+    def check(walls, data):
+        start = np.concatenate(([0], np.cumsum(walls)[:-1])).astype(np.int64)
+        wall = np.array(walls, dtype=np.int64)
+        m_end = np.array([data.draw(st.integers(s, s + 2 * w + 1)) for s, w in zip(start, wall)], dtype=np.int64)
+        ivs = data.draw(st.lists(st.tuples(st.integers(-5, int(start[-1] + wall[-1] + 5)), st.integers(0, 30)),
+                                 max_size=12))
+        seg_s, seg_e = merge(np.array([a for a, _ in ivs], dtype=np.int64),
+                             np.array([a + d for a, d in ivs], dtype=np.int64))
+        p = vs.step_parts(start, wall, m_end, seg_s, seg_e)
+        assert (p["compute_ns"] + p["worker_host_ns"] + p["between_ns"]).tolist() == wall.tolist()
+        for k in vs.PARTS:
+            assert (p[k] >= 0).all()
+        assert (p["compute_ns"] <= wall).all()
+
+    check()
