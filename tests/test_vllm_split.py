@@ -152,6 +152,7 @@ def test_thread_states_per_engine_process():
     assert [r[0].strip() for r in rows] == ["frontend threads (py-spy)", "EngineCore threads (py-spy)",
                                             "Worker threads (py-spy)"]
     assert rows[0][1] == "run 12 % · poll 50 % · lock 38 % · idle 0 %"
+    assert rows[1][1] == "run 75 % · poll 0 % · lock 0 % · idle 25 %" and rows[1][2].startswith("100 samples")
     assert vs.state_rows(None) == []
 
 
