@@ -360,7 +360,8 @@ def harvest_live(cfg: HarvestConfig, out: Path, keep_traces: Path | None = None,
                  progress: Progress | None = None) -> dict:
     """Run the grid on vLLM (one engine per chunked-prefill setting) and write the step table
     and the request table."""
-    from hostgap.capture.vllm_engine import VllmRuntime, validate_options
+    from hostgap.capture.vllm_engine import validate_options
+    from hostgap.capture.vllm_runtime import VllmRuntime
     from hostgap.model.arch import get_preset
 
     validate(cfg)
