@@ -78,5 +78,4 @@ for r in alive:
     line = src[r["line"] - 1].strip()[:90] if r["line"] else ""
     print(f"    line {r['line']}: {r['mutation']}  | {line}")
 PY
-PY
 done

@@ -135,6 +135,7 @@ process 30:"VLLM::Worker";thread (4): MainThread;execute_model (w.py:1);at::nati
 process 30:"VLLM::Worker";thread (4): MainThread;worker_busy_loop (w.py:2);take_gil (libpython) 20
 process 99:"resource tracker";thread (5): MainThread;main (r.py:1);select (libc.so.6) 500
 not a sample line
+process 30:"VLLM::Worker";thread (4): MainThread;execute_model (w.py:1)
 """
 
 
