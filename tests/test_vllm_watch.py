@@ -320,3 +320,33 @@ def test_exit_now_only_with_vllm_loaded(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", object())
     vw.exit_now_if_engine_loaded(130)
     assert calls == [130]
+
+
+def test_a_failure_outside_a_wait_does_not_interrupt_other_work():
+    """The wake-up signal stops only a wait on the engine: between waits (hostgap analysing a
+    trace, say) the failure waits for the next wait to begin."""
+    with vw.Watchdog() as w:
+        w.fail("EngineCore (pid 1) died: exit code 1")  # signals the main thread now
+        time.sleep(0.2)  # no Stop may land here
+        with pytest.raises(vw.EngineFailure):
+            with w.waiting("generate", 10):
+                pass
+
+
+def test_descendants_from_proc(tmp_path):
+    def proc(pid, ppid, comm, state="S", argv=b""):
+        d = tmp_path / str(pid)
+        d.mkdir()
+        (d / "stat").write_text(f"{pid} ({comm}) {state} {ppid} " + " ".join(["0"] * 48) + "\n")
+        (d / "cmdline").write_bytes(argv)
+
+    proc(10, 1, "python")
+    proc(11, 10, "VLLM::EngineCor", argv=b"VLLM::EngineCore\0-c\0")
+    proc(12, 11, "VLLM::Worker")  # no cmdline (a kernel-style process): the name is comm
+    proc(13, 11, "gone", state="Z")
+    proc(14, 1, "other")
+    (tmp_path / "self").mkdir()
+    assert vw.descendants(10, proc_root=str(tmp_path)) == [vw.Proc(11, 10, "VLLM::EngineCore"),
+                                                           vw.Proc(12, 11, "VLLM::Worker")]
+    assert vw.descendants(14, proc_root=str(tmp_path)) == []
+    assert vw.descendants(10, proc_root=str(tmp_path / "missing")) == []
