@@ -350,3 +350,10 @@ def test_descendants_from_proc(tmp_path):
                                                            vw.Proc(12, 11, "VLLM::Worker")]
     assert vw.descendants(14, proc_root=str(tmp_path)) == []
     assert vw.descendants(10, proc_root=str(tmp_path / "missing")) == []
+
+
+def test_a_short_stat_line_has_no_exit_status(tmp_path):
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "stat").write_text("7 (old kernel) Z 1 0 0\n")  # no field 52 before Linux 3.5
+    assert vw.read_proc_stat(7, root=str(tmp_path)) == ("Z", None)
+    assert vw.process_status(7, is_child=False, proc_root=str(tmp_path)) == (True, None)
