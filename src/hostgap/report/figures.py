@@ -278,6 +278,42 @@ def differencing_figure(inp: Input, fid: str) -> Figure:
     return Figure(fid, title, caption, draw(build, salt=fid))
 
 
+C_PROC = {"compute_ns": C_GPU, "worker_host_ns": C_HOST, "between_ns": "#8C8C8C"}
+
+
+def processes_figure(inp: Input, fid: str) -> Figure:
+    """vLLM runs: the traced decode step split across the engine's processes, one stacked bar
+    (``engine_facts.process_split``; hostgap.capture.vllm_split)."""
+    from hostgap.capture.vllm_split import DETAIL, LABELS, PARTS
+
+    title = "Where the engine step goes across vLLM's processes"
+    split = ((inp.results or {}).get("engine_facts") or {}).get("process_split") or {}
+    if "step_ns" not in split:
+        why = split.get("unavailable") or "only a vLLM run measured by hostgap measure --engine vllm has one"
+        return Figure(fid, title, f"Not available: {why}.", None)
+
+    def build():
+        fig = new_figure(9.0, 2.0)
+        ax = fig.add_subplot()
+        left = 0.0
+        for k in PARTS:
+            v = split[k] / 1e6
+            ax.barh([0], [v], left=[left], color=C_PROC[k], label=f"{LABELS[k]} ({v:.3f} ms)")
+            left += v
+        ax.set_yticks([])
+        ax.set_xlabel("ms per decode step (traced)")
+        fig.legend(loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+        return fig
+
+    fe = split.get("frontend_ns")
+    caption = (f"Mean over {split['steps']} steady decode steps of the traced N2 run, from the Worker's trace: "
+               + "; ".join(f"{LABELS[k]} = {DETAIL[k]}" for k in PARTS)
+               + f". The parts add up to the traced step ({_ms(split['step_ns'])}, profiler overhead included). "
+               "The frontend runs beside this loop: what it adds per step on untraced runs is "
+               + (f"{_ms(fe)}." if fe is not None else "not known."))
+    return Figure(fid, title, caption, draw(build, salt=fid))
+
+
 def _ms(ns) -> str:
     return "—" if ns is None else f"{ns / 1e6:.3f} ms"
 

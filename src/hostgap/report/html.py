@@ -25,7 +25,7 @@ from hostgap.report.inputs import Input
 KEY_METRICS = ("wall_ns", "gpu_active_ns", "host_exposed_ns", "host_wait_ns", "host_fraction", "kernel_count",
                "launches", "hdbi", "ft_ns", "ct_ns", "kt_ns", "kt_fw_ns", "unattributed_ns", "orchestrate_ns")
 
-FIGURES = ("verdict", "steps", "taxbreak", "differencing", "kernels", "host", "gaps", "timeline")
+FIGURES = ("verdict", "steps", "taxbreak", "differencing", "processes", "kernels", "host", "gaps", "timeline")
 """Figure ids per input: ``fig-<name>-<i>``; plus ``fig-summary`` and ``fig-regime`` once."""
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
@@ -121,7 +121,7 @@ def figures_of(inputs: list[Input], max_bars: int = F.MAX_STEP_BARS) -> dict[str
     out = {"fig-regime": F.regime_figure(inputs, "fig-regime")}
     for i, inp in enumerate(inputs):
         for fig in (F.steps_figure(inp, f"fig-steps-{i}", max_bars), F.taxbreak_figure(inp, f"fig-taxbreak-{i}", max_bars),
-                    F.differencing_figure(inp, f"fig-differencing-{i}"),
+                    F.differencing_figure(inp, f"fig-differencing-{i}"), F.processes_figure(inp, f"fig-processes-{i}"),
                     F.kernels_figure(inp, f"fig-kernels-{i}", max_bars), F.host_figure(inp, f"fig-host-{i}"),
                     F.gaps_figure(inp, f"fig-gaps-{i}"), F.timeline_figure(inp, f"fig-timeline-{i}")):
             bad = active_content(fig.svg) if fig.svg is not None else None
@@ -292,7 +292,7 @@ def _section(i: int, inp: Input, d: dict, figs: dict) -> str:
     return "\n".join([
         f"<section id='input-{i}'><h2>{i + 1}. {esc(d['label'])}</h2><p class='meta'>{meta}</p>{notes}",
         _verdict_card(i, inp, d),
-        _figure(g("steps")), _figure(g("taxbreak")), _figure(g("differencing")),
+        _figure(g("steps")), _figure(g("taxbreak")), _figure(g("differencing")), _figure(g("processes")),
         _figure(g("kernels")).replace("</figure>", kern + "</figure>"),
         _figure(g("host")).replace("</figure>", ops + frames + "</figure>"),
         _figure(g("gaps")), _figure(g("timeline")),
