@@ -90,3 +90,19 @@ def test_a_hidden_former_spelling_still_works(tmp_path):
     finally:
         hv.harvest_traces = orig
     assert "--out " not in CliRunner().invoke(harvest, ["--help"]).output
+
+
+def test_kernels_prints_a_table_unless_csv_or_json_is_asked(tmp_path):
+    from test_report_fixtures import decode_events, write_trace
+
+    trace = write_trace(tmp_path / "t.json", decode_events(n_steps=2, kernels=3))
+    table = CliRunner().invoke(cli, ["kernels", trace, "-q"])
+    assert table.exit_code == 0, table.output
+    assert "┃ step" in table.output and "launch_api," not in table.output
+    # 2 steps x 3 launches, one table row each
+    assert table.output.count("cudaLaunchKernel") == 6
+    csv_out = CliRunner().invoke(cli, ["kernels", trace, "--csv", "-q"]).output.splitlines()
+    assert csv_out[0].startswith("step,launch_api,") and len(csv_out) == 1 + 6
+    import json
+
+    assert len(json.loads(CliRunner().invoke(cli, ["kernels", trace, "--json", "-q"]).output)) == 6

@@ -195,3 +195,39 @@ def test_report_page_marks_clipped_parts_only_when_clipping_happened(tmp_path):
     (inp,) = resolve_all([str(run)])
     fig = steps_figure(inp, "fig-steps-0")
     assert fig.drawn["clipped"] == 0 and "clipped" not in fig.caption
+
+
+def test_compare_keeps_one_basis_per_table(tmp_path):
+    a = make_run_dir(tmp_path / "a")
+    b = make_run_dir(tmp_path / "b", host_ms=4.0)
+    r = CliRunner().invoke(cli, ["compare", str(a), str(b), "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    basis = {row["metric"]: row["basis"] for row in doc["metrics"]}
+    assert {m for m, x in basis.items() if x == "differencing"} == {
+        "wall_ns", "gpu_active_ns", "host_exposed_ns", "host_fraction", "kernel_count"}
+    assert basis["kernel_union_ns"] == "steps" and basis["host_wait_ns"] == "steps"
+    assert basis["hdbi"] == "trace"
+    # the differencing rows are the runs' differencing numbers, not step medians
+    res_b = json.loads((b / "results.json").read_text())["differencing"]
+    row = next(x for x in doc["metrics"] if x["metric"] == "host_exposed_ns")
+    assert row["b"] == res_b["h_step_ns"]
+    text = CliRunner().invoke(cli, ["compare", str(a), str(b), "-q"]).output
+    tables = re.split(r"\n(?=per decode step, differencing|per step, median|whole trace)", text)
+    by_title = {t.split("\n", 1)[0].split(",")[0]: t for t in tables[1:]}
+    assert set(by_title) == {"per decode step", "per step", "whole trace (or measured run)"}
+    for metric, x in basis.items():
+        title = {"differencing": "per decode step", "steps": "per step", "trace": "whole trace (or measured run)"}[x]
+        hits = [t for t, body in by_title.items() if re.search(rf"│ {metric}\s", body)]
+        assert hits == [title], metric
+    # time metrics are shown in ms and say so in the unit column
+    assert re.search(r"│ wall_ns\s+│ ms\s+│", by_title["per decode step"])
+
+
+def test_compare_of_two_cpu_runs_has_no_gpu_rows(tmp_path):
+    a = make_cpu_run_dir(tmp_path / "a")
+    r = CliRunner().invoke(cli, ["compare", str(a), str(a), "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    metrics = {row["metric"] for row in json.loads(r.stdout)["metrics"]}
+    assert not metrics & {"host_wait_ns", "launches", "hdbi", "ft_ns", "orchestrate_ns"}
+    assert {"wall_ns", "gpu_active_ns", "host_exposed_ns"} <= metrics

@@ -98,6 +98,8 @@ def metrics(inp: Input, basis: str = "steps") -> dict:
 
 
 TRACE_LEVEL = ("hdbi", "unique_kernels", "kernels_per_token")
+GPU_ONLY = ("host_wait_ns", "launches", "graph_launches", "hdbi") + TAX_KEYS
+"""Metrics left out when both sides are CPU runs: no kernel launches, so no host_wait or TaxBreak."""
 
 BASIS_TITLE = {
     "differencing": "per decode step, differencing of both measured runs (untraced wall, traced device-active)",
@@ -143,9 +145,10 @@ def compare(a: Input, b: Input, basis: str = "auto", conditions: list[Condition]
     basis = choose_basis(a, b, basis)
     ma, mb = metrics(a, basis), metrics(b, basis)
     rows = []
+    cpu_only = a.activity != "gpu" and b.activity != "gpu"
     for k in METRICS:
         va, vb = ma["values"].get(k), mb["values"].get(k)
-        if va is None and vb is None:
+        if (va is None and vb is None) or (cpu_only and k in GPU_ONLY):
             continue
         d, r = delta(va, vb)
         rows.append({"metric": k, "unit": unit_of(k), "basis": row_basis(k, basis), "a": va, "b": vb, "delta": d,
@@ -325,7 +328,8 @@ def render(doc: dict, con) -> None:
         rows = [r for r in doc["metrics"] if r.get("basis", "steps") == basis]
         if not rows:
             continue
-        t = Table(title=BASIS_TITLE[basis].format(steps=steps), title_justify="left")
+        con.print(BASIS_TITLE[basis].format(steps=steps), highlight=False, soft_wrap=True)
+        t = Table()
         for c in ("metric", "unit", "A", "B", "B − A", "relative"):
             t.add_column(c, justify="left" if c in ("metric", "unit") else "right")
         for r in rows:
