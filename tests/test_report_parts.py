@@ -231,3 +231,21 @@ def test_compare_of_two_cpu_runs_has_no_gpu_rows(tmp_path):
     metrics = {row["metric"] for row in json.loads(r.stdout)["metrics"]}
     assert not metrics & {"host_wait_ns", "launches", "hdbi", "ft_ns", "orchestrate_ns"}
     assert {"wall_ns", "gpu_active_ns", "host_exposed_ns"} <= metrics
+
+
+def test_real_trace_where_host_wait_exceeds_host_exposed_is_clipped_and_said(tmp_path):
+    """On this 2-GPU export the one step's host_wait (gaps summed per stream) is larger than its
+    host-exposed time (device-wide union): the bar is clipped and both figure and card say so."""
+    from hostgap.report.figures import steps_figure
+    from hostgap.report.html import render
+
+    (inp,) = resolve_all([str(corpus_path("nsys/h100_2gpu_mfu_before.sqlite"))])
+    (step,) = inp.anatomy["steps"]
+    assert step["host_wait_ns"] > step["host_exposed_ns"]  # the premise, from hostgap steps
+    fig = steps_figure(inp, "fig-steps-0")
+    assert fig.drawn["clipped"] == 1
+    part, whole = fig.drawn["within"]["host_wait"]
+    assert part[0] == whole[0] == step["host_exposed_ns"] / 1e6
+    assert "drawn clipped to host-exposed" in fig.caption
+    html, _ = render([inp])
+    assert "is larger than host-exposed" in html

@@ -266,6 +266,12 @@ def _verdict_card(i: int, inp: Input, d: dict) -> str:
                 "(framework and Python time). host_wait, launches, TaxBreak and HDBI are GPU quantities and do not "
                 "apply to a CPU run.")
     else:
+        hw, he = v.get("host_wait_ns"), v.get("host_exposed_ns")
+        if hw is not None and he is not None and hw > he:
+            cap += (f" host_wait ({hw / 1e6:.3f} ms) is larger than host-exposed ({he / 1e6:.3f} ms) here: host_wait "
+                    "adds up device-idle gaps per stream and device, host-exposed is the part of the wall with no "
+                    "device op on any of them, so on several devices or streams the first can exceed the second; "
+                    "the per-step figure draws host_wait clipped to host-exposed.")
         cap += (f" host_wait, launches and TaxBreak parts are medians of the per-step sums over {k['steps_used']} "
                 f"{k['steps']} of the trace (host work, exposed or hidden); HDBI = T_DeviceActive / (T_DeviceActive "
                 "+ T_Orchestrate) over the whole trace.")
