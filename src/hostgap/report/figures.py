@@ -446,18 +446,21 @@ def host_figure(inp: Input, fid: str) -> Figure:
             ax.set_title(t)
         return fig
 
+    side = " (left)" if frames else ""
     if cpu:
-        caption = ("CPU run (no kernel launches, so no TaxBreak): host time charged to each top-level framework op "
-                   "is the time before it since the previous top-level op (or the step start) plus its own time "
-                   "outside CPU-compute ops; summed over the trace and divided by the number of steps. Right: the "
-                   "same time by the innermost Python frame enclosing the op.")
+        caption = ("CPU run (no kernel launches, so no TaxBreak): host time charged to each top-level framework op"
+                   f"{side} is the time before it since the previous top-level op (or the step start) plus its own "
+                   "time outside CPU-compute ops; summed over the trace and divided by the number of steps.")
+        caption += " Right: the same time by the innermost Python frame enclosing the op." if frames else ""
     else:
         caption = ("Host translation time (ΔFT + ΔCT, TaxBreak) charged to the top-level framework op that "
-                   "issued each launch (left) and to the innermost Python frame enclosing it (right), summed over "
-                   "the trace and divided by the number of steps.")
-    caption += (" Frame names have object addresses removed (`… object at 0x…>` names one call site), and "
-                "frames equal after that are merged. Long names are shortened in the middle; the tables below "
-                "have them in full.")
+                   f"issued each launch{side}" + (" and to the innermost Python frame enclosing it (right)"
+                                                   if frames else "")
+                   + ", summed over the trace and divided by the number of steps.")
+    if frames:
+        caption += (" Frame names have object addresses removed (`… object at 0x…>` names one call site), and "
+                    "frames equal after that are merged.")
+    caption += " Long names are shortened in the middle; the tables below have them in full."
     if not frames:
         caption += (" The trace records no Python frames (profile with with_stack=True to get them), so only the "
                     "framework-op panel is drawn.")
