@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import corpus_path
-from test_report_fixtures import make_cpu_run_dir, make_run_dir
+from test_report_fixtures import console_problems, make_cpu_run_dir, make_run_dir, run_chromium
 
 from hostgap.cli import cli
 from hostgap.report.html import figures_of
@@ -249,3 +249,18 @@ def test_real_trace_where_host_wait_exceeds_host_exposed_is_clipped_and_said(tmp
     assert "drawn clipped to host-exposed" in fig.caption
     html, _ = render([inp])
     assert "is larger than host-exposed" in html
+
+
+def test_cpu_run_and_2gpu_trace_render_in_chromium(two_gpu_report, tmp_path):
+    """The page of a CPU run beside a 2-GPU trace loads without console errors and draws."""
+    page = tmp_path / "two.html"
+    page.write_text(two_gpu_report["html"], encoding="utf-8")
+    shot = tmp_path / "two.png"
+    r = run_chromium(page, tmp_path, f"--screenshot={shot}", "--window-size=1300,3000")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not console_problems(r.stderr), console_problems(r.stderr)
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(shot)
+    assert img.shape[:2] == (3000, 1300)
+    assert float(np.std(img[:, :, :3])) > 0.05  # not a blank page
