@@ -98,10 +98,6 @@ def draw(fig_builder, *args, salt: str) -> str:
         return to_svg(fig, salt)
 
 
-def trim(s: str, n: int = 60) -> str:
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
 # -- per-step bars ------------------------------------------------------------------------------
 
 
