@@ -264,3 +264,26 @@ def test_cpu_run_and_2gpu_trace_render_in_chromium(two_gpu_report, tmp_path):
     img = mpimg.imread(shot)
     assert img.shape[:2] == (3000, 1300)
     assert float(np.std(img[:, :, :3])) > 0.05  # not a blank page
+
+
+def test_a_relative_run_dir_is_resolved_against_the_database_folder(tmp_path, monkeypatch):
+    """A project-local database ($HOSTGAP_DB=project/runs.sqlite) with an old relative row finds
+    project/runs/<id> from any folder; an absolute path that is gone resolves to nothing."""
+    from hostgap.store import RunsDB, resolve_run_dir
+
+    project = tmp_path / "project"
+    run = make_run_dir(project / "runs")
+    res = json.loads((run / "results.json").read_text())
+    db_path = project / "runs.sqlite"
+    with RunsDB(db_path) as db:
+        db.add({**res, "run_dir": str(run)})
+        db._conn.execute("UPDATE runs SET results = ?", (json.dumps({**res, "run_dir": f"runs/{run.name}"}),))
+        db._conn.commit()
+    monkeypatch.chdir(tmp_path)  # neither the project folder nor the run's parent
+    assert resolve_run_dir(f"runs/{run.name}", db_path) == run.resolve()
+    assert resolve_run_dir(f"runs/{run.name}", None) is None
+    assert resolve_run_dir(str(tmp_path / "gone"), db_path) is None
+    assert resolve_run_dir(None, db_path) is None
+    with RunsDB(db_path) as db:
+        assert db.get(res["run_id"])["run_dir"] == str(run.resolve())
+        assert db.results()[0]["run_dir"] == str(run.resolve())
