@@ -114,3 +114,39 @@ def console_problems(stderr: str) -> list[str]:
     blocked loads); the browser's own dbus/GPU noise is ignored."""
     bad = ("Uncaught", ":CONSOLE(", "Refused to", "Failed to load resource", "net::ERR_")
     return [ln for ln in stderr.splitlines() if any(b in ln for b in bad)]
+
+
+# -- a CPU run -----------------------------------------------------------------------------
+
+
+def cpu_decode_events(n_steps: int = 6, ops: int = 3, spacing_us: float = 20.0, op_us: float = 8.0) -> list[dict]:
+    """A CPU-only decode trace: ``n_steps`` ProfilerStep windows, in each ``ops`` compute ops
+    (``aten::add``, no children, so each is CPU-compute) each inside a Python frame whose name
+    carries the address of the object it ran on -- a different address every call, as CPython
+    prints them -- and no GPU events at all."""
+    ev = []
+    step_us = 10 + ops * spacing_us + 20
+    for i in range(n_steps):
+        s = i * step_us
+        ev.append(_x("user_annotation", f"ProfilerStep#{i}", s, step_us - 10, HOST_PID, HOST_TID))
+        for k in range(ops):
+            op_ts = s + 5 + k * spacing_us
+            addr = 0x7D67A1B2C000 + 0x40 * (i * ops + k)
+            ev.append(_x("python_function", f"<built-in method add of Tensor object at {addr:#x}>", op_ts - 2,
+                         op_us + 4, HOST_PID, HOST_TID))
+            ev.append(_x("cpu_op", "aten::add", op_ts, op_us, HOST_PID, HOST_TID))
+    return ev
+
+
+def make_cpu_run_dir(folder: Path, run_id: str = "20261130-000000-micro-hf-cpu-eager-b1-cpu123",
+                     host_ms: float = 2.0, cpu_ms: float = 1.0, **trace_kw) -> Path:
+    """A CPU run directory as ``hostgap measure`` lays it out (activity ``cpu-compute``)."""
+    run = make_run_dir(folder, run_id, host_ms=host_ms, gpu_ms=cpu_ms)
+    write_trace(run / "traces" / "trace_n8_r0.json.gz", cpu_decode_events(**trace_kw), gz=True)
+    res = json.loads((run / "results.json").read_text())
+    res["device"], res["device_name"], res["dtype"] = "cpu", "AMD EPYC (test)", "float32"
+    res["differencing"].update({"activity": "cpu-compute", "activity_label": "CPU compute (device-active analogue)",
+                                "h2d_bytes_per_step": 0, "d2h_bytes_per_step": 0})
+    res["verdict"]["note"] = "CPU run"
+    (run / "results.json").write_text(json.dumps(res))
+    return run

@@ -9,6 +9,11 @@ device-active / host-exposed, host fraction, HDBI, verdict, cell key, run direct
 complete ``results.json`` text in ``results``. Every write is one transaction, so an interrupted
 sweep leaves either the whole row or none.
 
+Run directories are stored as absolute paths, so a run is found by id from any folder. Rows
+written before that keep the relative path of the folder ``hostgap measure`` ran in; reads
+resolve such a path against the current folder, then the database's folder
+(:func:`resolve_run_dir`), and return it absolute when it exists there.
+
 >>> db = RunsDB(":memory:")
 >>> db.add({"run_id": "r1", "preset": "tiny", "batch": 1, "differencing": {"t_step_ns": 4e6}})
 >>> db.get("r1")["preset"], len(db.results())
@@ -69,6 +74,33 @@ def default_path() -> Path:
         return Path(env)
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "hostgap" / "runs.sqlite"
+
+
+def _absolute_run_dir(result: dict) -> dict:
+    """``result`` with its ``run_dir`` made absolute (against the current folder, where the run
+    was just written): a relative path would point nowhere from another folder."""
+    rd = result.get("run_dir")
+    if not rd or os.path.isabs(str(rd)):
+        return result
+    return {**result, "run_dir": os.path.abspath(str(rd))}
+
+
+def resolve_run_dir(run_dir: str | None, db_path: str | os.PathLike | None = None) -> Path | None:
+    """The run directory a stored ``run_dir`` names, or None when it is not found. Absolute
+    paths are taken as they are; a relative one (rows written before paths were stored
+    absolute) is tried against the current folder, then the database's folder."""
+    if not run_dir:
+        return None
+    p = Path(run_dir)
+    if p.is_absolute():
+        return p if p.is_dir() else None
+    bases = [Path.cwd()]
+    if db_path is not None and str(db_path) != ":memory:":
+        bases.append(Path(db_path).resolve().parent)
+    for base in bases:
+        if (base / p).is_dir():
+            return (base / p).resolve()
+    return None
 
 
 def _row_of(result: dict) -> dict:
@@ -191,7 +223,7 @@ class RunsDB:
         """Insert (or replace, same run_id) one run, in one transaction."""
         if "run_id" not in result:
             raise HostgapError("result", "has no run_id")
-        row = _row_of(result)
+        row = _row_of(_absolute_run_dir(result))
         cols = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         with self._conn:
@@ -207,7 +239,7 @@ class RunsDB:
         """Full results dicts, oldest first; ``where``: equality filters on summary columns."""
         sql, args = self._where(where)
         rows = self._conn.execute(f"SELECT results FROM runs{sql} ORDER BY created, run_id", args)
-        return [json.loads(r["results"]) for r in rows]
+        return [self._loaded(r["results"]) for r in rows]
 
     def rows(self, limit: int | None = None, **where) -> list[dict]:
         """Summary rows (no results JSON), newest first."""
@@ -229,7 +261,17 @@ class RunsDB:
             if len(found) > 1:
                 raise HostgapError(run_id, "ambiguous run id prefix; give more characters")
             row = found[0] if found else None
-        return json.loads(row["results"]) if row else None
+        return self._loaded(row["results"]) if row else None
+
+    def _loaded(self, text: str) -> dict:
+        """One stored results JSON, its ``run_dir`` made absolute where it can be found."""
+        result = json.loads(text)
+        rd = result.get("run_dir")
+        if rd and not os.path.isabs(str(rd)):
+            found = resolve_run_dir(rd, self.path)
+            if found is not None:
+                result["run_dir"] = str(found)
+        return result
 
     def has_cell(self, key: str) -> bool:
         """Whether a run of this grid cell (see ``protocol.cell_key``) is stored."""

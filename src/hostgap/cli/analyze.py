@@ -138,10 +138,12 @@ def register(cli: click.Group) -> None:
     @output_options
     def kernels(trace, step_marker, launch_floor_us, floor_file, as_json, as_csv, quiet):
         """One row per launch (eager kernel or graph launch) with its TaxBreak intervals:
-        T_py, T_dispatch, T_launch, I_lib, ΔFT, ΔCT, ΔKT_fw (docs/method.md).
+        T_py, T_dispatch, T_launch, I_lib, ΔFT, ΔCT, ΔKT_fw (docs/method.md). A table on the
+        terminal (the first 1,000 launches); --csv or --json for every row and column.
 
         \b
         Examples:
+          hostgap kernels trace.json.gz
           hostgap kernels trace.json.gz --csv > kernels.csv
           hostgap kernels trace.json.gz --launch-floor-us 4.5
         """
@@ -153,8 +155,12 @@ def register(cli: click.Group) -> None:
         rows = kernel_rows(t, a)
         if as_json:
             click.echo(dumps_json(rows))
-        else:  # a kernel table is data: CSV is the terminal form too
+        elif as_csv:
             write_csv(rows)
+        else:
+            from hostgap.report.terminal import render_kernels
+
+            render_kernels(rows, console(), t.meta.path)
 
     @cli.command()
     @click.argument("trace", type=str)
@@ -163,7 +169,7 @@ def register(cli: click.Group) -> None:
     @click.option("-o", "--output", required=True, type=str,
                   help="Output trace (.json or .json.gz).")
     @click.option("--step-marker", metavar="REGEX", help="Annotation names that delimit steps.")
-    @click.option("--quiet", "-q", is_flag=True)
+    @click.option("--quiet", "-q", is_flag=True, help="No progress or notes on stderr.")
     def trim(trace, step_range, output, step_marker, quiet):
         """Write a smaller valid trace holding only steps A:B and the GPU work they launched
         (for fixtures and bug reports). Output is Kineto JSON whatever the input format.

@@ -329,8 +329,8 @@ def _print_explain(head: dict, rows: list[dict]) -> None:
 @attribute_group.command("synth")
 @click.argument("output", type=click.Path(dir_okay=False))
 @click.option("--steps", "n_steps", type=click.IntRange(1, 10_000_000), default=600,
-              show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+              show_default=True, help="Co-batched steps to generate.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generator.")
 @click.option("--noise", type=click.FloatRange(0, 1), default=0.01, show_default=True,
               help="Multiplicative noise (σ of log time).")
 @click.option("--context", type=click.Choice(["varied", "fixed"]), default="varied",

@@ -144,7 +144,7 @@ def _config_from(opts: dict):
         traced_repeats=opts["traced_repeats"], sweep=_ints(opts.get("sweep"), "--sweep"),
         warmup=opts["warmup"], estimator=opts["estimator"], seed=opts["seed"],
         stacks=opts.get("stacks", False), keep_traces=opts["keep_traces"],
-        trace_gzip=opts["gzip"], floor_file=opts.get("floor_file"), out=opts["out"],
+        trace_gzip=opts["gzip"], floor_file=opts.get("floor_file"), out=opts.get("out_old") or opts["out"],
         kv_cache_gib=opts.get("kv_cache_gib"), retries=opts.get("retries", 2),
     )
 
@@ -152,7 +152,8 @@ def _config_from(opts: dict):
 def _common(f):
     """Options shared by measure and sweep."""
     opts = [
-        click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda"])),
+        click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda"]),
+                     help="where to run: auto (CUDA when available), cpu or cuda"),
         click.option("--dtype", default="auto", show_default=True, help="auto: float32 on CPU, bfloat16 on CUDA"),
         click.option("--threads", default=1, show_default=True, help="CPU intra-op threads"),
         click.option("--n1", default=1, show_default=True, help="tokens of the short run"),
@@ -160,19 +161,22 @@ def _common(f):
         click.option("--repeats", "-r", default=5, show_default=True, help="untraced repeats per N"),
         click.option("--traced-repeats", default=2, show_default=True, help="traced repeats at N1 and N2"),
         click.option("--sweep", default=None, help="N values for the linearity check, e.g. 1,16,32,64,128"),
-        click.option("--warmup", default=2, show_default=True),
+        click.option("--warmup", default=2, show_default=True, help="untimed decode runs before the timed ones"),
         click.option("--estimator", default="theil-sen", show_default=True,
                      type=click.Choice(["theil-sen", "median", "min", "mean"]),
                      help="theil-sen: robust slope over every run, intervals tested for coverage"),
         click.option("--retries", default=2, show_default=True,
                      help="measure again (at most this often) while the machine is busy"),
-        click.option("--seed", default=0, show_default=True),
-        click.option("--keep-traces", default="ends", show_default=True, type=click.Choice(["all", "ends", "none"])),
+        click.option("--seed", default=0, show_default=True, help="seed of the random weights and prompt tokens"),
+        click.option("--keep-traces", default="ends", show_default=True, type=click.Choice(["all", "ends", "none"]),
+                     help="profiler traces kept in the run directory: all, those at N1 and N2, none"),
         click.option("--gzip/--no-gzip", default=True, show_default=True, help="gzip kept traces"),
         click.option("--floor-file", type=click.Path(), default=None, help="launch floor JSON (hostgap floor)"),
         click.option("--kv-cache-gib", type=float, default=None,
                      help="vLLM engine: KV-cache space in GiB [1 on CPU]"),
-        click.option("--out", default="runs", show_default=True, help="parent directory of run directories"),
+        click.option("-o", "--output", "out", default="runs", show_default=True,
+                     help="folder the run directories are written in (relative: to the current folder)"),
+        click.option("--out", "out_old", default=None, hidden=True, help="former name of --output, kept working"),
         click.option("--db", default=None, help="runs database [$HOSTGAP_DB or ~/.local/share/hostgap/runs.sqlite]"),
         click.option("--quiet", "-q", is_flag=True, help="no progress on stderr"),
     ]
@@ -196,8 +200,9 @@ def register(cli: click.Group) -> None:
     @click.option("--engine", default="hf", show_default=True, help="hf, vllm, or hf,vllm side by side")
     @click.option("--mode", default="eager", show_default=True, type=click.Choice(MODES),
                   help="eager: DynamicCache; static: StaticCache, same step as graph; graph: CUDA graph replay")
-    @click.option("--batch", "-b", default=1, show_default=True)
-    @click.option("--prompt-len", "--context", "-L", "prompt_len", default=128, show_default=True)
+    @click.option("--batch", "-b", default=1, show_default=True, help="sequences decoded together")
+    @click.option("--prompt-len", "--context", "-L", "prompt_len", default=128, show_default=True,
+                  help="prompt tokens per sequence")
     @click.option("--stacks", is_flag=True, help="py-spy samples of the host during one long run")
     @click.option("--no-db", is_flag=True, help="do not record the run in the database")
     @click.option("--json", "as_json", is_flag=True, help="print results JSON instead of the table")
@@ -249,8 +254,8 @@ def register(cli: click.Group) -> None:
 
     @cli.command("presets")
     @click.option("--dtype", default="bfloat16", show_default=True, help="dtype for weight bytes")
-    @click.option("--json", "as_json", is_flag=True)
-    @click.option("--csv", "as_csv", is_flag=True)
+    @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
+    @click.option("--csv", "as_csv", is_flag=True, help="CSV on stdout.")
     def presets_cmd(dtype, as_json, as_csv):
         """List workload presets with exact parameter counts and weight bytes (nothing is built).
 
@@ -289,12 +294,14 @@ def register(cli: click.Group) -> None:
         _stdout().print(t)
 
     @cli.command("floor")
-    @click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda"]))
-    @click.option("--samples", default=200, show_default=True)
-    @click.option("--warmup", default=50, show_default=True)
-    @click.option("--out", "-o", default=None, help="result file [floor-<device>.json]")
-    @click.option("--json", "as_json", is_flag=True)
-    def floor_cmd(device, samples, warmup, out, as_json):
+    @click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda"]),
+                  help="Where to measure: auto (CUDA when available), cpu or cuda.")
+    @click.option("--samples", default=200, show_default=True, help="Timed launches (or CPU dispatches).")
+    @click.option("--warmup", default=50, show_default=True, help="Untimed launches before the samples.")
+    @click.option("-o", "--output", "out", default=None, help="Result file [floor-<device>.json].")
+    @click.option("--out", "out_old", default=None, hidden=True, help="Former name of --output, kept working.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout instead of one line.")
+    def floor_cmd(device, samples, warmup, out, out_old, as_json):
         """Measure the launch floor: CUDA null-kernel launch (kernel start - launch start), or on
         CPU the dispatch floor of a minimal torch op. Writes a file for --floor-file.
 
@@ -305,6 +312,7 @@ def register(cli: click.Group) -> None:
         """
         from hostgap.capture.floor import measure_floor, write_floor
 
+        out = out_old or out
         if out:
             from hostgap.capture.rundir import check_writable
 
@@ -323,11 +331,11 @@ def register(cli: click.Group) -> None:
 
     @cli.command("runs")
     @click.option("--db", default=None, help="runs database [$HOSTGAP_DB or ~/.local/share/hostgap/runs.sqlite]")
-    @click.option("--limit", "-n", default=50, show_default=True)
-    @click.option("--preset", default=None)
-    @click.option("--device", default=None)
-    @click.option("--json", "as_json", is_flag=True)
-    @click.option("--csv", "as_csv", is_flag=True)
+    @click.option("--limit", "-n", default=50, show_default=True, help="Newest runs to list.")
+    @click.option("--preset", default=None, help="Only runs of this preset.")
+    @click.option("--device", default=None, help="Only runs on this device (cpu or cuda).")
+    @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
+    @click.option("--csv", "as_csv", is_flag=True, help="CSV on stdout.")
     def runs_cmd(db, limit, preset, device, as_json, as_csv):
         """List recorded runs, newest first.
 
@@ -339,6 +347,11 @@ def register(cli: click.Group) -> None:
 
         with RunsDB(db) as d:
             rows = d.rows(limit=limit, preset=preset, device=device)
+            total = d.count()
+        # stderr, so --json/--csv stay clean: which database this is (shared by every checkout
+        # unless --db or $HOSTGAP_DB says otherwise)
+        _stderr().print(f"runs database: {d.path} ({total} run{'s' if total != 1 else ''})", style="dim",
+                        markup=False, soft_wrap=True)
         if as_json:
             click.echo(json.dumps(rows, indent=2))
             return
@@ -364,13 +377,11 @@ def register(cli: click.Group) -> None:
                      {None: "-", 0: "no", 1: "yes"}.get(r.get("contended"), "-"))
             t.add_row(*map(escape, cells))
         _stdout().print(t)
-        if not rows:
-            _stderr().print(f"no runs in {d.path}", style="dim", markup=False)
 
     @cli.command("show")
     @click.argument("run")
     @click.option("--db", default=None, help="runs database [$HOSTGAP_DB or ~/.local/share/hostgap/runs.sqlite]")
-    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--json", "as_json", is_flag=True, help="The run's results JSON on stdout.")
     def show_cmd(run, db, as_json):
         """Print one run: by id (or unique prefix) from the database, or a run directory.
 
@@ -380,6 +391,11 @@ def register(cli: click.Group) -> None:
           hostgap show runs/<run_id> --json
         """
         r = _find_run(run, db)
+        if r.get("run_dir") and not Path(r["run_dir"]).is_dir():
+            why = (f"not found from {Path.cwd()} (stored relative to the folder the run was measured in)"
+                   if not os.path.isabs(r["run_dir"]) else "not found (moved or deleted)")
+            _stderr().print(f"note: run directory {r['run_dir']} {why}", style="yellow", markup=False,
+                            soft_wrap=True)
         if as_json:
             click.echo(json.dumps(r, indent=2, default=str))
         else:
@@ -400,7 +416,7 @@ def register(cli: click.Group) -> None:
         \b
         Examples:
           hostgap sweep -p tiny,tiny-moe -b 1,4,16 -L 128,512
-          hostgap sweep --cells bench/gpu/cells.json --out bench/results/h200/runs
+          hostgap sweep --cells bench/gpu/cells.json -o bench/results/h200/runs
         """
         from hostgap.capture import sweep as sw
 

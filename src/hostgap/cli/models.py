@@ -47,7 +47,7 @@ def _ms(ns: float) -> str:
 @click.option("--context", default=2048, show_default=True, help="KV tokens each sequence reads.")
 @click.option("--q-tokens", default=1, show_default=True, help="Tokens per sequence this step (1: decode).")
 @click.option("--tp", default=1, show_default=True, help="Tensor-parallel degree (figures are per rank).")
-@click.option("--dtype", type=_DTYPES, default="bfloat16", show_default=True)
+@click.option("--dtype", type=_DTYPES, default="bfloat16", show_default=True, help="Weights and activations dtype.")
 @click.option("--engine", type=_ENGINES, default="vllm", show_default=True, help="Launch table to use.")
 @click.option("--json", "as_json", is_flag=True, help="JSON to stdout.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV to stdout (one row per op).")
@@ -226,12 +226,13 @@ def _measured_match(docs, setup, mode, dtype):
 
 @click.command("predict")
 @click.argument("preset")
-@click.option("--batch", default=1, show_default=True)
+@click.option("--batch", default=1, show_default=True, help="Sequences in the decode step.")
 @click.option("--context", default=2048, show_default=True, help="KV length per sequence (decode).")
-@click.option("--tp", default=1, show_default=True)
-@click.option("--dtype", type=_DTYPES, default="bfloat16", show_default=True)
-@click.option("--engine", type=_ENGINES, default="vllm", show_default=True)
-@click.option("--mode", type=click.Choice(["eager", "graph"]), default="eager", show_default=True)
+@click.option("--tp", default=1, show_default=True, help="Tensor-parallel degree (figures are per rank).")
+@click.option("--dtype", type=_DTYPES, default="bfloat16", show_default=True, help="Weights and activations dtype.")
+@click.option("--engine", type=_ENGINES, default="vllm", show_default=True, help="Launch table to use.")
+@click.option("--mode", type=click.Choice(["eager", "graph"]), default="eager", show_default=True,
+              help="eager (one launch per kernel) or graph (one CUDA-graph launch per step).")
 @click.option("--device", default="h100-sxm", show_default=True, help="Device name or alias (see devices table).")
 @click.option("--device-file", default=None, type=click.Path(), help="Extra device specs (JSON/TOML).")
 @click.option("--model", "model_path", default=None, type=click.Path(), help="Model JSON from `hostgap fit`.")
@@ -330,8 +331,8 @@ def _measured_dict(c, base) -> dict:
 @click.command("regimes")
 @click.option("--results", multiple=True, type=click.Path(), help="Results JSON files (repeatable).")
 @click.option("--db", default=None, help="Runs database (default: hostgap's, when no files are given).")
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--csv", "as_csv", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV on stdout.")
 @click.argument("files", nargs=-1, type=click.Path())
 def regimes_cmd(results, db, as_json, as_csv, files):
     """Place each measured cell by host fraction (verdict thresholds) and find the boundary.

@@ -21,6 +21,16 @@ def _progress(quiet: bool):
     return lambda msg: _err.print(f"[dim]{msg}[/dim]", soft_wrap=True, highlight=False)
 
 
+def _warn_notes(inputs, quiet: bool) -> None:
+    """What each input lacks (a run directory not found, a missing trace or timings.json), on
+    stderr: the page and the table say it too, but a weaker report must not be silent."""
+    if quiet:
+        return
+    for inp in inputs:
+        for note in inp.notes:
+            _err.print(f"note: {inp.source}: {note}", style="yellow", soft_wrap=True, highlight=False, markup=False)
+
+
 def _input_options(f):
     f = click.option("--db", metavar="PATH", help="Runs database for run ids [$HOSTGAP_DB or the default].")(f)
     f = click.option("--floor-file", type=click.Path(dir_okay=False),
@@ -67,7 +77,7 @@ def register(cli: click.Group) -> None:
                   help="Per-step charts average longer traces over bins of steps.")
     @_input_options
     @click.option("--json", "as_json", is_flag=True, help="Also print the report's numbers as JSON on stdout.")
-    @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+    @click.option("--quiet", "-q", is_flag=True, help="No progress or notes on stderr (errors still print).")
     def report(inputs, output, title, max_bars, step_marker, launch_floor_us, floor_file, db, as_json, quiet):
         """One self-contained HTML report (offline: no scripts, no network) with the verdict, key
         numbers and figures of each RUN_OR_TRACE, and a regime map when several are given.
@@ -89,6 +99,7 @@ def register(cli: click.Group) -> None:
             raise HostgapError("--max-bars", "must be at least 10")
         say = _progress(quiet)
         docs = resolve_all(inputs, _config(step_marker, launch_floor_us, floor_file, db), say)
+        _warn_notes(docs, quiet)
         text, data = render(docs, title, max_bars, say)
         write_text_atomic(output, text)
         if not quiet:
@@ -106,7 +117,7 @@ def register(cli: click.Group) -> None:
     @_input_options
     @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
     @click.option("--csv", "as_csv", is_flag=True, help="CSV on stdout.")
-    @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+    @click.option("--quiet", "-q", is_flag=True, help="No progress or notes on stderr (errors still print).")
     def compare(a, b, fail_if, basis, step_marker, launch_floor_us, floor_file, db, as_json, as_csv, quiet):
         """Two runs or traces side by side (A is the baseline): per-step parts, kernel counts,
         TaxBreak, HDBI, and B − A with its sign, absolute and relative.
@@ -130,7 +141,9 @@ def register(cli: click.Group) -> None:
         conds = parse_conditions(fail_if) if fail_if else None
         cfg = _config(step_marker, launch_floor_us, floor_file, db)
         say = _progress(quiet)
-        doc = do_compare(resolve(a, cfg, say), resolve(b, cfg, say), basis, conds)
+        ia, ib = resolve(a, cfg, say), resolve(b, cfg, say)
+        _warn_notes((ia, ib), quiet)
+        doc = do_compare(ia, ib, basis, conds)
         if as_json:
             click.echo(dumps_json(doc))
         elif as_csv:

@@ -55,17 +55,21 @@ def _say(msg: str) -> None:
 @click.option("--output-len", default="4:48", show_default=True, help="Output lengths MIN:MAX (uniform).")
 @click.option("--budget", type=int, default=128, show_default=True,
               help="Tokens per step (max_num_batched_tokens) with chunked prefill on.")
-@click.option("--dtype", default="bfloat16", show_default=True, type=click.Choice(["bfloat16", "float32", "float16"]))
-@click.option("--mode", default="eager", show_default=True, type=click.Choice(["eager", "graph"]))
+@click.option("--dtype", default="bfloat16", show_default=True, type=click.Choice(["bfloat16", "float32", "float16"]),
+              help="Weights and activations dtype of the live engine.")
+@click.option("--mode", default="eager", show_default=True, type=click.Choice(["eager", "graph"]),
+              help="eager, or graph: the engine's CUDA-graph capture.")
 @click.option("--kv-cache-gib", type=float, default=1.0, show_default=True, help="KV cache the engine reserves.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("-o", "--out", type=click.Path(), default="harvest.parquet", show_default=True,
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the workload's random lengths.")
+@click.option("-o", "--output", "out", type=click.Path(), default="harvest.parquet", show_default=True,
               help="Step table (.parquet, or .csv); requests go to <stem>.requests.<ext>.")
+@click.option("--out", "out_old", type=click.Path(), default=None, hidden=True,
+              help="Former name of --output, kept working.")
 @click.option("--csv", "as_csv", is_flag=True, help="Write CSV instead of Parquet (same columns).")
 @click.option("--keep-traces", type=click.Path(), default=None, help="Keep the Worker traces in this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def harvest(traces, preset, concurrency, chunked, n_requests, prompt_len, output_len, budget, dtype,
-            mode, kv_cache_gib, seed, out, as_csv, keep_traces, as_json):
+            mode, kv_cache_gib, seed, out, out_old, as_csv, keep_traces, as_json):
     """One row per engine step: kind, batch composition, wall, device-active, host-exposed.
 
     \b
@@ -81,7 +85,7 @@ def harvest(traces, preset, concurrency, chunked, n_requests, prompt_len, output
     """
     from hostgap.capture import harvest as hv
 
-    path = Path(out)
+    path = Path(out_old or out)
     if as_csv and path.suffix != ".csv":
         path = path.with_suffix(".csv")
     if path.suffix not in (".parquet", ".csv"):

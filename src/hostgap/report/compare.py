@@ -1,14 +1,18 @@
 """``hostgap compare A B``: two runs or traces side by side, and a regression gate.
 
 Per-step numbers of each side (:func:`metrics`), then B − A with its sign, absolute and
-relative (:func:`compare`). Basis:
+relative (:func:`compare`). Each row says its basis, and the terminal prints one table per
+basis, never two bases in one table:
 
 - ``differencing`` (both sides measured runs): wall, device-active, host-exposed, host fraction
   and kernels per step from the differencing method (``results.json``);
 - ``steps`` (otherwise, or ``--basis steps``): medians over the steady decode steps of each
   trace (falling back to the non-partial steps when a trace has no steady decode steps).
 
-TaxBreak parts are per-step medians over the same steps; HDBI is the trace-level index.
+Under ``differencing`` only the quantities the differencing method gives are on that basis;
+host_wait, launches, kernel sum/union and the TaxBreak parts stay per-step medians over the
+same steps (basis ``steps``); HDBI, unique kernels and kernels per token are trace-level
+(basis ``trace``).
 
 ``--fail-if`` grammar (no ``eval``; :func:`parse_conditions`)::
 
@@ -93,6 +97,27 @@ def metrics(inp: Input, basis: str = "steps") -> dict:
     return {"values": out, "steps_used": len(pool), "steps": pool_name}
 
 
+TRACE_LEVEL = ("hdbi", "unique_kernels", "kernels_per_token")
+GPU_ONLY = ("host_wait_ns", "launches", "graph_launches", "hdbi") + TAX_KEYS
+"""Metrics left out when both sides are CPU runs: no kernel launches, so no host_wait or TaxBreak."""
+
+BASIS_TITLE = {
+    "differencing": "per decode step, differencing of both measured runs (untraced wall, traced device-active)",
+    "steps": "per step, median over each side's steps ({steps})",
+    "trace": "whole trace (or measured run), not per step",
+}
+
+
+def row_basis(metric: str, basis: str) -> str:
+    """Which basis one metric's numbers are on: ``differencing`` (only the metrics the
+    differencing method gives, under that basis), ``steps`` (per-step medians) or ``trace``."""
+    if metric in TRACE_LEVEL:
+        return "trace"
+    if basis == "differencing" and metric in DIFF_KEYS:
+        return "differencing"
+    return "steps"
+
+
 def choose_basis(a: Input, b: Input, requested: str = "auto") -> str:
     if requested == "steps":
         return "steps"
@@ -120,12 +145,14 @@ def compare(a: Input, b: Input, basis: str = "auto", conditions: list[Condition]
     basis = choose_basis(a, b, basis)
     ma, mb = metrics(a, basis), metrics(b, basis)
     rows = []
+    cpu_only = a.activity != "gpu" and b.activity != "gpu"
     for k in METRICS:
         va, vb = ma["values"].get(k), mb["values"].get(k)
-        if va is None and vb is None:
+        if (va is None and vb is None) or (cpu_only and k in GPU_ONLY):
             continue
         d, r = delta(va, vb)
-        rows.append({"metric": k, "unit": unit_of(k), "a": va, "b": vb, "delta": d, "relative": r})
+        rows.append({"metric": k, "unit": unit_of(k), "basis": row_basis(k, basis), "a": va, "b": vb, "delta": d,
+                     "relative": r})
     doc = {
         "schema_version": SCHEMA_VERSION,
         "basis": basis,
@@ -256,22 +283,60 @@ def fmt_rel(r) -> str:
     return "—" if r is None else f"{100 * r:+.1f}%"
 
 
+UNIT_LABEL = {"ns": "ms", "fraction": "0–1", "count": "count"}
+
+
+def unit_label(metric: str) -> str:
+    """The unit the table shows a metric's numbers in (time metrics in ms, whatever their key
+    says: the key is the name ``--fail-if`` takes)."""
+    return "%" if metric == "host_fraction" else UNIT_LABEL[unit_of(metric)]
+
+
+def fmt_number(metric: str, v) -> str:
+    """``v`` in :func:`unit_label`'s unit, without the unit."""
+    if v is None:
+        return "—"
+    u = unit_of(metric)
+    if u == "ns":
+        return f"{v / 1e6:.3f}"
+    if metric == "host_fraction":
+        return f"{100 * v:.1f}"
+    if u == "fraction":
+        return f"{v:.3f}"
+    return f"{v:,.1f}" if v != int(v) else f"{int(v):,}"
+
+
+def fmt_number_delta(metric: str, d) -> str:
+    if d is None:
+        return "—"
+    if metric == "host_fraction":
+        return f"{100 * d:+.1f} pp"
+    text = fmt_number(metric, abs(d))
+    return ("-" if d < 0 else "+") + text
+
+
 def render(doc: dict, con) -> None:
+    """One table per basis (never two bases in one table), units in the unit column."""
     from rich.table import Table
 
     a, b = doc["a"], doc["b"]
-    con.print(f"[bold]A[/bold] {a['label']}  ({a['kind']}, verdict {a['verdict']})")
-    con.print(f"[bold]B[/bold] {b['label']}  ({b['kind']}, verdict {b['verdict']})")
-    basis = ("differencing (both measured runs)" if doc["basis"] == "differencing"
-             else f"median over steps (A: {a['steps_used']} {a['steps']}; B: {b['steps_used']} {b['steps']})")
-    t = Table(title=f"per step, B − A; basis: {basis}; device-active = {doc['activity_label']}",
-              title_justify="left")
-    for c in ("metric", "A", "B", "B − A", "relative"):
-        t.add_column(c, justify="left" if c == "metric" else "right")
-    for r in doc["metrics"]:
-        t.add_row(r["metric"], fmt_value(r["metric"], r["a"]), fmt_value(r["metric"], r["b"]),
-                  fmt_delta(r["metric"], r["delta"]), fmt_rel(r["relative"]))
-    con.print(t)
+    con.print(f"[bold]A[/bold] {a['label']}  ({a['kind']}, verdict {a['verdict']})", markup=True, highlight=False)
+    con.print(f"[bold]B[/bold] {b['label']}  ({b['kind']}, verdict {b['verdict']})", markup=True, highlight=False)
+    con.print(f"B − A; device-active = {doc['activity_label']}", highlight=False)
+    steps = f"A: {a['steps_used']} {a['steps']}; B: {b['steps_used']} {b['steps']}"
+    for basis in ("differencing", "steps", "trace"):
+        rows = [r for r in doc["metrics"] if r.get("basis", "steps") == basis]
+        if not rows:
+            continue
+        con.print(BASIS_TITLE[basis].format(steps=steps), highlight=False, soft_wrap=True)
+        t = Table()
+        for c in ("metric", "unit", "A", "B", "B − A", "relative"):
+            t.add_column(c, justify="left" if c in ("metric", "unit") else "right")
+        for r in rows:
+            m = r["metric"]
+            t.add_row(m, unit_label(m), fmt_number(m, r["a"]), fmt_number(m, r["b"]), fmt_number_delta(m, r["delta"]),
+                      fmt_rel(r["relative"]))
+        con.print(t)
 
 
 def fail_lines(doc: dict) -> list[str]:

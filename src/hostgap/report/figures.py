@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import io
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
 from matplotlib import rc_context
 from matplotlib.figure import Figure as MplFigure
-from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+from matplotlib.ticker import MaxNLocator
 
-from hostgap.anatomy.timeline import IDLE_CLASSES, gap_bins
-from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN
-from hostgap.report.compare import metrics
 from hostgap.report.inputs import Input
+from hostgap.report.words import merge_frames, words
 
 MAX_STEP_BARS = 300
 """Per-step bar charts draw at most this many bars; longer traces are averaged over bins of
@@ -39,11 +38,15 @@ ACTIVITY_LABEL = {"gpu": "GPU-active", "cpu-compute": "CPU-compute (device-activ
 
 @dataclass(frozen=True)
 class Figure:
+    """One figure: its SVG (None: does not apply, the caption says why), and ``drawn``, the
+    numbers as drawn (after binning and clipping), so tests can check that no part is drawn
+    larger than its whole and that no point is dropped."""
+
     id: str
     title: str
     caption: str
-    svg: str | None  # None: does not apply (the caption says why)
-
+    svg: str | None
+    drawn: dict | None = None
 
 
 def _step_ticks(ax, x) -> None:
@@ -56,6 +59,13 @@ def _step_ticks(ax, x) -> None:
 
 def activity_label(inp: Input) -> str:
     return ACTIVITY_LABEL.get(inp.activity, "device-active")
+
+
+def _legend_below(ax, fig, handles=None, n: int = 1) -> None:
+    """Legend under the plot, in as many columns as fit: constrained layout makes room for it,
+    where a legend beside a short figure is cut off by the figure's edge."""
+    kw = {"handles": handles} if handles is not None else {"handles": ax.get_legend_handles_labels()[0]}
+    fig.legend(loc="outside lower left", fontsize=8, ncols=min(max(n, 1), 3), frameon=False, **kw)
 
 
 # -- rendering -------------------------------------------------------------------------------
@@ -86,10 +96,6 @@ def draw(fig_builder, *args, salt: str) -> str:
     with rc_context({**_RC, "svg.hashsalt": salt}):
         fig = fig_builder(*args)
         return to_svg(fig, salt)
-
-
-def trim(s: str, n: int = 60) -> str:
-    return s if len(s) <= n else s[: n - 1] + "…"
 
 
 # -- per-step bars ------------------------------------------------------------------------------
@@ -140,44 +146,63 @@ def _x_axis(steps: list[dict], n_bins: int):
 def steps_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figure:
     steps = (inp.anatomy or {}).get("steps") or []
     label = activity_label(inp)
-    title = "Per-step wall time: device-active vs host-exposed"
+    w_ = words(inp.activity)
+    title = f"Per-step wall time: {w_.active} vs host-exposed"
     if not steps:
         return Figure(fid, title, "No steps in this input: nothing to draw.", None)
     a = _step_arrays(steps, ("gpu_active_ns", "host_exposed_ns", "host_wait_ns"))
     x, per_bin = _x_axis(steps, max_bars)
     gpu = binned(a["gpu_active_ns"], max_bars) / 1e6
     host = binned(a["host_exposed_ns"], max_bars) / 1e6
-    wait = np.minimum(binned(a["host_wait_ns"], max_bars) / 1e6, host)
+    # host_wait is a part of host-exposed: never draw it taller than its whole
+    over = int(np.sum(a["host_wait_ns"] > a["host_exposed_ns"]))
+    wait = np.minimum(binned(np.minimum(a["host_wait_ns"], a["host_exposed_ns"]), max_bars) / 1e6, host)
+    show_wait = w_.wait_legend is not None and bool(np.any(a["host_wait_ns"] > 0))
     flagged = np.array([bool(s.get("queued") or s.get("partial")) for s in steps])
 
     def build():
-        fig = new_figure()
+        fig = new_figure(11.0, 4.0)
         ax = fig.add_subplot()
         w = 0.8 * per_bin
         bars(ax, x, gpu, width=w, color=C_GPU, label=label)
-        bars(ax, x, host, bottom=gpu, width=w, color=C_HOST, label="host-exposed (wall − device-active)")
-        bars(ax, x + 0.2 * w, wait, bottom=gpu, width=0.6 * w, facecolors="none", edgecolors=C_WAIT,
-             hatch="////", label="of which host_wait (GPU idle waiting on this step's host)")
+        bars(ax, x, host, bottom=gpu, width=w, color=C_HOST, label=f"host-exposed (wall − {w_.active.split(' ')[0]})")
+        if show_wait:
+            bars(ax, x + 0.2 * w, wait, bottom=gpu, width=0.6 * w, facecolors="none", edgecolors=C_WAIT,
+                 hatch="////", linewidths=0.6, label=w_.wait_legend)
         ax.set_ylim(bottom=0)
+        n_leg = 2 + show_wait
         if flagged.any() and per_bin == 1:
             fx = x[flagged] + 0.4 * w
             ax.plot(fx, (gpu + host)[flagged] * 1.02, "v", color="black", markersize=4,
                     label="flagged step (queued or partial)")
+            n_leg += 1
         ax.set_xlabel("step index" + (f" (bins of {per_bin} steps, mean)" if per_bin > 1 else ""))
         _step_ticks(ax, x)
-        ax.set_ylabel("ms")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+        ax.set_ylabel("ms per step")
+        _legend_below(ax, fig, n=n_leg)
         return fig
 
     binned_note = (f" {len(steps):,} steps are averaged over bins of {per_bin} consecutive steps "
                    f"({len(x)} bars) to keep the report small." if per_bin > 1 else "")
-    caption = (f"Each bar is one engine step's wall time (its marker start to the next step's marker start), "
-               f"split into {label} (the union of the GPU ops the step launched, assigned by launch call) "
-               f"and host-exposed time (wall − {label}). The hatched part is host_wait: GPU-idle gaps that ended "
-               f"at one of the step's ops and began before that op was launched — time the device provably "
-               f"waited on this step's host work. Triangles mark flagged steps (queued: the host ran ahead, so "
-               f"wall − device-active is not host time; partial: cut by the capture).{binned_note}")
-    return Figure(fid, title, caption, draw(build, salt=fid))
+    if w_.wait_legend is None:
+        part = (f"split into {label} (the union of the CPU-compute ops inside the step's window) and host-exposed "
+                f"time (wall − CPU-compute: framework and Python time). host_wait does not apply to a CPU run "
+                "(no separate device waits on the host).")
+    else:
+        part = (f"split into {label} (the union of the GPU ops the step launched, assigned by launch call) "
+                f"and host-exposed time (wall − {label}). The hatched part is host_wait: GPU-idle gaps that "
+                "ended at one of the step's ops and began before that op was launched — time the device "
+                "provably waited on this step's host work." + ("" if show_wait else " No step has any."))
+        if over:
+            part += (f" In {over} of {len(steps)} steps the recorded host_wait is larger than host-exposed "
+                     "(host_wait counts gaps per stream, host-exposed is the device-wide union): there it is "
+                     "drawn clipped to host-exposed.")
+    caption = (f"Each bar is one engine step's wall time (its marker start to the next step's marker start), {part} "
+               "Triangles mark flagged steps (queued: the host ran ahead, so wall − device-active is not host "
+               f"time; partial: cut by the capture).{binned_note}")
+    drawn = {"whole": gpu + host, "parts": {"active": gpu, "host_exposed": host},
+             "within": {"host_wait": (wait if show_wait else np.zeros_like(host), host)}, "clipped": over}
+    return Figure(fid, title, caption, draw(build, salt=fid), drawn)
 
 
 def taxbreak_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figure:
@@ -185,17 +210,22 @@ def taxbreak_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figu
     steps = an.get("steps") or []
     title = "TaxBreak: host work per step (exposed or hidden)"
     tax = an.get("taxbreak") or {}
+    if inp.activity != "gpu":
+        return Figure(fid, "TaxBreak: not for a CPU run", "TaxBreak splits the host work of each GPU kernel "
+                      "launch (ΔFT, ΔCT, ΔKT); a CPU run launches no kernels, so there is nothing to split. Its "
+                      "host-side time is drawn per framework op and Python frame below ('Where the host time "
+                      "went'), on the CPU basis stated there.", None)
     if not tax.get("applicable") or not steps or not any(s.get("taxbreak") for s in steps):
         why = tax.get("note") or "the input has no per-launch host data"
-        return Figure(fid, title, f"TaxBreak does not apply here: {why}. On a CPU-only trace there are no "
-                      "kernel launches to decompose.", None)
+        return Figure(fid, title, f"TaxBreak does not apply here: {why}.", None)
     keys = list(C_TAX)
     a = {k: np.array([float((s.get("taxbreak") or {}).get(k) or 0) for s in steps]) for k in keys}
     host = np.array([float(s.get("host_exposed_ns") or 0) for s in steps])
     x, per_bin = _x_axis(steps, max_bars)
+    hb = binned(host, max_bars) / 1e6
 
     def build():
-        fig = new_figure()
+        fig = new_figure(11.0, 4.0)
         ax = fig.add_subplot()
         w = 0.8 * per_bin
         bottom = np.zeros(len(x))
@@ -203,13 +233,14 @@ def taxbreak_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figu
             v = binned(a[k], max_bars) / 1e6
             bars(ax, x, v, bottom=bottom, width=w, color=C_TAX[k], label=TAX_LABEL[k])
             bottom = bottom + v
-        ax.step(x + w / 2, binned(host, max_bars) / 1e6, where="mid", color="black", linewidth=1.0,
-                label="host-exposed (for reference, not a sum of these parts)")
+        # a bold bar-wide tick per step: visible for one step as for hundreds
+        ax.hlines(hb, x, x + w, color="black", linewidth=2.2,
+                  label="host-exposed (for reference, not a sum of these parts)")
         ax.set_xlabel("step index" + (f" (bins of {per_bin} steps, mean)" if per_bin > 1 else ""))
         _step_ticks(ax, x)
-        ax.set_ylabel("ms")
+        ax.set_ylabel("ms per step")
         ax.set_ylim(bottom=0)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+        _legend_below(ax, fig, n=len(keys) + 1)
         return fig
 
     floor = tax.get("launch_floor_ns")
@@ -220,10 +251,10 @@ def taxbreak_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figu
     caption = caption + ("; ΔKT_fw = launch time above the floor for kernels whose stream was idle; unattributed = "
                          "time on the launching thread covered by no TaxBreak interval or sync call. These are host "
                          "work whether or not the GPU was busy meanwhile: they are not parts of host-exposed time "
-                         "(the black line), which is drawn beside them for reference.")
+                         "(the black tick on each bar), which is drawn beside them for reference.")
     if per_bin > 1:
         caption += f" Bars are means over bins of {per_bin} consecutive steps."
-    return Figure(fid, title, caption, draw(build, salt=fid))
+    return Figure(fid, title, caption, draw(build, salt=fid), {"reference": hb})
 
 
 # -- differencing ---------------------------------------------------------------------------
@@ -237,7 +268,7 @@ def differencing_figure(inp: Input, fid: str) -> Figure:
                       "untraced wall times W(N) or traced device-active times G(N) over a sweep of N.", None)
     d = res.get("differencing") or {}
     sw = inp.sweep or {}
-    label = d.get("activity_label") or activity_label(inp)
+    label = activity_label(inp)  # the report's vocabulary, not the capture's label
 
     def build():
         fig = new_figure(8.0, 3.6)
@@ -339,12 +370,12 @@ def top_kernels(inp: Input) -> list[dict]:
 
 def kernels_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figure:
     steps = (inp.anatomy or {}).get("steps") or []
-    title = "Kernels per step and the top kernels"
+    w_ = words(inp.activity)
+    title = f"{w_.ops[0].upper() + w_.ops[1:]} per step" + ("" if w_.device == "CPU" else " and the top kernels")
     kernels = top_kernels(inp)
     if not steps and not kernels:
-        return Figure(fid, title, "No steps and no kernels in this input.", None)
-    cpu = inp.activity != "gpu"
-    what = "CPU-compute ops" if cpu else "kernels"
+        return Figure(fid, title, f"No steps and no {w_.ops} in this input.", None)
+    what = w_.ops
 
     def build():
         fig = new_figure(11.0, 3.4)
@@ -360,33 +391,79 @@ def kernels_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figur
             _step_ticks(ax, x)
         if kernels:
             ax2 = axs[1]
-            names = [trim(k["name"], 48) for k in kernels][::-1]
+            names = distinct_short([k["name"] for k in kernels], 48)[::-1]
             ax2.barh(np.arange(len(names)), [k["total_ns"] / 1e6 for k in kernels][::-1], color=C_GPU)
             ax2.set_yticks(np.arange(len(names)), names, fontsize=7)
-            ax2.set_xlabel("total ms in trace")
+            ax2.set_xlabel("total ms in trace (all devices)")
         return fig
 
     caption = (f"Left: {what} each step launched (GPU ops assigned to the step whose CPU window holds their "
                "launch call; graph-replayed kernels count). Right: the kernels with the most total time in the "
-               "whole trace (sum of durations over all devices); names are cut to fit — the table below has "
-               "them in full.")
-    if cpu:
-        caption = (f"{what[0].upper() + what[1:]} per step (framework ops that compute on the CPU, the device-active "
-                   "analogue of a CPU-only trace). No GPU kernels in this trace.")
+               "whole trace (sum of durations over all devices); long names are shortened in the middle — the "
+               "table below has them in full.")
+    if w_.device == "CPU":
+        caption = (f"{what[0].upper() + what[1:]} per step: framework ops that compute on the CPU (the device-"
+                   "active analogue of a CPU run) inside each step's window. There are no GPU kernels.")
     return Figure(fid, title, caption, draw(build, salt=fid))
+
+
+def distinct_short(names: list[str], n: int) -> list[str]:
+    """Names cut to about ``n`` characters, keeping both ends (``head…tail``). Names that would
+    collide (GEMM kernels differing only in their tile sizes) show the part where they differ
+    instead of the head: ``head…middle…tail``; a collision left after that gets ``#k``.
+
+    >>> distinct_short(["xmma_gemm_f32_tile64x256_stage3_kernel", "xmma_gemm_f32_tile128x128_stage3_kernel"], 24)
+    ['xmma_…tile64x256_s…ernel', 'xmma_…tile128x128_…ernel']
+    """
+    def cut(name: str) -> str:
+        return name if len(name) <= n else name[: (n - 1) * 2 // 3] + "…" + name[len(name) - (n - 1) // 3:]
+
+    short = [cut(x) for x in names]
+    groups: dict[str, list[int]] = {}
+    for i, sh in enumerate(short):
+        groups.setdefault(sh, []).append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        side = max((n - 2) // 4, 1)
+        mid = max(n - 2 * side - 2, 4)
+        for i in members:
+            x = names[i]
+            # where this name parts from the member it shares most with
+            common = max(len(os.path.commonprefix([x, names[j]])) for j in members if j != i)
+            start = max(common - mid // 3, side)
+            short[i] = x[:side] + "…" + x[start:start + mid] + "…" + x[len(x) - side:]
+    out, seen = [], {}
+    for sh in short:
+        k = seen.get(sh, 0)
+        seen[sh] = k + 1
+        out.append(sh if k == 0 else f"{sh} #{k + 1}")
+    return out
 
 
 # -- host time ---------------------------------------------------------------------------------
 
 
+def host_rows(inp: Input) -> tuple[list[dict], list[dict], float]:
+    """(top ops, top Python frames with addresses stripped and merged, share of host time in no
+    Python frame)."""
+    an = inp.anatomy or {}
+    frames, unframed = merge_frames(an.get("top_frames") or [])
+    return list(an.get("top_ops") or []), frames[: an.get("top_frames_max") or 10], unframed
+
+
 def host_figure(inp: Input, fid: str) -> Figure:
     an = inp.anatomy or {}
-    ops, frames = an.get("top_ops") or [], an.get("top_frames") or []
+    ops, frames, unframed = host_rows(inp)
+    cpu = inp.activity != "gpu"
     title = "Where the host time went: framework ops and Python frames"
     if not ops and not frames:
         tax = an.get("taxbreak") or {}
         why = tax.get("note") or "the trace has no launches linked to framework ops"
+        if cpu:
+            why = "the trace has no top-level framework ops inside its steps"
         return Figure(fid, title, f"Not available: {why}.", None)
+    xlabel = "framework time, ms per step" if cpu else "ΔFT + ΔCT, ms per step"
 
     def build():
         fig = new_figure(11.0, 3.4)
@@ -394,192 +471,32 @@ def host_figure(inp: Input, fid: str) -> Figure:
         axs = fig.subplots(1, len(panels))
         axs = np.atleast_1d(axs)
         for ax, (rows, t) in zip(axs, panels):
-            names = [trim(r["name"], 44) for r in rows][::-1]
+            names = distinct_short([r["name"] for r in rows], 44)[::-1]
             ax.barh(np.arange(len(rows)), [r["host_ns_per_step"] / 1e6 for r in rows][::-1], color=C_TAX["ft_ns"])
             ax.set_yticks(np.arange(len(rows)), names, fontsize=7)
-            ax.set_xlabel("ΔFT + ΔCT, ms per step")
+            ax.set_xlabel(xlabel)
             ax.set_title(t)
         return fig
 
-    caption = ("Host translation time (ΔFT + ΔCT, TaxBreak) charged to the top-level framework op that "
-               "issued each launch (left) and to the innermost Python frame enclosing it (right), summed over "
-               "the trace and divided by the number of steps. Names are cut to fit; the tables below have them "
-               "in full.")
+    side = " (left)" if frames else ""
+    if cpu:
+        caption = ("CPU run (no kernel launches, so no TaxBreak): host time charged to each top-level framework op"
+                   f"{side} is the time before it since the previous top-level op (or the step start) plus its own "
+                   "time outside CPU-compute ops; summed over the trace and divided by the number of steps.")
+        caption += " Right: the same time by the innermost Python frame enclosing the op." if frames else ""
+    else:
+        caption = ("Host translation time (ΔFT + ΔCT, TaxBreak) charged to the top-level framework op that "
+                   f"issued each launch{side}" + (" and to the innermost Python frame enclosing it (right)"
+                                                   if frames else "")
+                   + ", summed over the trace and divided by the number of steps.")
+    if frames:
+        caption += (" Frame names have object addresses removed (`… object at 0x…>` names one call site), and "
+                    "frames equal after that are merged.")
+    caption += " Long names are shortened in the middle; the tables below have them in full."
+    if not frames:
+        caption += (" The trace records no Python frames (profile with with_stack=True to get them), so only the "
+                    "framework-op panel is drawn.")
+    elif unframed > 0:
+        caption += (f" {100 * unframed:.1f} % of this host time ran in no recorded Python frame (the trace was taken "
+                    "without Python stacks for it) and is not drawn in the frame panel.")
     return Figure(fid, title, caption, draw(build, salt=fid))
-
-
-# -- idle gaps ---------------------------------------------------------------------------------
-
-
-def gap_histogram(inp: Input) -> tuple[dict[str, np.ndarray], int | None]:
-    ov = inp.overview or {}
-    out = {c: np.zeros(len(gap_bins()) - 1, dtype=np.int64) for c in IDLE_CLASSES}
-    thr = None
-    for d in ov.get("devices") or []:
-        g = d.get("idle_gaps") or {}
-        thr = g.get("threshold_ns", thr)
-        for c in IDLE_CLASSES:
-            h = (g.get("histogram") or {}).get(c)
-            if h:
-                out[c] += np.asarray(h, dtype=np.int64)
-    return out, thr
-
-
-def gaps_figure(inp: Input, fid: str) -> Figure:
-    title = "Idle gaps on the GPU streams, by class"
-    hist, thr = gap_histogram(inp)
-    if not any(h.sum() for h in hist.values()):
-        why = "the input has no GPU streams" if inp.overview is None or not inp.overview.get("devices") else \
-            "no idle gaps between GPU ops"
-        return Figure(fid, title, f"No idle-gap histogram: {why}.", None)
-    edges = gap_bins() / 1000.0
-    labels = [f"{_us(edges[i])}–{_us(edges[i + 1])}" for i in range(len(edges) - 1)]
-    nz = np.flatnonzero(sum(hist.values()))
-    lo, hi = int(nz.min()), int(nz.max()) + 1
-    colors = {"host_wait": C_HOST, "kernel_wait": C_GPU, "other": "#999999"}
-
-    def build():
-        fig = new_figure(11.0, 3.2)
-        ax = fig.add_subplot()
-        x = np.arange(hi - lo)
-        w = 0.8 / len(IDLE_CLASSES)
-        for j, c in enumerate(IDLE_CLASSES):
-            ax.bar(x + j * w, hist[c][lo:hi], width=w, color=colors[c], label=c.replace("_", "-"))
-        ax.set_xticks(x + w * (len(IDLE_CLASSES) - 1) / 2, labels[lo:hi], rotation=30, ha="right", fontsize=7)
-        ax.set_xlabel("gap length (µs, log2 bins)")
-        ax.set_ylabel("gaps")
-        ax.legend(fontsize=8)
-        return fig
-
-    tus = f"{thr / 1000:g} µs" if thr is not None else "the threshold"
-    caption = ("Gaps between consecutive GPU ops on each stream (all devices), binned by length on a log2 µs scale. "
-               "host-wait: the op's launch call started after the previous op on the stream had ended (the stream "
-               f"waited on the host; checked first); kernel-wait: shorter than {tus}; other: the rest "
-               "(syncs, dependencies, other streams).")
-    return Figure(fid, title, caption, draw(build, salt=fid))
-
-
-def _us(v: float) -> str:
-    if v >= 1e6:
-        return f"{v / 1e6:g}s"
-    if v >= 1e3:
-        return f"{v / 1e3:g}ms"
-    return f"{v:g}"
-
-
-# -- regime map ---------------------------------------------------------------------------------
-
-
-def regime_points(inputs: list[Input]) -> list[dict]:
-    """One point per input: device-active per step (x) and host fraction (y); measured runs use
-    the differencing numbers, traces the median over their steady decode steps."""
-    out = []
-    for i, inp in enumerate(inputs):
-        basis = "differencing" if inp.results is not None else "steps"
-        v = metrics(inp, basis)["values"]
-        out.append({"n": i + 1, "label": inp.label, "basis": basis, "gpu_active_ns": v["gpu_active_ns"],
-                    "host_fraction": v["host_fraction"], "activity": inp.activity})
-    return out
-
-
-def regime_figure(inputs: list[Input], fid: str = "fig-regime") -> Figure:
-    title = "Regime map: host fraction against device-active time per step"
-    pts = [p for p in regime_points(inputs) if p["gpu_active_ns"] and p["host_fraction"] is not None]
-    if len(inputs) < 2:
-        return Figure(fid, title, "The regime map needs several runs or traces (give more than one input to "
-                      "hostgap report): one point per cell.", None)
-    if not pts:
-        return Figure(fid, title, "No input has both a device-active time and a host fraction.", None)
-
-    def build():
-        fig = new_figure(8.0, 4.2)
-        ax = fig.add_subplot()
-        xs = np.array([p["gpu_active_ns"] / 1e6 for p in pts])
-        ys = np.array([p["host_fraction"] for p in pts])
-        xmin, xmax = xs.min() / 2, xs.max() * 2
-        ax.axhspan(HOST_BOUND_MIN, 1.0, color=C_HOST, alpha=0.12, linewidth=0)
-        ax.axhspan(0.0, DEVICE_BOUND_MAX, color=C_GPU, alpha=0.12, linewidth=0)
-        ax.axhline(HOST_BOUND_MIN, color=C_HOST, linestyle="--", linewidth=1,
-                   label=f"host-bound ≥ {HOST_BOUND_MIN:g}")
-        ax.axhline(DEVICE_BOUND_MAX, color=C_GPU, linestyle="--", linewidth=1,
-                   label=f"device-bound < {DEVICE_BOUND_MAX:g}")
-        for p, x, y in zip(pts, xs, ys):
-            marker = "o" if p["activity"] == "gpu" else "s"
-            ax.plot([x], [y], marker, color="black", markersize=5)
-            ax.annotate(str(p["n"]), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        ax.set_xscale("log")
-        ax.set_xlim(xmin, xmax)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_ylim(0, 1.03)
-        for y, text in (((1 + HOST_BOUND_MIN) / 2, "host-bound"), ((HOST_BOUND_MIN + DEVICE_BOUND_MAX) / 2, "balanced"),
-                        (DEVICE_BOUND_MAX / 2, "device-bound")):
-            ax.text(1.01, y, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8, color="#555555")
-        ax.set_xlabel("device-active per step (ms, log scale)")
-        ax.set_ylabel("host fraction = host-exposed / wall")
-        ax.legend(loc="upper right", fontsize=8)
-        return fig
-
-    caption = (f"One point per input (numbered as in the table above): measured runs at their differencing "
-               f"numbers (g_step and h_step / t_step), traces at the median over their steady decode steps. The "
-               f"dashed lines are hostgap's verdict thresholds (hostgap.anatomy.verdict): host-bound at a host "
-               f"fraction ≥ {HOST_BOUND_MIN:g}, device-bound below {DEVICE_BOUND_MAX:g}, balanced between. "
-               "Squares are CPU runs (device-active = CPU-compute analogue).")
-    return Figure(fid, title, caption, draw(build, salt=fid))
-
-
-# -- timeline excerpt ---------------------------------------------------------------------------
-
-
-def timeline_figure(inp: Input, fid: str) -> Figure:
-    ex = inp.excerpt
-    title = "Timeline excerpt: one steady-state step"
-    if not ex or not ex["lanes"]:
-        why = "the run's trace is not available" if inp.trace_path is None else "no step to draw"
-        return Figure(fid, title, f"No timeline excerpt: {why}.", None)
-    lanes = ex["lanes"]
-    names = ex["names"]
-    # colour device ops by name (the 8 names with most bars), host calls by API
-    counts = np.bincount([b[2] for ln in lanes if ln["kind"] == "device" for b in ln["bars"]],
-                         minlength=len(names))
-    top = [int(i) for i in np.argsort(-counts)[:8] if counts[i]]
-    palette = ["#4C72B0", "#55A868", "#C44E52", "#8172B3", "#CCB974", "#64B5CD", "#937860", "#DA8BC3"]
-    color_of = {code: palette[j % len(palette)] for j, code in enumerate(top)}
-
-    def build():
-        fig = new_figure(11.0, 0.9 + 0.42 * len(lanes))
-        ax = fig.add_subplot()
-        for i, ln in enumerate(lanes):
-            bars = ln["bars"]
-            if not bars:
-                continue
-            xr = [(b[0] / 1000, max(b[1] - b[0], 1) / 1000) for b in bars]
-            if ln["kind"] == "host":
-                cols = [C_HOST] * len(bars)
-            else:
-                cols = [color_of.get(b[2], "#AAAAAA") for b in bars]
-            ax.broken_barh(xr, (i - 0.35, 0.7), facecolors=cols, linewidth=0)
-        ax.set_yticks(np.arange(len(lanes)), [ln["label"] for ln in lanes], fontsize=8)
-        ax.invert_yaxis()
-        ax.set_xlim(0, ex["wall_ns"] / 1000)
-        ax.set_xlabel(f"µs from the start of step {ex['step']}")
-        handles = [_patch(color_of[c], trim(names[c], 40)) for c in top]
-        handles.append(_patch(C_HOST, "host launch / runtime call"))
-        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        return fig
-
-    dropped = (f" {ex['dropped']:,} of {ex['bars']:,} bars (the shortest ones) are left out to keep the figure "
-               "small." if ex["dropped"] else "")
-    dev = "GPU ops per (device, stream)" if ex["activity"] == "gpu" else "CPU-compute ops per thread"
-    caption = (f"Step {ex['step']} ({ex['kind']}), {ex['choice']}, from its "
-               f"marker start to the next step's: {dev} in the step's time window (coloured by name, the most "
-               "frequent eight named in the legend) and host runtime/launch calls per thread (orange). White "
-               f"space on the device lanes is device-idle time; on the host lanes, host time outside runtime calls "
-               f"(framework and Python).{dropped}")
-    return Figure(fid, title, caption, draw(build, salt=fid))
-
-
-def _patch(color, label):
-    from matplotlib.patches import Patch
-
-    return Patch(color=color, label=label)

@@ -19,8 +19,10 @@ from hostgap import SCHEMA_VERSION, __version__
 from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN
 from hostgap.errors import HostgapError
 from hostgap.report import figures as F
+from hostgap.report import figures_map as M
 from hostgap.report.compare import fmt_value, metrics
 from hostgap.report.inputs import Input
+from hostgap.report.words import check_label, words
 
 KEY_METRICS = ("wall_ns", "gpu_active_ns", "host_exposed_ns", "host_wait_ns", "host_fraction", "kernel_count",
                "launches", "hdbi", "ft_ns", "ct_ns", "kt_ns", "kt_fw_ns", "unattributed_ns", "orchestrate_ns")
@@ -103,7 +105,7 @@ def report_data(inputs: list[Input]) -> dict:
             "steps": len(an.get("steps") or []),
             "top_kernels": F.top_kernels(inp),
             "top_ops": an.get("top_ops") or [],
-            "top_frames": an.get("top_frames") or [],
+            "top_frames": F.host_rows(inp)[1],
             "notes": list(inp.notes),
             "figures": [f"fig-{name}-{i}" for name in FIGURES],
         })
@@ -112,18 +114,18 @@ def report_data(inputs: list[Input]) -> dict:
         "hostgap_version": __version__,
         "thresholds": {"host_bound_min": HOST_BOUND_MIN, "device_bound_max": DEVICE_BOUND_MAX},
         "inputs": docs,
-        "regime": F.regime_points(inputs),
+        "regime": M.regime_points(inputs),
         "figures": ["fig-summary", "fig-regime"] + [f for d in docs for f in d["figures"]],
     }
 
 
 def figures_of(inputs: list[Input], max_bars: int = F.MAX_STEP_BARS) -> dict[str, F.Figure]:
-    out = {"fig-regime": F.regime_figure(inputs, "fig-regime")}
+    out = {"fig-regime": M.regime_figure(inputs, "fig-regime")}
     for i, inp in enumerate(inputs):
         for fig in (F.steps_figure(inp, f"fig-steps-{i}", max_bars), F.taxbreak_figure(inp, f"fig-taxbreak-{i}", max_bars),
                     F.differencing_figure(inp, f"fig-differencing-{i}"), F.processes_figure(inp, f"fig-processes-{i}"),
                     F.kernels_figure(inp, f"fig-kernels-{i}", max_bars), F.host_figure(inp, f"fig-host-{i}"),
-                    F.gaps_figure(inp, f"fig-gaps-{i}"), F.timeline_figure(inp, f"fig-timeline-{i}")):
+                    M.gaps_figure(inp, f"fig-gaps-{i}"), M.timeline_figure(inp, f"fig-timeline-{i}")):
             bad = active_content(fig.svg) if fig.svg is not None else None
             if bad:
                 raise HostgapError(fig.id, f"figure SVG holds active content ({bad}); refusing to write it")
@@ -203,8 +205,10 @@ def _summary(data: dict) -> str:
                     + "".join(_num(m, v.get(m)) for m in ("wall_ns", "gpu_active_ns", "host_exposed_ns",
                                                           "host_fraction", "kernel_count", "hdbi"))
                     + f"<td>{esc(k['basis'])}</td></tr>")
-    head = ("<tr><th>#</th><th class='name'>input</th><th>kind</th><th>verdict</th><th>wall / step</th><th>device-active</th>"
-            "<th>host-exposed</th><th>host fraction</th><th>kernels / step</th><th>HDBI</th><th>basis</th></tr>")
+    head = ("<tr><th>#</th><th class='name'>input</th><th>kind</th><th>verdict</th><th>wall / step</th>"
+            "<th>device-active / step (GPU-active; CPU: CPU-compute)</th><th>host-exposed / step</th>"
+            "<th>host fraction</th><th>kernels / step (CPU: compute ops)</th><th>HDBI (GPU only)</th>"
+            "<th>basis</th></tr>")
     cap = (f"Per decode step. Basis 'differencing': a measured run's two-point differencing (untraced wall, traced "
            f"device-active union); 'steps': median over the trace's steady decode steps. Device-active is the GPU "
            f"union of kernels, copies and memsets; on CPU-only inputs it is the CPU-compute analogue. Verdict "
@@ -224,12 +228,19 @@ def _verdict_card(i: int, inp: Input, d: dict) -> str:
     k = d["key"]
     v = k["values"]
     label = d["activity_label"]
-    names = {"wall_ns": "wall per step", "gpu_active_ns": label, "host_exposed_ns": "host-exposed",
-             "host_wait_ns": "host_wait", "host_fraction": "host fraction", "kernel_count": "kernels per step",
+    w = words(d["activity"])
+    cpu = w.device == "CPU"
+    names = {"wall_ns": "wall per step", "gpu_active_ns": f"{label} per step",
+             "host_exposed_ns": "host-exposed per step", "host_wait_ns": "host_wait per step",
+             "host_fraction": "host fraction (host-exposed / wall)", "kernel_count": f"{w.ops} per step",
              "launches": "launches per step", "hdbi": "HDBI", "ft_ns": "ΔFT per step", "ct_ns": "ΔCT per step",
              "kt_ns": "ΔKT per step", "kt_fw_ns": "ΔKT_fw per step", "unattributed_ns": "unattributed host per step",
              "orchestrate_ns": "T_Orchestrate per step"}
-    rows = [f"<tr><td>{esc(names[m])}</td>{_num(m, v.get(m))}</tr>" for m in KEY_METRICS if v.get(m) is not None]
+    # a CPU run has no launches, no TaxBreak and no host_wait: rows of GPU-only quantities are left out
+    gpu_only = {"host_wait_ns", "launches", "hdbi", "ft_ns", "ct_ns", "kt_ns", "kt_fw_ns", "unattributed_ns",
+                "orchestrate_ns"}
+    rows = [f"<tr><td>{esc(names[m])}</td>{_num(m, v.get(m))}</tr>" for m in KEY_METRICS
+            if v.get(m) is not None and not (cpu and m in gpu_only)]
     checks = k.get("checks") or {}
     if checks:
         fmt = {"r2_wall": lambda x: f"{x:.4f}", "r2_gpu": lambda x: f"{x:.4f}",
@@ -238,8 +249,9 @@ def _verdict_card(i: int, inp: Input, d: dict) -> str:
                "h2d_bytes_per_step": lambda x: f"{x:,.0f} B", "d2h_bytes_per_step": lambda x: f"{x:,.0f} B",
                "kernels_per_output_token": lambda x: f"{x:,.1f}"}
         for name, val in checks.items():
-            if val is not None:
-                rows.append(f"<tr><td>check: {esc(name.replace('_', ' '))}</td>{_num(name, val, fmt[name](val))}</tr>")
+            text = check_label(name, d["activity"])
+            if val is not None and text is not None:
+                rows.append(f"<tr><td>check: {esc(text)}</td>{_num(name, val, fmt[name](val))}</tr>")
     basis = ("differencing: t_step = (W(N2) − W(N1)) / (N2 − N1) from untraced runs, g_step from traced runs, "
              "h_step = t_step − g_step" if k["basis"] == "differencing"
              else f"median over {k['steps_used']} {k['steps']} of the trace")
@@ -248,9 +260,21 @@ def _verdict_card(i: int, inp: Input, d: dict) -> str:
     note = f"<p class='note'>{esc(k['verdict_note'])}</p>" if k["verdict_note"] else ""
     cap = (f"Verdict from hostgap's thresholds on the host fraction (host-exposed / wall; "
            f"host-bound ≥ {HOST_BOUND_MIN:g}, device-bound < {DEVICE_BOUND_MAX:g}), basis {k['verdict_basis']}. "
-           f"Numbers per decode step — {basis}. host_wait, launches and TaxBreak parts are medians of the per-step sums over "
-           f"{k['steps_used']} {k['steps']} of the trace (host work, exposed or hidden); HDBI = T_DeviceActive / (T_DeviceActive + T_Orchestrate) "
-           "over the whole trace.")
+           f"Numbers per decode step — {basis}.")
+    if cpu:
+        cap += (f" {label}: the union of CPU-compute ops (docs/method.md §3); host-exposed is the rest of the step "
+                "(framework and Python time). host_wait, launches, TaxBreak and HDBI are GPU quantities and do not "
+                "apply to a CPU run.")
+    else:
+        hw, he = v.get("host_wait_ns"), v.get("host_exposed_ns")
+        if hw is not None and he is not None and hw > he:
+            cap += (f" host_wait ({hw / 1e6:.3f} ms) is larger than host-exposed ({he / 1e6:.3f} ms) here: host_wait "
+                    "adds up device-idle gaps per stream and device, host-exposed is the part of the wall with no "
+                    "device op on any of them, so on several devices or streams the first can exceed the second; "
+                    "the per-step figure draws host_wait clipped to host-exposed.")
+        cap += (f" host_wait, launches and TaxBreak parts are medians of the per-step sums over {k['steps_used']} "
+                f"{k['steps']} of the trace (host work, exposed or hidden); HDBI = T_DeviceActive / (T_DeviceActive "
+                "+ T_Orchestrate) over the whole trace.")
     return (f"<figure id='fig-verdict-{i}'><h3>Verdict and key numbers</h3><p>{_verdict_badge(k['verdict'])}</p>"
             f"{note}<table><tr><th>quantity</th><th>value</th></tr>{''.join(rows)}</table>"
             f"<figcaption>{esc(cap)}</figcaption></figure>")
@@ -284,10 +308,13 @@ def _section(i: int, inp: Input, d: dict, figs: dict) -> str:
             f"prefill {counts['prefill']}, warm-up {counts['warmup']}, flagged {counts['flagged']})")
     kern = _name_table(d["top_kernels"], [("name", "kernel"), ("count", "count"), ("total_ns", "total ms"),
                                           ("share", "share of kernel time")], "top kernels (whole trace)")
-    ops = _name_table(d["top_ops"], [("name", "framework op"), ("host_ns_per_step", "ΔFT+ΔCT ms/step"),
-                                     ("launches", "launches"), ("share", "share")], "host time by framework op")
-    frames = _name_table(d["top_frames"], [("name", "Python frame"), ("host_ns_per_step", "ΔFT+ΔCT ms/step"),
-                                           ("launches", "launches"), ("share", "share")], "host time by Python frame")
+    cpu = d["activity"] != "gpu"
+    host_col = ("framework ms/step" if cpu else "ΔFT+ΔCT ms/step")
+    calls = "op calls" if cpu else "launches"
+    ops = _name_table(d["top_ops"], [("name", "framework op"), ("host_ns_per_step", host_col),
+                                     ("launches", calls), ("share", "share")], "host time by framework op")
+    frames = _name_table(d["top_frames"], [("name", "Python frame (addresses removed)"), ("host_ns_per_step", host_col),
+                                           ("launches", calls), ("share", "share")], "host time by Python frame")
     g = lambda name: figs[f"fig-{name}-{i}"]  # noqa: E731
     return "\n".join([
         f"<section id='input-{i}'><h2>{i + 1}. {esc(d['label'])}</h2><p class='meta'>{meta}</p>{notes}",

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from hostgap.errors import HostgapError
+
+FRAME_POOL = 100_000
+"""Python frames kept from the analysis before same-call-site frames are merged."""
 
 EXCERPT_MAX_BARS = 1500
 """Bars drawn in one timeline excerpt (GPU ops + host calls); the rest are counted, not drawn."""
@@ -43,6 +46,7 @@ class Input:
     anatomy: dict | None = None  # Anatomy.to_dict()
     overview: dict | None = None  # hostgap.anatomy.overview.overview()
     excerpt: dict | None = None  # one steady step's Gantt bars
+    gap_time_ns: dict | None = None  # idle-gap time per class per log2 bin, all streams (see gap_time)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -77,11 +81,20 @@ def resolve(arg: str, config: InputConfig = InputConfig(), progress=None) -> Inp
         if _looks_like_results(p):
             return _from_results(arg, _read_json(p), p.parent, config, progress)
         return from_trace(arg, config, progress)
-    results = _lookup_db(arg, config.db)
+    results, db_path = _lookup_db(arg, config.db)
     if results is None:
         raise HostgapError(arg, "not a run directory, results JSON, trace file or run id in the runs database")
-    run_dir = Path(results["run_dir"]) if results.get("run_dir") else None
-    return _from_results(arg, results, run_dir if run_dir and run_dir.is_dir() else None, config, progress)
+    from hostgap.store import resolve_run_dir
+
+    run_dir = resolve_run_dir(results.get("run_dir"), db_path)
+    notes = ()
+    if run_dir is None:
+        stored = results.get("run_dir")
+        notes = (f"run directory {stored!r} (from {db_path}) not found from {os.getcwd()}"
+                 + (": it was stored relative to the folder the run was measured in; run the report there "
+                    "or give the run directory" if stored and not os.path.isabs(stored) else "")
+                 if stored else f"the runs database {db_path} names no run directory for this run",)
+    return _from_results(arg, results, run_dir, config, progress, notes)
 
 
 def resolve_all(args, config: InputConfig = InputConfig(), progress=None) -> list[Input]:
@@ -104,24 +117,44 @@ def from_trace(path: str, config: InputConfig = InputConfig(), progress=None, *,
     trace = load_trace(path)
     _say(progress, f"analysing {path}")
     links = link(trace)
+    # every frame, not the top few: frames that differ only by an object address are merged
+    # (report.words.merge_frames) before the top ones are taken
     cfg = AnatomyConfig(step_marker=config.step_marker, launch_floor_ns=config.launch_floor_ns,
-                        floor_file=config.floor_file, gap_threshold_ns=config.gap_threshold_ns, top=config.top)
+                        floor_file=config.floor_file, gap_threshold_ns=config.gap_threshold_ns, top=FRAME_POOL)
     an = analyze(trace, cfg, links)
     doc = an.to_dict()
+    doc["top_ops"] = doc["top_ops"][: config.top]
+    doc["top_frames_max"] = config.top
     ov = overview(trace, links, gap_threshold_ns=config.gap_threshold_ns, top=config.top)
     return Input(source=source or path, kind=kind, label=label or _trace_label(path), trace_path=str(path),
-                 results=results, sweep=sweep, anatomy=doc, overview=ov, excerpt=excerpt(trace, doc))
+                 results=results, sweep=sweep, anatomy=doc, overview=ov, excerpt=excerpt(trace, doc),
+                 gap_time_ns=gap_time(trace, links, config.gap_threshold_ns))
 
 
-def _from_results(arg: str, results: dict, run_dir: Path | None, config: InputConfig, progress) -> Input:
+def gap_time(trace, links, threshold_ns: int) -> dict[str, list[int]]:
+    """Idle-gap time (ns) per class and log2 length bin (``timeline.gap_bins``), summed over
+    every stream of every device: the time-weighted twin of the overview's gap counts."""
+    from hostgap.anatomy.timeline import IDLE_CLASSES, classify_gaps, gap_bins
+    from hostgap.events import GPU_OP_KINDS
+
+    rows = np.flatnonzero(trace.events.of_kind(*GPU_OP_KINDS))
+    gap, cls = classify_gaps(trace, links, rows, threshold_ns)[1:3]
+    bins = gap_bins()
+    return {name: np.histogram(gap[cls == i], bins=bins, weights=gap[cls == i])[0].astype(np.int64).tolist()
+            for i, name in enumerate(IDLE_CLASSES)}
+
+
+def _from_results(arg: str, results: dict, run_dir: Path | None, config: InputConfig, progress,
+                  notes=()) -> Input:
     if not isinstance(results, dict) or "differencing" not in results:
         raise HostgapError(arg, "not a hostgap results JSON (no 'differencing' key)")
     sweep = None
-    notes = []
+    notes = list(notes)
     if run_dir is not None and (run_dir / "timings.json").is_file():
         sweep = sweep_points(results, _read_json(run_dir / "timings.json"))
     else:
-        notes.append("timings.json not found: the differencing fit is drawn without its points")
+        where = f"in {run_dir}" if run_dir is not None else "(no run directory)"
+        notes.append(f"timings.json not found {where}: the differencing fit is drawn without its points")
     trace_rel = results.get("anatomy_trace")
     trace_path = None
     if trace_rel and run_dir is not None:
@@ -132,9 +165,13 @@ def _from_results(arg: str, results: dict, run_dir: Path | None, config: InputCo
         floor = results.get("floor_file")
         cfg = config if config.floor_file or not floor or not os.path.isfile(floor) else \
             InputConfig(**{**config.__dict__, "floor_file": floor})
-        return from_trace(trace_path, cfg, progress, label=label, kind="run", results=results, sweep=sweep,
-                          source=arg)
-    notes.append("the run's trace is not available: step figures use the decode steps stored in results.json")
+        inp = from_trace(trace_path, cfg, progress, label=label, kind="run", results=results, sweep=sweep,
+                         source=arg)
+        return replace(inp, notes=tuple(notes))
+    notes.append("the run's trace is not available: step figures use the decode steps stored in results.json"
+                 if not trace_rel or run_dir is None else
+                 f"the run's trace is not available ({trace_rel} not found in {run_dir}): step figures use the "
+                 "decode steps stored in results.json")
     return Input(source=arg, kind="run", label=label, trace_path=None, results=results, sweep=sweep,
                  anatomy=anatomy_from_results(results), overview=None, excerpt=None, notes=tuple(notes))
 
@@ -205,16 +242,16 @@ def _read_json(p: Path) -> dict:
         raise HostgapError(str(p), f"not valid JSON ({e})") from None
 
 
-def _lookup_db(arg: str, db: str | None) -> dict | None:
+def _lookup_db(arg: str, db: str | None) -> tuple[dict | None, Path]:
     from hostgap.store import RunsDB, default_path
 
     path = Path(db) if db else default_path()
     if not path.is_file():
         if db:
             raise HostgapError(db, "runs database not found")
-        return None
+        return None, path
     with RunsDB(path) as rdb:
-        return rdb.get(arg)
+        return rdb.get(arg), path
 
 
 def _say(progress, msg: str) -> None:

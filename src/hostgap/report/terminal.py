@@ -67,7 +67,11 @@ def render_overview(doc: dict, con: Console) -> None:
         for d in doc["devices"]:
             g = d["idle_gaps"]
             parts = ", ".join(f"{k} {g['count'][k]:,} gaps / {ms(g['total_ns'][k])} ms" for k in g["count"])
-            con.print(f"  device {d['device']} idle gaps (threshold {g['threshold_ns'] / 1000:g} µs): {parts}")
+            n = d.get("streams")
+            basis = (f"summed over its {n} streams, stream-time: can exceed the span" if n and n > 1
+                     else "one stream")
+            con.print(f"  device {d['device']} idle gaps ({basis}; threshold {g['threshold_ns'] / 1000:g} µs): "
+                      f"{parts}")
             if d["top_kernels"]:
                 t = Table(title=f"top kernels, device {d['device']}", title_justify="left")
                 for c in ("kernel", "count", "total ms", "mean µs", "share"):
@@ -199,6 +203,31 @@ def render_steps(doc: dict, con: Console) -> None:
                   f"{s['launches'] + s['graph_launches']:,}", _f(tb.get("hdbi")), flags)
     con.print(t)
     render_anatomy({**doc, "top_ops": [], "top_frames": []}, con)
+
+
+KERNEL_TABLE_MAX = 1000
+"""Launches shown in the terminal table of ``hostgap kernels``; --csv/--json give every row."""
+
+
+def render_kernels(rows: list[dict], con: Console, trace: str | None = None) -> None:
+    """The launches of ``hostgap kernels`` as a table (times in µs); says how many are left out."""
+    if not rows:
+        con.print("no kernel launches in this trace (a CPU-only trace has none)", highlight=False)
+        return
+    shown = rows[:KERNEL_TABLE_MAX]
+    t = Table(title=f"launches of {trace or 'the trace'} (µs; ΔKT = launch floor per launch)", title_justify="left")
+    for c in ("step", "launch API", "kernel", "op", "device", "T_py", "T_dispatch", "T_launch", "ΔFT", "ΔCT",
+              "ΔKT", "ΔKT_fw", "queued"):
+        t.add_column(c, justify="left" if c in ("launch API", "kernel", "op") else "right")
+    for r in shown:
+        t.add_row(str(r["step"]), r["launch_api"], _trim(r["kernel"], 48), _trim(r["op"] or r["inner_op"], 28),
+                  _us(r["device_ns"]), _us(r["t_py_ns"]), _us(r["t_dispatch_ns"]), _us(r["t_launch_ns"]),
+                  _us(r["dft_ns"]), _us(r["dct_ns"]), _us(r["dkt_ns"]), _us(r["dkt_fw_ns"]),
+                  "yes" if r["queued"] else "")
+    con.print(t)
+    if len(rows) > len(shown):
+        con.print(f"{len(rows) - len(shown):,} more launches not shown ({len(rows):,} in all): --csv or --json "
+                  "prints every row", highlight=False)
 
 
 def step_csv_rows(doc: dict) -> list[dict]:
