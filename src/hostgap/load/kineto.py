@@ -17,9 +17,8 @@ Timestamps: ``ts`` and ``dur`` are kept as their JSON text and converted to int6
 (:mod:`hostgap.load.decimal_ns`): epoch-µs integers and fractional µs alike, no binary float on
 the way; a fourth decimal and beyond is rounded half to even.
 
-Hostile input (METHOD and docs/kineto.md): the inflated text is bounded (:data:`MAX_INFLATE_RATIO`
-times the compressed size and :data:`MAX_INFLATED_BYTES` in all, ``HOSTGAP_MAX_TRACE_BYTES``
-overrides the latter), JSON nesting is bounded by msgspec's recursion limit, and an event whose
+Hostile input (docs/input.md): the inflated text is bounded (:mod:`hostgap.load.text`: 200x
+the compressed size and 16 GiB in all, ``HOSTGAP_MAX_TRACE_BYTES`` overrides the latter), JSON nesting is bounded by msgspec's recursion limit, and an event whose
 text does not decode (a number beyond any range, invalid UTF-8, a lone surrogate escape, a raw
 control character in a string) is skipped and counted with its index in ``traceEvents``
 (``meta.extra["skipped_at"]``: the first few per reason); only whole-file problems reject the

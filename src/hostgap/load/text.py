@@ -1,6 +1,6 @@
 """A trace file's bytes, read with bounds: gzip inflation capped, BOM dropped, bad bytes fenced.
 
-Limits (docs/method.md, "Input limits"):
+Limits (docs/input.md):
 
 - the inflated text may be at most :data:`MAX_INFLATE_RATIO` times the compressed file (real
   Kineto traces inflate 10-30x; a gzip bomb ~1000x) and at most :func:`max_trace_bytes` in all
