@@ -168,7 +168,7 @@ def load_kineto(path: str) -> Trace:
         devices=_devices(_meta_value(doc.deviceProperties), table),
         rank=_dist(_meta_value(doc.distributedInfo), "rank"),
         world_size=_dist(_meta_value(doc.distributedInfo), "world_size"),
-        skipped=dict(skipped),
+        skipped={_located(r, skipped_at.get(r), n): n for r, n in skipped.items()},
         flows=flows,
         processes=processes,
         extra={"events_in_file": n_input, "metadata_events": metadata,
@@ -279,6 +279,14 @@ class _LooseMeta(msgspec.Struct):
     distributedInfo: msgspec.Raw = _ABSENT
 
 
+def _located(reason: str, at: list[int] | None, n: int) -> str:
+    """A malformed-event reason with the positions (in ``traceEvents``) of its first events,
+    so the user can find them: ``undecodable event (...) at traceEvents[5000]``."""
+    if not at or reason == MALFORMED_ARGS:  # the event is kept: nothing to find
+        return reason
+    return f"{reason} at traceEvents[{', '.join(map(str, at))}{', ...' if n > len(at) else ''}]"
+
+
 def _skip(reason: str, index: int, skipped: SkipCounter, skipped_at: dict[str, list[int]]) -> None:
     skipped.add(reason)
     at = skipped_at.setdefault(reason, [])
@@ -314,7 +322,7 @@ def _events_one_by_one(batch: list[msgspec.Raw], base: int, skipped: SkipCounter
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             _skip(MALFORMED_FIELDS, base + k, skipped, skipped_at)
             continue
-        _skip(MALFORMED_ARGS, base + k, skipped, skipped_at)
+        skipped.add(MALFORMED_ARGS)
         out.append(_Event(loose.ph, loose.cat, loose.name, loose.ts, loose.dur, loose.pid, loose.tid,
                           _salvage_args(loose.args)))
     return out
