@@ -184,3 +184,16 @@ def test_accounting_balances_on_a_mixed_file(tmp_path):
     t = load_trace(write(tmp_path, doc(events)))
     assert len(t.events) == 2
     assert accounted(t) == len(events) == t.meta.extra["events_in_file"]
+
+
+def test_max_trace_bytes_flag_refuses_with_one_line(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from hostgap.cli import cli
+
+    # recorded here, so the value the flag writes into os.environ is undone after the test
+    monkeypatch.setenv("HOSTGAP_MAX_TRACE_BYTES", "16G")
+    path = write(tmp_path, doc([kernel(f"k{i}", ts=i) for i in range(200)]))
+    res = CliRunner().invoke(cli, ["--max-trace-bytes", "4K", "analyze", path])
+    assert res.exit_code == 2 and "limit" in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1

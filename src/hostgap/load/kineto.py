@@ -47,7 +47,7 @@ from hostgap.events import (
     TraceMeta,
 )
 from hostgap.load.apis import classify_api, copy_kind_from_name
-from hostgap.load.decimal_ns import MALFORMED, MAX_ABS_NS, MISSING, OUT_OF_RANGE, ns_from_text
+from hostgap.load.decimal_ns import MALFORMED, MISSING, OUT_OF_RANGE, ns_from_text
 from hostgap.load.text import fence_control_char, fence_lone_surrogates, read_trace_text
 
 I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]

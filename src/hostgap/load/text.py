@@ -73,7 +73,7 @@ def read_trace_text(path: str) -> bytes | bytearray | memoryview:
 
 def _too_big(n: int, limit: int) -> str:
     return (f"trace text exceeds the {limit / 2**30:.3g} GiB limit ({n / 2**30:.3g} GiB so far); "
-            f"set {ENV_LIMIT} (e.g. 64G) to load a genuinely larger trace")
+            f"use hostgap --max-trace-bytes 64G (or {ENV_LIMIT}) to load a genuinely larger trace")
 
 
 def gunzip(data: bytes, path: str = "gzip", limit: int | None = None) -> bytearray:
