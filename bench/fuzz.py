@@ -356,10 +356,12 @@ def cases(n: int, seed: int, folder: str, nsys_share: float = 0.12):
 
 
 def fuzz(n: int, seed: int, *, time_limit: float = 10.0, analyze: bool = True, memory: bool = True,
-         progress=None) -> dict:
-    """Run ``n`` inputs; return counts by (kind, class) and example details of failures."""
-    counts: Counter = Counter()
-    details: dict[str, Counter] = {}
+         progress=None, partial: dict | None = None) -> dict:
+    """Run ``n`` inputs; return counts by (kind, class) and example details of failures
+    (filled into ``partial`` as it goes, so an interrupted run can still report)."""
+    out = partial if partial is not None else {"counts": Counter(), "details": {}}
+    counts: Counter = out["counts"]
+    details: dict[str, Counter] = out["details"]
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(prefix="hostgap-fuzz-", dir=base) as folder:
         for i, (kind, path, size) in enumerate(cases(n, seed, folder)):
@@ -371,7 +373,32 @@ def fuzz(n: int, seed: int, *, time_limit: float = 10.0, analyze: bool = True, m
             details.setdefault(cls, Counter())[f"{kind}: {detail}"] += 1
             if progress and (i + 1) % 500 == 0:
                 progress(i + 1, counts)
-    return {"counts": counts, "details": details}
+    return out
+
+
+def report(counts: Counter, details: dict, n: int, seed: int, seconds: float, time_limit: float) -> None:
+    """The outcome table (by input kind and class) and the most common details per class."""
+    done = sum(counts.values())
+    print(f"{done} of {n} inputs, seed {seed}, {seconds:.0f} s (memory bound {MEMORY_PER_BYTE} x text bytes "
+          f"+ {MEMORY_SLACK // 2**20} MiB, time bound {time_limit} s of CPU)")
+    classes = ("ok", "hostgap error", *FAILING)
+    print(f"{'input':8} " + " ".join(f"{c:>16}" for c in classes))
+    for kind in ("kineto", "nsys"):
+        print(f"{kind:8} " + " ".join(f"{counts[(kind, c)]:>16}" for c in classes))
+    print(f"{'all':8} " + " ".join(f"{sum(counts[(k, c)] for k in ('kineto', 'nsys')):>16}" for c in classes))
+    for cls in ("hostgap error", *FAILING):
+        if cls in details:
+            top = details[cls].most_common(12 if cls in FAILING else 8)
+            print(f"{cls}: " + "; ".join(f"{d} ({k})" for d, k in top))
+    sys.stdout.flush()
+
+
+class _Stop(BaseException):  # not caught as an input's exception
+    pass
+
+
+def _stop(signum, frame):
+    raise _Stop()
 
 
 def main() -> int:
@@ -388,20 +415,15 @@ def main() -> int:
         bad = sum(v for (k, c), v in counts.items() if c in FAILING)
         print(f"  {i} inputs, {bad} failing, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
-    out = fuzz(args.n, args.seed, time_limit=args.time_limit, analyze=not args.no_analyze,
-               memory=not args.no_memory, progress=progress)
+    out = {"counts": Counter(), "details": {}}
+    signal.signal(signal.SIGTERM, _stop)  # a stopped run still reports what it did
+    try:
+        out = fuzz(args.n, args.seed, time_limit=args.time_limit, analyze=not args.no_analyze,
+                   memory=not args.no_memory, progress=progress, partial=out)
+    except (_Stop, KeyboardInterrupt):
+        print("stopped early: the table covers the inputs run so far", file=sys.stderr)
     counts = out["counts"]
-    print(f"{args.n} inputs, seed {args.seed}, {time.perf_counter() - t0:.0f} s "
-          f"(memory bound {MEMORY_PER_BYTE} x text bytes + {MEMORY_SLACK // 2**20} MiB, time bound {args.time_limit} s)")
-    classes = ("ok", "hostgap error", *FAILING)
-    print(f"{'input':8} " + " ".join(f"{c:>16}" for c in classes))
-    for kind in ("kineto", "nsys"):
-        print(f"{kind:8} " + " ".join(f"{counts[(kind, c)]:>16}" for c in classes))
-    print(f"{'all':8} " + " ".join(f"{sum(counts[(k, c)] for k in ('kineto', 'nsys')):>16}" for c in classes))
-    for cls in ("hostgap error", *FAILING):
-        if cls in out["details"]:
-            top = out["details"][cls].most_common(12 if cls in FAILING else 8)
-            print(f"{cls}: " + "; ".join(f"{d} ({n})" for d, n in top))
+    report(counts, out["details"], args.n, args.seed, time.perf_counter() - t0, args.time_limit)
     return 1 if any(counts[(k, c)] for k in ("kineto", "nsys") for c in FAILING) else 0
 
 
