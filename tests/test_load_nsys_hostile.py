@@ -117,3 +117,21 @@ def test_null_global_pid_column_also_links(export):
     trace = load_nsys(export.close())
     (k,) = rows_of(trace, Kind.KERNEL)
     assert link(trace).launch_of[k] == int(np.flatnonzero(trace.events.kind == Kind.LAUNCH)[0])
+
+
+def test_column_name_that_is_not_utf8_is_one_error(export):
+    export.kernel(100, 200, corr=1, pid=7)
+    export.sql("CREATE TABLE TARGET_INFO_GPU (id INTEGER, nameQZQ TEXT)")
+    export.sql("INSERT INTO TARGET_INFO_GPU VALUES (0, 'H100')")
+    path = export.close()
+    data = open(path, "rb").read()
+    assert data.count(b"nameQZQ") == 1
+    open(path, "wb").write(data.replace(b"nameQZQ", b"name\x95ZQ"))  # a corrupt byte in the schema
+    from hostgap.errors import HostgapError
+
+    try:
+        trace = load_nsys(path)
+    except HostgapError as e:
+        assert "not UTF-8" in str(e) or "SQLite" in str(e)
+    else:
+        trace.events.validate()

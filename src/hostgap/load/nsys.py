@@ -122,6 +122,8 @@ def load_nsys(path: str) -> Trace:
         return _load(con, path)
     except sqlite3.DatabaseError as e:
         raise HostgapError(path, f"cannot read SQLite export: {e}") from None
+    except UnicodeDecodeError as e:  # a table or column name that is not UTF-8 (a corrupt file)
+        raise HostgapError(path, f"cannot read SQLite export: a name is not UTF-8 ({e.reason} at byte {e.start})") from None
     finally:
         con.close()
 
