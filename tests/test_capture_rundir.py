@@ -97,3 +97,66 @@ def test_plan_counts_tokens():
     assert eta.left_s(3) is None
     eta.tick()
     assert eta.left_s(3) >= 0
+
+
+# -- interrupted runs and file modes ----------------------------------------------------------
+
+
+def test_run_killed_by_sigkill_is_removed_by_the_next_run(tmp_path, capsys):
+    import signal
+    import subprocess
+    import sys
+
+    victim = tmp_path / "20261201-victim"
+    code = ("import sys, time; from pathlib import Path; from hostgap.capture.rundir import RunDir; "
+            "r = RunDir.create(Path(sys.argv[1])); (r.path / 'traces' / 'big.json').write_bytes(b'x' * 100000); "
+            "print('ready', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(victim)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = RunDir.create(tmp_path / "20261201-done")
+    done.write_json("results.json", {"ok": True})
+    assert not (done.path / ".incomplete").exists()  # complete: never removed later
+    RunDir.create(tmp_path / "20261201-next")
+    assert not victim.exists()
+    assert (tmp_path / "20261201-done" / "results.json").exists()
+    err = capsys.readouterr().err
+    assert "removed 1 incomplete run directory" in err and "20261201-victim" in err
+
+
+def test_live_or_foreign_runs_are_left_alone(tmp_path):
+    import json
+    import os
+    import socket
+
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / ".incomplete").write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
+    other = tmp_path / "other-host"
+    other.mkdir()
+    (other / ".incomplete").write_text(json.dumps({"pid": 2**22 + 12345, "host": "elsewhere"}))
+    legacy = tmp_path / "legacy"  # no marker: written by an older version, not judged
+    legacy.mkdir()
+    RunDir.create(tmp_path / "new")
+    assert live.exists() and other.exists() and legacy.exists()
+
+
+def test_file_mode_follows_the_umask_without_setting_it(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    from hostgap.capture import rundir
+
+    old = os.umask(0o027)
+    try:
+        def no_umask(*_):
+            raise AssertionError("os.umask called: it changes the mask for every thread")
+
+        monkeypatch.setattr(os, "umask", no_umask)
+        assert rundir.file_mode() == 0o640
+        p = rundir.write_json(tmp_path / "x.json", {"a": 1})
+        assert stat.S_IMODE(p.stat().st_mode) == 0o640
+    finally:
+        monkeypatch.undo()
+        os.umask(old)

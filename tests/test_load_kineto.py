@@ -328,8 +328,10 @@ def test_wrong_types_do_not_stop_the_load(kineto_trace):
     assert "good" in names and "bad_args" in names and "args_list" in names
     assert not {"str_ts", "bool_dur", "list_pid"} & set(names)
     sk = t.meta.skipped
-    assert sk["not an object"] == 2
-    assert sk["malformed fields"] == 3
+    # malformed events are located: their indices in traceEvents follow the reason
+    assert sk["not an object at traceEvents[5, 6]"] == 2
+    assert sk["malformed fields at traceEvents[4]"] == 1  # the list pid
+    assert sk["ts or dur not a number"] == 2  # a string ts, a boolean dur
     assert sk["malformed args (event kept)"] == 2
     bad = names.index("bad_args")
     assert t.events.correlation[bad] == NONE and t.events.stream[bad] == 7  # stream kept
@@ -348,8 +350,9 @@ def test_out_of_range_numbers_are_skipped(kineto_trace):
     names = t.names_of(np.arange(len(t.events)))
     assert "ok" in names
     assert not {"huge_ts", "huge_int_ts", "huge_dur", "huge_pid"} & set(names)
-    assert t.meta.skipped["timestamp out of range"] == 2  # 1e300 µs and a 1e20 µs duration
-    assert t.meta.skipped["malformed fields"] == 2  # integers beyond int64: ts and pid
+    # 1e300 µs, a 30-digit integer µs and a 1e20 µs duration: all read exactly, all too large
+    assert t.meta.skipped["timestamp out of range"] == 3
+    assert t.meta.skipped["malformed fields at traceEvents[4]"] == 1  # an integer pid beyond int64
     assert t.meta.skipped["malformed args (event kept)"] == 1
     assert "huge_corr" in names and t.events.correlation[names.index("huge_corr")] == NONE
     assert int(t.events.end_ns.max()) < 2**62
@@ -445,7 +448,7 @@ def test_batches_share_names_and_counts(kineto_trace, monkeypatch):
     batched = load_trace(kineto_trace(events))
     for t in (whole, batched):
         assert t.meta.flows == 50 and t.meta.processes == {100: "python"}
-        assert t.meta.skipped == {"malformed fields": 1, "malformed args (event kept)": 1}
+        assert t.meta.skipped == {"ts or dur not a number": 1, "malformed args (event kept)": 1}
     assert whole.names_of(np.arange(len(whole.events))) == batched.names_of(np.arange(len(batched.events)))
     for col in ("kind", "start_ns", "dur_ns", "correlation", "device", "stream"):
         assert getattr(whole.events, col).tolist() == getattr(batched.events, col).tolist()
@@ -469,11 +472,16 @@ def test_gzip_cut_anywhere_is_one_error(tmp_path, cut):
         load_trace(str(p))
 
 
-def test_invalid_utf8_inside_an_event_is_invalid_json(tmp_path):
+def test_invalid_utf8_inside_an_event_skips_that_event_only(tmp_path):
     p = tmp_path / "utf8.json"
-    p.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "ts": 1, "dur": 1}]}')
-    with pytest.raises(HostgapError, match="invalid JSON"):
-        load_trace(str(p))
+    p.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "ok", "ts": 1, "dur": 1},'
+                  b'{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "ts": 1, "dur": 1}]}')
+    t = load_trace(str(p))
+    assert t.names_of(np.arange(len(t.events))) == ["ok"]
+    (reason,) = t.meta.skipped
+    assert reason.startswith("undecodable event") and reason.endswith(" at traceEvents[1]")
+    assert t.meta.skipped[reason] == 1
+    assert list(t.meta.extra["skipped_at"].values()) == [[1]]
 
 
 def test_bogus_gzip_trailer_does_not_allocate_its_size(tmp_path):

@@ -322,7 +322,9 @@ def test_minimal_old_schema_loads(tmp_path):
     ev = trace.events
     (kernel,) = rows_of(trace, Kind.KERNEL)
     assert trace.name_of(kernel) == "gemv"
-    assert (ev.pid[kernel], ev.link_key[kernel], ev.correlation[kernel]) == (NONE, NONE, 3)  # owner unknown
+    # no globalPid on the kernel table: the process comes from the launch with correlation id 3
+    assert (ev.pid[kernel], ev.link_key[kernel], ev.correlation[kernel]) == (42, gpid(42) >> 24, 3)
+    assert trace.meta.extra["gpu_ops_process_from_correlation"] == 1
     assert trace.names_of(rows_of(trace, Kind.ANNOTATION)) == ["step"]
     assert trace.meta.extra["graph_kernels"] == 0
 
@@ -338,7 +340,9 @@ def test_nulls_and_odd_values_do_not_stop_the_load(export):
     ev = trace.events
     kernels = rows_of(trace, Kind.KERNEL)
     assert trace.names_of(kernels) == ["k", "kernel (string id 999999)"]
-    assert ev.correlation[kernels].tolist() == [NONE, 0] and ev.link_key[kernels[0]] == NONE
+    # text in an integer column is read as unknown and counted, never as 0
+    assert ev.correlation[kernels].tolist() == [NONE, NONE] and ev.link_key[kernels[0]] == NONE
+    assert trace.meta.skipped["non-integer id read as unknown (kernel) (event kept)"] == 1
     (call,) = rows_of(trace, Kind.RUNTIME)
     assert trace.name_of(call) == "runtime call (string id 424242)" and ev.pid[call] == NONE
     assert trace.names_of(rows_of(trace, Kind.ANNOTATION)) == ["NVTX range"]

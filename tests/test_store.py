@@ -102,3 +102,76 @@ def test_default_location(monkeypatch, tmp_path):
     assert default_path() == tmp_path / "xdg" / "hostgap" / "runs.sqlite"
     monkeypatch.delenv("XDG_DATA_HOME")
     assert str(default_path()).endswith(".local/share/hostgap/runs.sqlite")
+
+
+# -- creation under concurrency, foreign files ------------------------------------------------
+
+
+def _create_and_add(args):
+    path, i, start = args
+    import time as _time
+
+    while _time.time() < start:  # every process opens the new database at the same instant
+        pass
+    with RunsDB(path) as db:
+        db.add(_result(f"run-{i}", batch=i))
+    return i
+
+
+def test_concurrent_creation_records_every_run(tmp_path):
+    import multiprocessing as mp
+    import time as _time
+
+    ctx = mp.get_context("fork")
+    for trial in range(4):
+        path = str(tmp_path / f"new{trial}.sqlite")
+        start = _time.time() + 0.5
+        with ctx.Pool(6) as pool:
+            done = pool.map(_create_and_add, [(path, i, start) for i in range(6)])
+        assert sorted(done) == list(range(6))
+        with RunsDB(path) as db:
+            assert sorted(r["run_id"] for r in db.rows()) == [f"run-{i}" for i in range(6)]
+            assert db.schema_version == SCHEMA_VERSION
+
+
+def test_foreign_sqlite_file_is_refused_without_writing(tmp_path):
+    import hashlib
+
+    path = tmp_path / "app.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+    con.execute("INSERT INTO users VALUES (1, 'a')")
+    con.commit()
+    con.close()
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(HostgapError, match="not a hostgap runs database .*users"):
+        RunsDB(path)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+    con = sqlite3.connect(path)
+    assert {r[0] for r in con.execute("SELECT name FROM sqlite_master")} == {"users"}
+    con.close()
+
+
+def test_foreign_file_via_the_cli_exits_2_and_is_untouched(tmp_path):
+    from click.testing import CliRunner
+
+    from hostgap.cli import cli
+
+    path = tmp_path / "other.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE meta (key TEXT, value TEXT)")  # a name clash is still not ours
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    res = CliRunner().invoke(cli, ["runs", "--db", str(path)])
+    assert res.exit_code == 2, res.output
+    assert "not a hostgap runs database" in res.output and "Traceback" not in res.output
+    assert path.read_bytes() == before
+
+
+def test_empty_file_becomes_a_database(tmp_path):
+    path = tmp_path / "empty.sqlite"
+    path.write_bytes(b"")
+    with RunsDB(path) as db:
+        db.add(_result("r1"))
+        assert db.count() == 1

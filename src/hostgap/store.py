@@ -181,26 +181,76 @@ class RunsDB:
 
     # -- schema ---------------------------------------------------------------------------
     def _init(self) -> None:
-        with self._conn:
-            self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-            row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is None:
-                cols = ", ".join(f"{c} {t}" for c, t in COLUMNS)
-                self._conn.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
-                self._conn.execute("CREATE INDEX IF NOT EXISTS runs_cell ON runs(cell_key)")
-                self._conn.execute(
-                    "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                )
-            elif int(row["value"]) < SCHEMA_VERSION:
-                self._migrate()
-            elif int(row["value"]) > SCHEMA_VERSION:
-                raise HostgapError(
-                    self.path,
-                    f"runs database schema {row['value']} is newer than this hostgap ({SCHEMA_VERSION}); upgrade hostgap",
-                )
+        """Check the schema, creating it in an empty file. Creation runs in one ``BEGIN
+        IMMEDIATE`` transaction (the file's write lock), so processes creating the same new
+        database at once serialise: one creates, the others find it made. A file that holds
+        other tables is refused before anything is written to it."""
+        if self._tables():
+            self._check_schema()
+            return
+        self._conn.isolation_level = None  # explicit transactions: DDL included
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                if not self._tables():  # nobody created it while this process waited
+                    cols = ", ".join(f"{c} {t}" for c, t in COLUMNS)
+                    self._conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+                    self._conn.execute(f"CREATE TABLE runs ({cols})")
+                    self._conn.execute("CREATE INDEX runs_cell ON runs(cell_key)")
+                    self._conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
+                                       (str(SCHEMA_VERSION),))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        finally:
+            self._conn.isolation_level = ""
+        self._check_schema()
+
+    def _tables(self) -> set[str]:
+        return {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+
+    def _check_schema(self) -> None:
+        """Refuse (without writing) a file that is not a hostgap runs database or is newer."""
+        tables = self._tables()
+        row = None
+        if {"meta", "runs"} <= tables:
+            try:
+                row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            except sqlite3.DatabaseError:
+                row = None
+        version = _int_or_none(row["value"]) if row is not None else None
+        if version is None:
+            shown = ", ".join(sorted(tables)[:5]) + (" ..." if len(tables) > 5 else "")
+            raise HostgapError(self.path, f"not a hostgap runs database (an SQLite file with tables {shown}); "
+                               "give another --db path")
+        if version > SCHEMA_VERSION:
+            raise HostgapError(
+                self.path,
+                f"runs database schema {version} is newer than this hostgap ({SCHEMA_VERSION}); upgrade hostgap",
+            )
+        if version < SCHEMA_VERSION:
+            self._upgrade()
+
+    def _upgrade(self) -> None:
+        """Migrate an older hostgap database under the write lock; a process that waited finds
+        it already migrated."""
+        self._conn.isolation_level = None
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+                if _int_or_none(row["value"]) < SCHEMA_VERSION:
+                    self._migrate()
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        finally:
+            self._conn.isolation_level = ""
 
     def _migrate(self) -> None:
-        """Version 1 -> 2 in one transaction (the caller's): add the validity columns and fill
+        """Version 1 -> 2 in the caller's transaction: add the validity columns and fill
         them from each row's results JSON."""
         have = {r["name"] for r in self._conn.execute("PRAGMA table_info(runs)")}
         types = dict(COLUMNS)
@@ -299,6 +349,13 @@ class RunsDB:
         if not items:
             return "", ()
         return " WHERE " + " AND ".join(f"{k} = ?" for k, _ in items), tuple(v for _, v in items)
+
+
+def _int_or_none(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
 
 
 def _like_prefix(s: str) -> str:

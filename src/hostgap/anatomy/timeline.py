@@ -272,12 +272,16 @@ def cpu_compute_mask(trace: Trace) -> np.ndarray:
     counted = ~metadata & (~has_work_child | kernel_bearing)
     # keep the outermost counted op of each nest (addmm, not also its copy_): on one thread
     # the counted intervals then never overlap and their sum equals their union
+    # pointer jumping: after round r, ``inside`` covers the 2**r nearest ancestors and ``up``
+    # points 2**r levels up, so a nest of depth d takes log2(d) vectorised rounds, not d
+    has_parent = ops.parent >= 0
     inside = np.zeros(len(counted), dtype=bool)
+    inside[has_parent] = counted[ops.parent[has_parent]]
     up = ops.parent.copy()
     while (up >= 0).any():
-        live = up >= 0
-        inside[live] |= counted[up[live]]
-        up[live] = ops.parent[up[live]]
+        live = np.flatnonzero(up >= 0)
+        inside[live] |= inside[up[live]]
+        up[live] = up[up[live]]
     mask[ops.rows[counted & ~inside]] = True
     return mask
 

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from hostgap.capture.rundir import file_mode
 from hostgap.errors import HostgapError
 
 HARVEST_SCHEMA_VERSION = 1
@@ -246,9 +247,7 @@ def write_table(rows: list[dict], path: Path, columns: tuple[str, ...], meta: di
             import pyarrow.parquet as pq
 
             pq.write_table(table, tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is not what a results file should have
+        os.chmod(tmp, file_mode())  # mkstemp's 0600 is not what a results file should have
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

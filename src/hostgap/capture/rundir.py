@@ -11,7 +11,10 @@ Layout::
       stacks/         py-spy samples (with --stacks)
 
 Files are written to a temporary name and renamed, so a crash or Ctrl-C never leaves a
-half-written JSON behind.
+half-written JSON behind. A run directory holds ``.incomplete`` (the creating process's pid and
+host) until ``results.json`` is written; a run killed before that (even by SIGKILL, which no
+handler sees) is removed by the next run created beside it (:func:`remove_stale`), which says
+what it removed on stderr.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +31,25 @@ from pathlib import Path
 from hostgap.errors import HostgapError
 
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+def file_mode() -> int:
+    """The mode a new file gets here: 0o666 less the process umask, read without changing it
+    (``os.umask`` can only be read by setting it, which for that instant would make files
+    other threads create world-writable). Linux reports it in /proc/self/status; elsewhere a
+    probe file created with mode 0o666 shows it."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    folder = tempfile.mkdtemp(prefix=".hostgap-umask-")
+    try:
+        probe = os.path.join(folder, "probe")
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+        return os.stat(probe).st_mode & 0o777
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def check_writable(parent: Path) -> None:
@@ -73,12 +95,49 @@ def write_atomic(path: Path, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; files should look like any other
+        os.chmod(tmp, file_mode())  # mkstemp creates 0600; files should look like any other
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+INCOMPLETE = ".incomplete"
+"""Marker file of a run directory whose results are not written yet."""
+
+
+def remove_stale(parent: Path) -> list[Path]:
+    """Remove the run directories under ``parent`` that are marked incomplete by a process of
+    this host that no longer runs; return them. Directories of live processes, of other hosts
+    and without the marker are left alone."""
+    removed = []
+    try:
+        marked = sorted(Path(parent).glob(f"*/{INCOMPLETE}"))
+    except OSError:
+        return removed
+    host = socket.gethostname()
+    for marker in marked:
+        try:
+            info = json.loads(marker.read_bytes())
+            pid, owner = int(info["pid"]), str(info["host"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable marker: not ours to judge
+        if owner != host or pid == os.getpid() or _alive(pid) or (marker.parent / "results.json").exists():
+            continue
+        shutil.rmtree(marker.parent, ignore_errors=True)
+        removed.append(marker.parent)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # exists (another user's) or unknowable: keep
+    return True
 
 
 def write_json(path: Path, obj) -> Path:
@@ -100,17 +159,27 @@ class RunDir:
 
     @staticmethod
     def create(path: Path) -> RunDir:
+        """A new, empty run directory marked incomplete; stale incomplete siblings (their
+        process is gone) are removed first and named on stderr."""
         path = Path(path)
+        removed = remove_stale(path.parent)
+        if removed:
+            print(f"hostgap: removed {len(removed)} incomplete run director{'y' if len(removed) == 1 else 'ies'} "
+                  f"left by interrupted runs: {', '.join(p.name for p in removed)}", file=sys.stderr)
         if path.exists() and any(path.iterdir()):
             raise HostgapError(str(path), "run directory already exists and is not empty")
         try:
             (path / "traces").mkdir(parents=True, exist_ok=True)
+            write_json(path / INCOMPLETE, {"pid": os.getpid(), "host": socket.gethostname()})
         except OSError as e:
             raise HostgapError(str(path), f"cannot create the run directory ({e.strerror or e})") from None
         return RunDir(path)
 
     def write_json(self, name: str, obj) -> Path:
-        return write_json(self.path / name, obj)
+        out = write_json(self.path / name, obj)
+        if name == "results.json":  # complete from here on
+            (self.path / INCOMPLETE).unlink(missing_ok=True)
+        return out
 
     def remove_traces(self) -> None:
         shutil.rmtree(self.path / "traces", ignore_errors=True)

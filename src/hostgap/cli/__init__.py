@@ -47,7 +47,9 @@ def _exit_now(status: int) -> None:
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="hostgap")
-def cli() -> None:
+@click.option("--max-trace-bytes", metavar="SIZE", default=None,
+              help="Largest trace text to load, e.g. 64G (default 16G; docs/input.md).")
+def cli(max_trace_bytes: str | None = None) -> None:
     """hostgap: where every millisecond of an LLM decode step goes.
 
     \b
@@ -56,6 +58,8 @@ def cli() -> None:
       hostgap analyze trace.json.gz        # GPU timeline of a profiler trace
       hostgap steps trace.json.gz --csv    # one row per engine step
     """
+    if max_trace_bytes is not None:  # read by hostgap.load.text.max_trace_bytes
+        os.environ["HOSTGAP_MAX_TRACE_BYTES"] = max_trace_bytes
 
 
 for _name in COMMAND_MODULES:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 
 import click
@@ -34,6 +35,25 @@ def _load(path: str, requests: str | None):
     for note in steps.notes:
         _log(f"{path}: {note}")
     return steps
+
+
+def _finite(v) -> float | None:
+    """A float for JSON: NaN or ±inf (unknown) become None."""
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+def strict_json(obj) -> str:
+    """JSON text with no NaN/Infinity tokens (invalid JSON): non-finite floats become null."""
+    def clean(o):
+        if isinstance(o, float):
+            return o if math.isfinite(o) else None
+        if isinstance(o, dict):
+            return {k: clean(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [clean(v) for v in o]
+        return o
+    return json.dumps(clean(obj), indent=2, allow_nan=False)
 
 
 def _ms(v) -> str:
@@ -92,7 +112,7 @@ def fit_cmd(steps_path, output, requests_path, target, test_fraction, seed, clas
     steps = _only_source(_load(steps_path, requests_path), source, steps_path)
     test = A.split_mask(steps, test_fraction, seed)
     train = steps.subset(~test)
-    prov = {"split": {"rule": "blake2b(source, step, seed) < test_fraction",
+    prov = {"split": {"rule": "splitmix64(step content, seed) < test_fraction (file name and order ignored)",
                       "test_fraction": test_fraction, "seed": seed},
             "data_sha256_all": steps.data_sha256(), "steps_path": steps_path,
             "fit_source": source}
@@ -107,8 +127,7 @@ def fit_cmd(steps_path, output, requests_path, target, test_fraction, seed, clas
     held = steps.subset(test & _fitted_class_mask(model, steps))
     metrics = A.evaluate(model, held) if len(held) else None
     if as_json:
-        click.echo(json.dumps({"model": output, "held_out": metrics.to_dict() if metrics
-                               else None}, indent=2))
+        click.echo(strict_json({"model": output, "held_out": metrics.to_dict() if metrics else None}))
         return
     _print_model(model)
     if metrics is not None:
@@ -223,9 +242,12 @@ def eval_cmd(model_path, steps_path, requests_path, as_json, as_csv, include_tra
                                   "training steps of this model or classes it lacks")
     if include_training:
         note = "in-sample: training steps included (--include-training)"
+    extrapolated = A.range_note(model, steps.subset(keep))
+    if extrapolated:
+        note = f"{note}; {extrapolated}" if note else extrapolated
     metrics = A.Metrics(metrics.groups, metrics.n_steps, int(len(steps) - keep.sum()), note)
     if as_json:
-        click.echo(json.dumps(metrics.to_dict(), indent=2))
+        click.echo(strict_json(metrics.to_dict()))
     elif as_csv:
         rows = [g.to_dict() for g in metrics.groups]
         w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
@@ -263,11 +285,11 @@ def explain_cmd(model_path, steps_path, step_id, source, requests_path, rescale,
     rows = _explain_rows(sh)
     head = {"source": one.sources[one.source_idx[0]], "step": step_id,
             "class": "prefill" if one.is_prefill[0] else "decode",
-            "requests": int(one.n_requests[0]), "predicted_ns": float(sh.predicted_ns[0]),
-            "measured_ns": float(sh.measured_ns[0]), "host_fraction": float(sh.host_fraction[0]),
-            "split": split, "rescaled": rescale}
+            "requests": int(one.n_requests[0]), "predicted_ns": _finite(sh.predicted_ns[0]),
+            "measured_ns": _finite(sh.measured_ns[0]), "host_fraction": _finite(sh.host_fraction[0]),
+            "split": split, "rescaled": rescale, "range_note": A.range_note(model, one)}
     if as_json:
-        click.echo(json.dumps({**head, "requests_shares": rows}, indent=2))
+        click.echo(strict_json({**head, "requests_shares": rows}))
     elif as_csv:
         w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
         w.writeheader()
@@ -299,7 +321,7 @@ def _explain_rows(sh) -> list[dict]:
              "q": int(sh.p[i]), "s": int(sh.c[i]), "share_ns": float(sh.share_ns[i]),
              "share_fraction": float(sh.share_ns[i] / total) if total > 0 else None,
              "token_fraction": float(sh.p[i] / tokens),  # what the token baseline charges
-             "device_ns": float(sh.device_ns[i]), "host_ns": float(sh.host_ns[i]),
+             "device_ns": _finite(sh.device_ns[i]), "host_ns": _finite(sh.host_ns[i]),
              "alone_ns": None if np.isnan(sh.alone_ns[i]) else float(sh.alone_ns[i])}
             for i in range(len(sh.share_ns))]
 
@@ -320,10 +342,13 @@ def _print_explain(head: dict, rows: list[dict]) -> None:
     con = _console()
     con.print(t)
     basis = ("each request's device/host model ratio" if head["split"] == "model"
-             else f"the step's host fraction {_pct(head['host_fraction'])}")
+             else f"the step's host fraction {_pct(head['host_fraction'])}" if head["host_fraction"] is not None
+             else "the step's host fraction, which is unknown (no host_exposed_ns here or in training)")
     con.print(f"  shares add up to the {'measured' if head['rescaled'] else 'predicted'} step "
               f"time; host part from {basis}; 'by tokens' is the token-count baseline's share",
               highlight=False)
+    if head.get("range_note"):
+        con.print(f"  note: {head['range_note']}", highlight=False)
 
 
 @attribute_group.command("synth")

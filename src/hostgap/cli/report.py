@@ -10,6 +10,7 @@ import tempfile
 import click
 from rich.console import Console
 
+from hostgap.capture.rundir import file_mode
 from hostgap.errors import HostgapError
 
 _err = Console(stderr=True)
@@ -59,9 +60,7 @@ def write_text_atomic(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
     except OSError as e:
         os.unlink(tmp)
@@ -193,9 +192,7 @@ def register(cli: click.Group) -> None:
         an = analyze(t, cfg, links)
         doc = build(trace, t, an)
         write_json_gz(doc, output)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(output, 0o666 & ~umask)  # the temp file it was renamed from is private
+        os.chmod(output, file_mode())  # the temp file it was renamed from is private
         if not quiet:
             added = sum(1 for e in doc["traceEvents"] if isinstance(e, dict)
                         and str(e.get("cat", "")).startswith("hostgap."))

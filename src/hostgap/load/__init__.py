@@ -37,7 +37,7 @@ def sniff(path: str) -> str:
             "is an Nsight Systems report; export it first: "
             f"nsys export --type sqlite --output {_stem(path)}.sqlite {path}",
         )
-    stripped = head.lstrip()
+    stripped = head.removeprefix(b"\xef\xbb\xbf").lstrip()  # a UTF-8 BOM may precede JSON
     if stripped[:1] in (b"{", b"["):
         return "kineto"
     raise HostgapError(path, "not a trace: expected Kineto JSON (.json/.json.gz) or an Nsight Systems SQLite export")

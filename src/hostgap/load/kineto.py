@@ -13,15 +13,20 @@ JSON text plus one batch, and the load takes about as long as a bare ``orjson.lo
 text. A batch whose events do not fit the typed schema (a string where a number belongs, ...)
 is decoded again leniently, event by event, and the misfits are skipped and counted by reason.
 
-Timestamps: ``ns = round(ts_us * 1000)``, never truncated to whole µs. The float64 that a
-3-decimal µs timestamp parses to gives the exact ns below 2**41 µs (~25 days of uptime on the
-monotonic clock Kineto uses) and is within 1 ns up to 2**43 µs (~100 days); the file's decimal
-text is the limit there, not the conversion.
+Timestamps: ``ts`` and ``dur`` are kept as their JSON text and converted to int64 ns exactly
+(:mod:`hostgap.load.decimal_ns`): epoch-µs integers and fractional µs alike, no binary float on
+the way; a fourth decimal and beyond is rounded half to even.
+
+Hostile input (docs/input.md): the inflated text is bounded (:mod:`hostgap.load.text`: 200x
+the compressed size and 16 GiB in all, ``HOSTGAP_MAX_TRACE_BYTES`` overrides the latter), JSON nesting is bounded by msgspec's recursion limit, and an event whose
+text does not decode (a number beyond any range, invalid UTF-8, a lone surrogate escape, a raw
+control character in a string) is skipped and counted with its index in ``traceEvents``
+(``meta.extra["skipped_at"]``: the first few per reason); only whole-file problems reject the
+file.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections import Counter
 from itertools import compress, repeat
 from operator import attrgetter, eq
@@ -42,14 +47,12 @@ from hostgap.events import (
     TraceMeta,
 )
 from hostgap.load.apis import classify_api, copy_kind_from_name
+from hostgap.load.decimal_ns import MALFORMED, MISSING, OUT_OF_RANGE, ns_from_text
+from hostgap.load.text import fence_control_char, fence_lone_surrogates, read_trace_text
 
 I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 """An integer that fits the int64 columns (JSON allows any size; a larger one is a misfit)."""
-Num = I64 | float
-
-MAX_ABS_NS = 2**62
-"""Timestamps and durations beyond this (in ns) are skipped as out of range: start + dur then
-always fits in int64, and no real clock is within orders of magnitude of it."""
+_ABSENT = msgspec.Raw(b"")
 
 
 # Numeric args may arrive as strings (ROCm writes ``"bytes": "9216"`` on hipMemcpyAsync): they are
@@ -76,31 +79,41 @@ class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str | None = None
     name: str | None = None
-    ts: Num | None = None
-    dur: Num | None = None
+    ts: msgspec.Raw = _ABSENT  # JSON text: converted to ns exactly (decimal_ns)
+    dur: msgspec.Raw = _ABSENT
     pid: I64 | str | None = NONE
     tid: I64 | str | None = NONE
     args: _Args | None = None
 
 
+class _EventLooseArgs(_Event, gc=False):
+    """An event whose args did not fit :class:`_Args`: they are salvaged one by one."""
+
+    args: msgspec.Raw = _ABSENT  # type: ignore[assignment]
+
+
 class _RawDoc(msgspec.Struct):
     traceEvents: list[msgspec.Raw] | None = None
-    baseTimeNanoseconds: Any = None
-    deviceProperties: Any = None
-    distributedInfo: Any = None
+    baseTimeNanoseconds: msgspec.Raw = _ABSENT  # metadata is decoded leniently (_meta_value)
+    deviceProperties: msgspec.Raw = _ABSENT
+    distributedInfo: msgspec.Raw = _ABSENT
 
 
 BATCH = 4096
 """Events decoded into structs at a time (bounds the memory beyond the JSON text itself)."""
 
 _EVENTS = msgspec.json.Decoder(list[_Event])
+_EVENT = msgspec.json.Decoder(_Event)
+_EVENT_LOOSE_ARGS = msgspec.json.Decoder(_EventLooseArgs)
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+SKIPPED_AT_KEEP = 5
+"""Indices (in ``traceEvents``) kept per skip reason for malformed events."""
+MAX_REASON_TEXT = 80
+"""A category or name quoted in a skip reason is cut to this many characters."""
 
 
 class _LooseDoc(msgspec.Struct):
-    traceEvents: Any = None
-    baseTimeNanoseconds: Any = None
-    deviceProperties: Any = None
-    distributedInfo: Any = None
+    traceEvents: msgspec.Raw = _ABSENT
 
 
 # Category (current and legacy) → kind. Runtime/driver categories are refined by API name.
@@ -126,56 +139,101 @@ _CATEGORY_KIND: dict[str, Kind | None] = {
 _IGNORED_CATEGORIES = {"Trace", "cuda_sync", "cpu_instant_event", "overhead", "Overhead"}
 _FLOW_PHASES = {"s", "f", "t"}
 _PH, _CAT, _NAME = attrgetter("ph"), attrgetter("cat"), attrgetter("name")
+_TS, _DUR = attrgetter("ts"), attrgetter("dur")
 
 
 def load_kineto(path: str) -> Trace:
-    """Load a Kineto JSON trace. Whole-file problems raise :class:`HostgapError`."""
-    raw = _read_bytes(path)
-    try:
-        doc = msgspec.json.decode(raw, type=_RawDoc)
-    except msgspec.ValidationError:
-        doc = _decode_loose(path, raw)  # raises: traceEvents is not a list, or not an object
-    except msgspec.DecodeError as e:
-        raise HostgapError(path, f"invalid JSON ({_short(e)})") from None
+    """Load a Kineto JSON trace. Whole-file problems raise :class:`HostgapError`; events that
+    do not fit are skipped and counted by reason in ``meta.skipped``, and the kept ones plus
+    the skipped ones (reasons not marked "event kept") add up to ``len(traceEvents)``."""
+    raw = read_trace_text(path)
+    doc = _decode_doc(path, raw)
     if doc.traceEvents is None:
         raise HostgapError(path, "JSON has no traceEvents: not a PyTorch profiler / Kineto trace")
+    n_input = len(doc.traceEvents)
+    if not n_input:
+        raise HostgapError(path, "traceEvents is empty: the trace holds no events")
     skipped = SkipCounter()
-    try:
-        columns, names, processes, flows = _decode_events(doc.traceEvents, skipped)
-    except msgspec.DecodeError as e:  # the first pass checks structure, not string encoding
-        raise HostgapError(path, f"invalid JSON ({_short(e)})") from None
+    skipped_at: dict[str, list[int]] = {}
+    columns, names, processes, (flows, metadata) = _decode_events(doc.traceEvents, skipped, skipped_at)
     del raw, doc.traceEvents
     table = EventTable.from_columns(columns)
+    if not len(table):
+        top = ", ".join(f"{r}: {n}" for r, n in skipped.most_common(3))
+        raise HostgapError(path, f"none of the {n_input} events is a timed trace event ({top})")
     meta = TraceMeta(
         path=path,
         format="kineto",
-        base_time_ns=_int_or_none(doc.baseTimeNanoseconds),
-        devices=_devices(doc.deviceProperties, table),
-        rank=_dist(doc.distributedInfo, "rank"),
-        world_size=_dist(doc.distributedInfo, "world_size"),
-        skipped=dict(skipped),
+        base_time_ns=_int_or_none(_meta_value(doc.baseTimeNanoseconds)),
+        devices=_devices(_meta_value(doc.deviceProperties), table),
+        rank=_dist(_meta_value(doc.distributedInfo), "rank"),
+        world_size=_dist(_meta_value(doc.distributedInfo), "world_size"),
+        skipped={_located(r, skipped_at.get(r), n): n for r, n in skipped.items()},
         flows=flows,
         processes=processes,
+        extra={"events_in_file": n_input, "metadata_events": metadata,
+               **({"skipped_at": skipped_at} if skipped_at else {})},
     )
     return Trace(table, names, meta)
 
 
-def _decode_events(raws: list[msgspec.Raw], skipped: SkipCounter):
+def _decode_doc(path: str, raw) -> _RawDoc:
+    """The top level with ``traceEvents`` split into raw spans. Text that would fail the whole
+    decode for one value's sake (lone surrogate escapes, raw control characters) is fenced
+    into that value first (:mod:`hostgap.load.text`); anything else is a whole-file error."""
+    fences = 0
+    while True:
+        try:
+            return msgspec.json.decode(raw, type=_RawDoc)
+        except msgspec.ValidationError:
+            return _decode_loose(path, raw)  # raises: traceEvents is not a list, or not an object
+        except RecursionError:
+            raise HostgapError(path, "JSON nested too deeply (more levels than the decoder's limit)") from None
+        except msgspec.DecodeError as e:
+            fixed = fence_lone_surrogates(raw) if fences == 0 else None
+            if fixed is None:
+                if not isinstance(raw, bytearray):
+                    raw = bytearray(raw)
+                if fences >= MAX_FENCES or not fence_control_char(raw, str(e)):
+                    raise HostgapError(path, f"invalid JSON ({_short(e)})") from None
+            else:
+                raw = fixed
+            fences += 1
+
+
+MAX_FENCES = 64
+"""Decode attempts that may each fence one bad character before the file is refused."""
+
+
+def _meta_value(raw: msgspec.Raw):
+    """A top-level metadata value decoded on its own; None when absent or undecodable (it is
+    metadata: the events do not depend on it)."""
+    if not len(raw):
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+
+
+def _decode_events(raws: list[msgspec.Raw], skipped: SkipCounter, skipped_at: dict[str, list[int]]):
     """Decode the raw events batch by batch into columns (see the module docstring). Consumes
     ``raws``: each batch's spans are dropped once decoded, and its columns are copied into
     arrays sized for every event, so the peak stays near the JSON text itself."""
     codes: dict[str, int] = {}
     columns: dict[str, np.ndarray] = {}
-    processes, flows, n, capacity = {}, 0, 0, len(raws)
+    processes, flows, metadata, n, capacity, base = {}, 0, 0, 0, len(raws), 0
     while raws:
-        chunk = b"[" + b",".join(raws[:BATCH]) + b"]"
+        batch = raws[:BATCH]
         del raws[:BATCH]
         try:
-            events = _EVENTS.decode(chunk)
-        except msgspec.ValidationError:
-            events = _coerce_events(msgspec.json.decode(chunk), skipped)
-        del chunk
-        cols, procs, n_flows = _columns(events, skipped, codes)
+            events = _EVENTS.decode(b"[" + b",".join(batch) + b"]")
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            events = _events_one_by_one(batch, base, skipped, skipped_at)
+        base += len(batch)
+        del batch
+        cols, procs, n_flows, n_meta = _columns(events, skipped, codes)
+        metadata += n_meta
         del events
         m = len(cols["kind"])
         for c, v in cols.items():
@@ -188,116 +246,103 @@ def _decode_events(raws: list[msgspec.Raw], skipped: SkipCounter):
     if not columns:
         columns = _columns([], skipped, codes)[0]
     names = tuple("" if n is None else n for n in codes)
-    return _finish({c: v[:n] for c, v in columns.items()}, names), names, processes, flows
+    return _finish({c: v[:n] for c, v in columns.items()}, names), names, processes, (flows, metadata)
 
 
-# -- reading ---------------------------------------------------------------------------
+# -- lenient path ----------------------------------------------------------------------
 
 
-def _read_bytes(path: str) -> bytes:
+def _decode_loose(path: str, raw) -> _RawDoc:
+    """The top level did not fit :class:`_RawDoc`: not an object, ``traceEvents`` not a list,
+    or ``traceEvents`` given twice with a non-list first (the last one counts, as in Python's
+    json)."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise HostgapError(path, f"cannot read ({e.strerror})") from None
-    if not raw:
-        raise HostgapError(path, "empty file")
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = _gunzip(raw)
-        except (EOFError, OSError, zlib.error) as e:
-            raise HostgapError(path, f"truncated or corrupt gzip ({_short(e)})") from None
-        if not raw:
-            raise HostgapError(path, "empty file inside gzip")
-    return raw
-
-
-MAX_GZIP_RATIO = 128
-"""Preallocate at most this many times the compressed size (JSON traces inflate ~10-30x);
-a larger text still loads, growing the buffer."""
-
-
-def _gunzip(data: bytes) -> bytearray:
-    """Every member of a gzip stream, inflated into one buffer sized from the gzip trailer
-    (``bytes.join`` or ``gzip.decompress`` would hold the text twice at their peak). Input is
-    fed in small slices and output taken in bounded chunks, so nothing else is ever large."""
-    # the trailer's size (mod 2**32) is trusted only up to a plausible ratio: a truncated or
-    # corrupt file ends in arbitrary bytes and must not allocate gigabytes
-    size_hint = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
-    out = bytearray(min(size_hint, MAX_GZIP_RATIO * len(data)))
-    pos = 0
-    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    view, off = memoryview(data), 0
-    while True:
-        pending = view[off : off + (1 << 16)]
-        off += len(pending)
-        while True:
-            chunk = d.decompress(pending, 1 << 20)
-            if chunk:
-                end = pos + len(chunk)
-                if end > len(out):  # the trailer holds the size mod 2**32, or more members follow
-                    out.extend(bytes(max(end - len(out), len(out) // 2)))
-                out[pos:end] = chunk
-                pos = end
-            pending = d.unconsumed_tail
-            if not pending or d.eof:
-                break
-        if d.eof:
-            rest = bytes(d.unused_data) + bytes(view[off:])
-            rest = rest.lstrip(b"\x00")  # members may be followed by zero padding
-            if not rest:
-                break
-            view, off = memoryview(rest), 0
-            d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        elif off >= len(view):
-            raise EOFError("compressed stream ended before the end-of-stream marker")
-    del out[pos:]
-    return out
-
-
-def _decode_loose(path: str, raw: bytes) -> _LooseDoc:
-    try:
-        doc = msgspec.json.decode(raw, type=_LooseDoc)
+        loose = msgspec.json.decode(raw, type=_LooseDoc)
     except msgspec.ValidationError:
         raise HostgapError(path, "JSON is not an object with traceEvents: not a Kineto trace") from None
     except msgspec.DecodeError as e:
         raise HostgapError(path, f"invalid JSON ({_short(e)})") from None
-    if doc.traceEvents is not None and not isinstance(doc.traceEvents, list):
+    except RecursionError:
+        raise HostgapError(path, "JSON nested too deeply (more levels than the decoder's limit)") from None
+    text = bytes(loose.traceEvents).lstrip()
+    if not text or text == b"null":
+        return _RawDoc(traceEvents=None)
+    if text[:1] != b"[":
         raise HostgapError(path, "traceEvents is not a list")
-    return doc
+    doc = msgspec.json.decode(raw, type=_LooseMeta)
+    return _RawDoc(_RAWS.decode(text), doc.baseTimeNanoseconds, doc.deviceProperties, doc.distributedInfo)
 
 
-def _coerce_events(events: list, skipped: SkipCounter) -> list[_Event]:
-    """Slow path: convert events one by one, skipping those that do not fit."""
+class _LooseMeta(msgspec.Struct):
+    baseTimeNanoseconds: msgspec.Raw = _ABSENT
+    deviceProperties: msgspec.Raw = _ABSENT
+    distributedInfo: msgspec.Raw = _ABSENT
+
+
+def _located(reason: str, at: list[int] | None, n: int) -> str:
+    """A malformed-event reason with the positions (in ``traceEvents``) of its first events,
+    so the user can find them: ``undecodable event (...) at traceEvents[5000]``."""
+    if not at or reason == MALFORMED_ARGS:  # the event is kept: nothing to find
+        return reason
+    return f"{reason} at traceEvents[{', '.join(map(str, at))}{', ...' if n > len(at) else ''}]"
+
+
+def _skip(reason: str, index: int, skipped: SkipCounter, skipped_at: dict[str, list[int]]) -> None:
+    skipped.add(reason)
+    at = skipped_at.setdefault(reason, [])
+    if len(at) < SKIPPED_AT_KEEP:
+        at.append(index)
+
+
+NOT_AN_OBJECT = "not an object"
+MALFORMED_FIELDS = "malformed fields"
+UNDECODABLE = "undecodable event (invalid UTF-8, lone surrogate, control character, too deep)"
+
+
+def _events_one_by_one(batch: list[msgspec.Raw], base: int, skipped: SkipCounter,
+                       skipped_at: dict[str, list[int]]) -> list[_Event]:
+    """Slow path for a batch that did not decode as a whole: each event on its own; those
+    that do not fit are skipped and counted with their index in ``traceEvents``."""
     out = []
-    for e in events:
-        if not isinstance(e, dict):
-            skipped.add("not an object")
-            continue
+    for k, r in enumerate(batch):
         try:
-            out.append(msgspec.convert(e, _Event))
+            out.append(_EVENT.decode(r))
             continue
         except msgspec.ValidationError:
             pass
+        except (msgspec.DecodeError, RecursionError):
+            _skip(UNDECODABLE, base + k, skipped, skipped_at)
+            continue
+        if memoryview(r)[:1].tobytes() != b"{":
+            _skip(NOT_AN_OBJECT, base + k, skipped, skipped_at)
+            continue
         # salvage: drop malformed args rather than the event, when the core fields are fine
-        args = e.get("args")
         try:
-            ev = msgspec.convert({k: v for k, v in e.items() if k != "args"}, _Event)
-        except msgspec.ValidationError:
-            skipped.add("malformed fields")
+            loose = _EVENT_LOOSE_ARGS.decode(r)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            _skip(MALFORMED_FIELDS, base + k, skipped, skipped_at)
             continue
         skipped.add(MALFORMED_ARGS)
-        if isinstance(args, dict):
-            clean = {}
-            for k in ("correlation", "External id", "external id", "device", "stream", "bytes"):
-                v = args.get(k)
-                if isinstance(v, str):
-                    v = _int_or_none(v)
-                if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63:
-                    clean[k] = v
-            ev.args = _Args(**{_ARG_FIELDS[k]: v for k, v in clean.items()})
-        out.append(ev)
+        out.append(_Event(loose.ph, loose.cat, loose.name, loose.ts, loose.dur, loose.pid, loose.tid,
+                          _salvage_args(loose.args)))
     return out
+
+
+def _salvage_args(raw: msgspec.Raw) -> _Args:
+    """The integer args that are well-formed; the rest dropped."""
+    try:
+        args = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return _Args()
+    clean = {}
+    if isinstance(args, dict):
+        for k, field_name in _ARG_FIELDS.items():
+            v = args.get(k)
+            if isinstance(v, str):
+                v = _int_or_none(v)
+            if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63:
+                clean[field_name] = v
+    return _Args(**clean)
 
 
 MALFORMED_ARGS = "malformed args (event kept)"
@@ -335,27 +380,25 @@ def _columns(events: list[_Event], skipped: SkipCounter, codes: dict[str, int]):
     unknown = kind < 0
     if unknown.any():
         for c, n in Counter(cats[i] for i in np.flatnonzero(unknown)).items():
-            reason = f"ignored category: {c}" if c in _IGNORED_CATEGORIES else f"unknown category: {c}"
-            skipped.add(reason, n)
+            skipped.add(_category_reason(c), n)
 
-    # typed decode guarantees int | float | None; None becomes NaN
-    ts = _floats(ev, "ts")
-    dur = _floats(ev, "dur")
-    bad_time = ~unknown & (np.isnan(ts) | np.isnan(dur))
-    skipped.add("missing ts or dur", int(bad_time.sum()))
-    neg = ~unknown & ~bad_time & (dur < 0)
-    skipped.add("negative duration", int(neg.sum()))
-    with np.errstate(invalid="ignore", over="ignore"):
-        huge = ~unknown & ~bad_time & ~neg & ((np.abs(ts) * 1000.0 >= MAX_ABS_NS) | (dur * 1000.0 >= MAX_ABS_NS))
+    # ts/dur arrive as JSON text: exact ns, and a status per value (decimal_ns)
+    ts, ts_st = ns_from_text(list(map(_TS, ev)))
+    dur, dur_st = ns_from_text(list(map(_DUR, ev)))
+    known = ~unknown
+    missing = known & ((ts_st == MISSING) | (dur_st == MISSING))
+    skipped.add("missing ts or dur", int(missing.sum()))
+    malformed = known & ~missing & ((ts_st == MALFORMED) | (dur_st == MALFORMED))
+    skipped.add("ts or dur not a number", int(malformed.sum()))
+    huge = known & ~missing & ~malformed & ((ts_st == OUT_OF_RANGE) | (dur_st == OUT_OF_RANGE))
     skipped.add("timestamp out of range", int(huge.sum()))
-    ok = ~(unknown | bad_time | neg | huge)
-    sel = np.flatnonzero(ok)
+    neg = known & ~missing & ~malformed & ~huge & (dur < 0)
+    skipped.add("negative duration", int(neg.sum()))
+    sel = np.flatnonzero(~(unknown | missing | malformed | huge | neg))
     if len(sel) < len(ev):  # the kept events only, so skipped ones cannot add malformed-arg counts
         ev = [ev[i] for i in sel]
     kind = kind[sel].astype(np.int8)
-    with np.errstate(invalid="ignore"):
-        start_ns = np.rint(ts[sel] * 1000.0).astype(np.int64)
-        dur_ns = np.rint(dur[sel] * 1000.0).astype(np.int64)
+    start_ns, dur_ns = ts[sel], dur[sel]
 
     name = _intern(ev, codes)
 
@@ -384,7 +427,7 @@ def _columns(events: list[_Event], skipped: SkipCounter, codes: dict[str, int]):
         "bytes": np.where(is_copy | (kind == Kind.MEMSET), np.maximum(nbytes, 0), 0),
         "copy_kind": np.zeros(len(ev), dtype=np.int8),
     }
-    return columns, processes, flows
+    return columns, processes, flows, phases["M"]
 
 
 def _finish(columns: dict[str, np.ndarray], names: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -402,11 +445,12 @@ def _finish(columns: dict[str, np.ndarray], names: tuple[str, ...]) -> dict[str,
     return columns
 
 
-def _floats(ev: list[_Event], field: str) -> np.ndarray:
-    try:
-        return np.fromiter(map(attrgetter(field), ev), dtype=np.float64, count=len(ev))
-    except TypeError:  # a None among them: numpy turns it into NaN
-        return np.array([getattr(e, field) for e in ev], dtype=np.float64)
+def _category_reason(cat) -> str:
+    """Skip reason for an unmapped category, quoting at most :data:`MAX_REASON_TEXT` characters
+    of it (a hostile 100 kB category must not become a 100 kB reason)."""
+    c = str(cat)
+    c = c if len(c) <= MAX_REASON_TEXT else c[:MAX_REASON_TEXT] + f"... ({len(c)} characters)"
+    return f"ignored category: {c}" if cat in _IGNORED_CATEGORIES else f"unknown category: {c}"
 
 
 def _intern(ev: list[_Event], codes: dict) -> np.ndarray:
@@ -439,7 +483,8 @@ def _ids(ev: list[_Event], field: str) -> np.ndarray:
 
 
 def _small_int(s: str) -> int | None:
-    n = int(s)
+    # 19 digits at most: int() of a long digit string is slow and, past 4300 digits, refused
+    n = int(s) if len(s) <= 19 else 2**63
     return n if n < 2**63 else None
 
 
@@ -514,15 +559,12 @@ def _dist(info, key: str) -> int | None:
 
 
 def _int_or_none(v) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
+    """An int64 from an int or a decimal string; None otherwise (bools, floats, out of range)."""
     if isinstance(v, str):
-        try:
-            return int(v.strip()) if v.strip().isascii() else None
-        except ValueError:
-            return None
+        t = v.strip()
+        v = int(t) if t.isascii() and 0 < len(t) <= 20 and t.lstrip("+-").isdigit() else None
+    if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63:
+        return v
     return None
 
 

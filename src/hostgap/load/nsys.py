@@ -15,14 +15,23 @@ The file is opened read-only (``mode=ro&immutable=1``) and never written.
 Correlation scope (METHOD.md §2): nsys serialises ids as ``globalTid = ... | pid << 24 | tid``
 and ``globalPid = ... | pid << 24``. ``link_key`` is ``globalTid >> 24`` for API calls and
 ``globalPid >> 24`` for GPU ops (the hardware/VM bits above the pid included on both sides),
-so ``(link_key, correlation)`` pairs a launch with its kernels only within one process.
+so ``(link_key, correlation)`` pairs a launch with its kernels only within one process. A
+GPU table without ``globalPid`` (older exports) takes each op's process from the API call with
+the same correlation id, when exactly one process has that id (:func:`_adopt_process`).
+
+Hostile values: a row whose start/end (or another integer column) holds text, a real number or
+a value beyond ±2**62 ns is skipped and counted by table, never read as 0; metadata values that
+do not parse (``utcEpochNs = ''``, ``PROCESSES.pid = 'abc'``, deeply nested ``GpuInfo``) are
+ignored.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
+import re
 import sqlite3
 import urllib.parse
 from dataclasses import dataclass
@@ -32,6 +41,7 @@ import numpy as np
 from hostgap.errors import HostgapError
 from hostgap.events import (
     GPU_OP_KINDS,
+    HOST_API_KINDS,
     NONE,
     CopyKind,
     DeviceInfo,
@@ -82,6 +92,9 @@ MEMORY_KINDS: dict[int, str] = {
 NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange", 70: "NvtxtPushPopRange", 71: "NvtxtStartEndRange"}
 NVTX_MARK_TYPES = {34: "NvtxMark", 65: "NvtxtMark"}
 
+MAX_ABS_NS = 2**62
+"""Rows whose start or end is beyond this are skipped: end - start then always fits in int64."""
+
 PID_BITS = 24
 LOW_MASK = (1 << PID_BITS) - 1
 
@@ -109,6 +122,8 @@ def load_nsys(path: str) -> Trace:
         return _load(con, path)
     except sqlite3.DatabaseError as e:
         raise HostgapError(path, f"cannot read SQLite export: {e}") from None
+    except UnicodeDecodeError as e:  # a table or column name that is not UTF-8 (a corrupt file)
+        raise HostgapError(path, f"cannot read SQLite export: a name is not UTF-8 ({e.reason} at byte {e.start})") from None
     finally:
         con.close()
 
@@ -118,7 +133,9 @@ def _connect(path: str) -> sqlite3.Connection:
         raise HostgapError(path, "no such file")
     uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro&immutable=1"
     try:
-        return sqlite3.connect(uri, uri=True)
+        con = sqlite3.connect(uri, uri=True)
+        con.text_factory = lambda b: b.decode("utf-8", "replace")  # a bad byte in a name is not fatal
+        return con
     except sqlite3.Error as e:
         raise HostgapError(path, f"cannot open SQLite file: {e}") from None
 
@@ -143,7 +160,7 @@ def _load(con: sqlite3.Connection, path: str) -> Trace:
             parts.append(_library_calls(con, table, _columns(con, table), strings, names, skipped))
     if "NVTX_EVENTS" in tables:
         parts.append(_nvtx(con, _columns(con, "NVTX_EVENTS"), strings, names, skipped, tables))
-    events = _concat(parts)
+    events = _concat(parts, extra)
     events.validate()
     extra.update(_export_facts(con, tables))
     extra["tables_read"] = [t for t in (*GPU_TABLES, *API_TABLES, *LIBRARY_TABLES, "NVTX_EVENTS") if t in tables]
@@ -173,24 +190,41 @@ def _columns(con: sqlite3.Connection, table: str) -> set[str]:
 
 
 def _int(cols: set[str], name: str, default: int = NONE) -> str:
-    """SQL expression for an integer column: NULL (or a missing column) → ``default``."""
+    """SQL expression for an integer column: NULL, a missing column, or a value that is not an
+    integer (text, real, blob: counted by :func:`_fetch_ints`) → ``default``."""
     if name not in cols:
         return str(default)
-    return f'coalesce(CAST("{name}" AS INTEGER), {default})'
+    return f'CASE typeof("{name}") WHEN \'integer\' THEN "{name}" ELSE {default} END'
 
 
 def _fetch_ints(con: sqlite3.Connection, table: str, exprs: dict[str, str], where: str = "") -> dict[str, np.ndarray]:
-    """One query; every selected expression must yield an integer. Returns int64 columns."""
+    """One query; every selected expression must yield an integer. Returns int64 columns, plus
+    ``bad``: 1 where start or end is not an integer (NULL, text, a real), and ``bad_id``: 1 where
+    another column read by :func:`_int` held text, a real or a blob (read as unknown, never as
+    a made-up number)."""
+    times = [c for k in ("start", "end") if k in exprs for c in _INT_COLUMN.findall(exprs[k])]
+    ids = [c for k, e in exprs.items() if k not in ("start", "end") for c in _INT_COLUMN.findall(e)]
+    bad_time = " OR ".join(f"typeof(\"{c}\") != 'integer'" for c in times) or "0"
+    bad_id = " OR ".join(f"typeof(\"{c}\") NOT IN ('integer', 'null')" for c in dict.fromkeys(ids)) or "0"
+    exprs = {**exprs, "bad": f"({bad_time})", "bad_id": f"({bad_id})"}
     sql = f'SELECT {", ".join(exprs.values())} FROM "{table}" {where}'
     flat = np.fromiter(itertools.chain.from_iterable(con.execute(sql)), dtype=np.int64)
     rows = flat.reshape(-1, len(exprs))
     return {k: rows[:, i] for i, k in enumerate(exprs)}
 
 
+_INT_COLUMN = re.compile(r'CASE typeof\("([^"]+)"\) WHEN')
+
+
 def _string_ids(con: sqlite3.Connection, tables: set[str]) -> dict[int, str]:
     if "StringIds" not in tables:
         return {}
-    return {int(i): str(v) for i, v in con.execute("SELECT id, value FROM StringIds") if i is not None and v is not None}
+    out = {}
+    for i, v in con.execute("SELECT id, value FROM StringIds"):
+        i = _int_or_none(i)
+        if i is not None and v is not None:
+            out[i] = str(v)
+    return out
 
 
 def _intern_ids(ids: np.ndarray, label, names: NameTable) -> np.ndarray:
@@ -206,11 +240,21 @@ def _intern_ids(ids: np.ndarray, label, names: NameTable) -> np.ndarray:
 
 
 def _keep_non_negative(cols: dict[str, np.ndarray], reason: str, skipped: SkipCounter) -> dict[str, np.ndarray]:
-    bad = cols["end"] < cols["start"]
-    n_bad = int(bad.sum())
-    if n_bad:
-        skipped.add(reason, n_bad)
-        cols = {k: v[~bad] for k, v in cols.items()}
+    """Drop (and count, by reason) rows holding a non-integer value, a start or end beyond
+    ±:data:`MAX_ABS_NS`, or an end before the start. ``reason`` is "negative duration (<table>)";
+    the other two reasons name the same table."""
+    table = reason[reason.index("(") :]
+    malformed = cols.pop("bad") != 0
+    skipped.add(f"non-integer id read as unknown {table} (event kept)", int(((cols.pop("bad_id") != 0) & ~malformed).sum()))
+    huge = ~malformed & ((np.abs(cols["start"]) >= MAX_ABS_NS) | (np.abs(cols["end"]) >= MAX_ABS_NS)
+                         | (cols["start"] == np.iinfo(np.int64).min) | (cols["end"] == np.iinfo(np.int64).min))
+    negative = ~malformed & ~huge & (cols["end"] < cols["start"])
+    skipped.add(f"start or end not an integer {table}", int(malformed.sum()))
+    skipped.add(f"timestamp out of range {table}", int(huge.sum()))
+    skipped.add(reason, int(negative.sum()))
+    drop = malformed | huge | negative
+    if drop.any():
+        cols = {k: v[~drop] for k, v in cols.items()}
     return cols
 
 
@@ -295,7 +339,7 @@ def _copy_kinds_and_names(copy: np.ndarray, src: np.ndarray, dst: np.ndarray, na
 
 def _graph_expr(cols: set[str]) -> str:
     """Non-NONE when the kernel ran as a node of a CUDA graph (graphNodeId or graphId set)."""
-    parts = [f'CAST("{c}" AS INTEGER)' for c in ("graphNodeId", "graphId") if c in cols]
+    parts = [f'CASE typeof("{c}") WHEN \'integer\' THEN "{c}" END' for c in ("graphNodeId", "graphId") if c in cols]
     return f"coalesce({', '.join(parts)}, {NONE})" if parts else str(NONE)
 
 
@@ -386,6 +430,7 @@ def _nvtx_types(con, tables) -> tuple[set[int], set[int]]:
     ranges, marks = set(NVTX_RANGE_TYPES), set(NVTX_MARK_TYPES)
     if "ENUM_NSYS_EVENT_TYPE" in tables and "name" in _columns(con, "ENUM_NSYS_EVENT_TYPE"):
         for i, n in con.execute("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE"):
+            i = _int_or_none(i)
             if i is None or n is None or not str(n).startswith("Nvtx"):
                 continue
             if str(n).endswith(("PushPopRange", "StartEndRange")):
@@ -395,12 +440,36 @@ def _nvtx_types(con, tables) -> tuple[set[int], set[int]]:
     return ranges, marks
 
 
-def _concat(parts: list[_Part]) -> EventTable:
+def _concat(parts: list[_Part], extra: dict) -> EventTable:
     parts = [p for p in parts if len(p)]
     if not parts:
         return EventTable.empty()
     columns = {k: np.concatenate([np.asarray(p.columns[k]) for p in parts]) for k in parts[0].columns}
+    _adopt_process(columns, extra)
     return EventTable.from_columns(columns)
+
+
+def _adopt_process(columns: dict[str, np.ndarray], extra: dict) -> None:
+    """GPU ops without a process (no ``globalPid`` column, or NULL) take the process of the API
+    call with the same correlation id, when exactly one process has an API call with that id;
+    correlation ids are unique within a process, so the pair found is the launch. Counted in
+    ``extra`` (``gpu_ops_process_from_correlation``, ``gpu_ops_without_process``)."""
+    kind, corr, key = columns["kind"], columns["correlation"], columns["link_key"]
+    orphan = np.isin(kind, GPU_OP_KINDS) & (key == NONE) & (corr != NONE)
+    if not orphan.any():
+        return
+    api = np.isin(kind, HOST_API_KINDS) & (key != NONE) & (corr != NONE)
+    pairs = np.unique(np.stack([corr[api], key[api]], axis=1), axis=0)  # sorted by (corr, key)
+    q = corr[orphan]
+    lo = np.searchsorted(pairs[:, 0], q, side="left")
+    hi = np.searchsorted(pairs[:, 0], q, side="right")
+    one = (hi - lo) == 1  # exactly one process issued this correlation id
+    rows = np.flatnonzero(orphan)[one]
+    found = pairs[lo[one], 1]
+    key[rows] = found
+    columns["pid"][rows] = found & LOW_MASK
+    extra["gpu_ops_process_from_correlation"] = int(one.sum())
+    extra["gpu_ops_without_process"] = int((~one).sum())
 
 
 # ---------------------------------------------------------------- metadata
@@ -440,18 +509,19 @@ def _base_time_ns(con, tables) -> int | None:
     if "utcEpochNs" not in _columns(con, "TARGET_INFO_SESSION_START_TIME"):
         return None
     row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
-    if row is None or row[0] is None:
+    start = _int_or_none(row[0]) if row is not None else None
+    if start is None:
         return None
     shift = 0
     if "META_DATA_EXPORT" in tables:
         kv = _kv(con, "META_DATA_EXPORT")
         if kv.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true":
             return None
-        try:
-            shift = int(kv.get("EXPORT_PARAM_TIME_SHIFT", "0") or 0)
-        except ValueError:
+        shift = _int_or_none(kv.get("EXPORT_PARAM_TIME_SHIFT", "0") or 0)
+        if shift is None:
             return None
-    return int(row[0]) - shift
+    base = start - shift
+    return base if -(2**63) <= base < 2**63 else None
 
 
 def _processes(con, tables, pids: np.ndarray) -> dict[int, str]:
@@ -461,8 +531,9 @@ def _processes(con, tables, pids: np.ndarray) -> dict[int, str]:
     seen = {int(p) for p in pids if p != NONE}
     out: dict[int, str] = {}
     for pid, name in con.execute("SELECT pid, name FROM PROCESSES"):
-        if pid is not None and int(pid) in seen and name:
-            out.setdefault(int(pid), str(name))
+        pid = _int_or_none(pid)
+        if pid is not None and pid in seen and name:
+            out.setdefault(pid, str(name))
     return out
 
 
@@ -478,10 +549,16 @@ def _rows(con, table: str) -> list[dict[str, object]]:
 
 
 def _int_or_none(v) -> int | None:
-    try:
-        return None if v is None else int(v)
-    except (TypeError, ValueError):
-        return None
+    """An int64 from an integer, an integral finite real or a decimal string; None otherwise
+    (``''``, ``'abc'``, ``9e999``, ``2.5``, bytes)."""
+    if isinstance(v, float):
+        v = int(v) if math.isfinite(v) and v.is_integer() else None
+    elif isinstance(v, str):
+        t = v.strip()
+        v = int(t) if t.isascii() and 0 < len(t) <= 20 and t.lstrip("+-").isdigit() else None
+    if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63:
+        return v
+    return None
 
 
 def _info(index: int, row: dict[str, object]) -> DeviceInfo | None:
@@ -542,8 +619,8 @@ def _system_env_gpus(con, tables) -> dict[int, DeviceInfo]:
         return {}
     row = con.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'GpuInfo' LIMIT 1").fetchone()
     try:
-        doc = json.loads(row[0]) if row and row[0] else None
-    except ValueError:
+        doc = json.loads(row[0]) if row and isinstance(row[0], str) and row[0] else None
+    except (ValueError, RecursionError):  # malformed or nested beyond the parser's limit
         return {}
     items = doc if isinstance(doc, list) else next((v for v in doc.values() if isinstance(v, list)), []) if isinstance(doc, dict) else []
     out = {}

@@ -22,7 +22,6 @@ fits (β, a4, a2) and stores that constant as a4.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -148,8 +147,35 @@ def step_features(steps: Steps) -> np.ndarray:
                             steps.n_requests, steps.sum_pc])
 
 
+def check_finite(steps: Steps) -> None:
+    """Refuse (HostgapError naming the column and the first bad step) any infinite value, and a
+    NaN where a number is required (composition, wall time, per-request q and s); an unmeasured
+    time may be NaN, never ±inf. A single inf would otherwise collapse the fit or leak into
+    the output as invalid JSON."""
+    checks = [("wall_ns", steps.wall_ns, False), ("gpu_active_ns", steps.gpu_active_ns, True),
+              ("host_exposed_ns", steps.host_exposed_ns, True), ("host_wait_ns", steps.host_wait_ns, True),
+              ("requests", steps.n_requests, False), ("Σq", steps.sum_p, False), ("Σs", steps.sum_c, False),
+              ("Σq²", steps.sum_pp, False), ("Σq·s", steps.sum_pc, True)]
+    for name, v, nan_ok in checks:
+        bad = np.isinf(v) if nan_ok else ~np.isfinite(v)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise HostgapError(steps.origin, f"{name} is {v[i]} at step {int(steps.step[i])} of "
+                               f"{steps.sources[steps.source_idx[i]]}: every value must be finite")
+    if steps.requests is not None:
+        r = steps.requests
+        for name, v in (("q", r.p), ("s", r.c)):
+            bad = ~np.isfinite(v)
+            if bad.any():
+                k = int(np.argmax(bad))
+                si = int(r.step_index[k])
+                raise HostgapError(steps.origin, f"request {r.request[k]!s} has {name} = {v[k]} at step "
+                                   f"{int(steps.step[si])}: every value must be finite")
+
+
 def measured(steps: Steps, target: str) -> np.ndarray:
     """The measured step time the model is fitted to (``wall_ns`` or ``gpu_active_ns``)."""
+    check_finite(steps)
     y = steps.wall_ns if target == "wall_ns" else steps.gpu_active_ns
     if target == "gpu_active_ns" and (np.isnan(y).any() or (y <= 0).any()):
         raise HostgapError(steps.origin, "--target gpu_active needs a positive gpu_active_ns "
@@ -204,6 +230,8 @@ def fit(steps: Steps, *, target: str = "wall_ns", classes=CLASSES, use_pc: bool 
     comps, cnotes = _fit_components(steps, X, fitted, use_pc) if target == "wall_ns" else ({}, [])
     prov = dict(provenance or {})
     prov.update(_provenance(steps))
+    prov["train_rows"] = _encode_rows(row_hashes(steps))
+    prov["train_range"] = _train_range(steps)
     return Model(target=target, loss=loss, classes=fitted, baseline=baseline, components=comps,
                  host_fraction=hfrac, provenance=prov, notes=tuple(notes + cnotes))
 
@@ -499,6 +527,7 @@ def attribute(model: Model, steps: Steps, *, rescale: bool = False,
     for queued steps) to every share; ``"model"`` splits each share in the ratio of the
     request's device-model and host-model shares (needs component models, see docs).
     """
+    check_finite(steps)
     if steps.requests is None:
         raise HostgapError(steps.origin, "per-request shares need per-request q and s (a "
                            "requests table); these steps only carry per-step sums, which are "
@@ -526,12 +555,14 @@ def attribute(model: Model, steps: Steps, *, rescale: bool = False,
 
 
 def _fill_fraction(model: Model, steps: Steps, hf: np.ndarray) -> np.ndarray:
-    """Steps without a measured host fraction use the class's training median."""
+    """Steps without a measured host fraction use the class's training median; where that is
+    unknown too, the fraction stays NaN (unknown: the host part is not known, not zero)."""
     miss = np.isnan(hf)
     if miss.any():
-        fill = np.array([model.host_fraction.get(n) for n in CLASSES], dtype=float)
+        fill = np.array([np.nan if model.host_fraction.get(n) is None else model.host_fraction[n]
+                         for n in CLASSES], dtype=float)
         hf = np.where(miss, fill[np.where(steps.is_prefill, 0, 1)], hf)
-    return np.nan_to_num(hf, nan=0.0)
+    return hf
 
 
 def _model_host_ratio(model: Model, steps: Steps, si, r) -> np.ndarray:
@@ -677,21 +708,47 @@ def evaluate(model: Model, steps: Steps) -> Metrics:
 
 # ------------------------------------------------------------------ held-out split
 
+_ROW_FIELDS = ("step", "wall_ns", "gpu_active_ns", "host_exposed_ns", "host_wait_ns", "queued",
+               "n_requests", "n_prefill", "sum_p", "sum_c", "sum_pp", "sum_pc")
+"""What a step *is* for the held-out split: its id and measured content, never its file name."""
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser (a bijection of uint64 with full avalanche)."""
+    with np.errstate(over="ignore"):
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return h ^ (h >> np.uint64(31))
+
+
+def row_hashes(steps: Steps, seed: int = 0) -> np.ndarray:
+    """A 64-bit hash of every step's content (:data:`_ROW_FIELDS`, NaN canonical): the same
+    step hashes alike whatever file, format, source name or row order it comes in."""
+    h = np.full(len(steps), np.uint64(seed) & _M64, dtype=np.uint64) ^ np.uint64(0x9E3779B97F4A7C15)
+    for f in _ROW_FIELDS:
+        v = np.asarray(getattr(steps, f), dtype=np.float64)
+        v = np.where(np.isnan(v), np.nan, v + 0.0)  # one NaN bit pattern, -0.0 → 0.0
+        with np.errstate(over="ignore"):
+            h = _mix(h ^ v.view(np.uint64)) + np.uint64(0x9E3779B97F4A7C15)
+    return _mix(h)
+
+
 def split_mask(steps: Steps, test_fraction: float, seed: int = 0) -> np.ndarray:
-    """True for held-out steps: a deterministic hash of (source, step, seed), so ``eval`` can
-    tell a model's training steps from its held-out ones in the same data."""
+    """True for held-out steps: a deterministic hash of (step content, seed), so the split
+    does not depend on the file's name, format or row order."""
     if test_fraction <= 0:
         return np.zeros(len(steps), bool)
-    keys = [f"{steps.sources[s]}\0{k}\0{seed}".encode()
-            for s, k in zip(steps.source_idx, steps.step)]
-    u = np.array([int.from_bytes(hashlib.blake2b(k, digest_size=8).digest(), "little")
-                  for k in keys], dtype=np.uint64)
-    return (u / np.float64(2 ** 64)) < test_fraction
+    return (row_hashes(steps, seed) / np.float64(2 ** 64)) < test_fraction
 
 
 def held_out(model: Model, steps: Steps) -> np.ndarray:
-    """Steps ``model`` did not train on: all of them unless these are its training data (the
-    same content, or the same content of the one source it was fitted on)."""
+    """Steps ``model`` did not train on, by content: a step whose content hash is among the
+    model's training rows (``provenance["train_rows"]``) trained it, whatever file it is read
+    from. Models saved before that field fall back to the file-content rule."""
+    trained = _train_rows(model)
+    if trained is not None:
+        return ~np.isin(row_hashes(steps), trained)
     split = model.provenance.get("split") or {}
     keep = np.ones(len(steps), bool)
     src = model.provenance.get("fit_source")
@@ -706,6 +763,73 @@ def held_out(model: Model, steps: Steps) -> np.ndarray:
         return keep
     keep[part] = split_mask(sub, float(split.get("test_fraction", 0)), int(split.get("seed", 0)))
     return keep
+
+
+def _encode_rows(h: np.ndarray) -> str:
+    import base64
+
+    return base64.b64encode(np.unique(h).astype("<u8").tobytes()).decode("ascii")
+
+
+def _train_rows(model: Model) -> np.ndarray | None:
+    import base64
+    import binascii
+
+    text = model.provenance.get("train_rows")
+    if not isinstance(text, str):
+        return None
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return np.frombuffer(raw[: len(raw) // 8 * 8], dtype="<u8")
+
+
+# ------------------------------------------------------------------ training range
+
+_RANGE_FIELDS = (("batch size", "n_requests"), ("Σq", "sum_p"), ("Σs", "sum_c"))
+
+
+def _train_range(steps: Steps) -> dict:
+    """Per class, [min, max] of batch size, Σq and Σs over the training steps."""
+    out = {}
+    for name in CLASSES:
+        m = steps.is_prefill if name == "prefill" else ~steps.is_prefill
+        if m.any():
+            out[name] = {label: [float(getattr(steps, f)[m].min()), float(getattr(steps, f)[m].max())]
+                         for label, f in _RANGE_FIELDS}
+    return out
+
+
+def range_note(model: Model, steps: Steps) -> str | None:
+    """A note when steps lie outside the training range (batch size, Σq, Σs of their class):
+    the model then extrapolates. None when every step is inside, or the model has no range."""
+    rng = model.provenance.get("train_range")
+    if not isinstance(rng, dict) or not len(steps):
+        return None
+    outside = np.zeros(len(steps), bool)
+    parts = []
+    for name in CLASSES:
+        m = steps.is_prefill if name == "prefill" else ~steps.is_prefill
+        r = rng.get(name)
+        if not m.any() or not isinstance(r, dict):
+            continue
+        for label, f in _RANGE_FIELDS:
+            lo, hi = r.get(label, [-math.inf, math.inf])
+            v = getattr(steps, f)
+            bad = m & ((v < lo) | (v > hi))
+            if bad.any():
+                outside |= bad
+                parts.append(f"{name} {label} {_num(v[bad].min())}..{_num(v[bad].max())} vs trained "
+                             f"{_num(lo)}..{_num(hi)}")
+    if not outside.any():
+        return None
+    return (f"{int(outside.sum())} of {len(steps)} step(s) outside the training range ("
+            + "; ".join(parts) + "): the model extrapolates there")
+
+
+def _num(x: float) -> str:
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.3g}"
 
 
 # ------------------------------------------------------------------ JSON

@@ -14,6 +14,7 @@ import tempfile
 import msgspec
 import numpy as np
 
+from hostgap.capture.rundir import file_mode
 from hostgap.errors import HostgapError
 from hostgap.events import NONE, Kind, Trace
 
@@ -99,9 +100,7 @@ def write_json_gz(doc: dict, path: str) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
+        os.chmod(tmp, file_mode())  # mkstemp makes 0600; give the usual file mode
         os.replace(tmp, path)
     except OSError as e:
         os.unlink(tmp)

@@ -1,0 +1,162 @@
+"""A trace file's bytes, read with bounds: gzip inflation capped, BOM dropped, bad bytes fenced.
+
+Limits (docs/input.md):
+
+- the inflated text may be at most :data:`MAX_INFLATE_RATIO` times the compressed file (real
+  Kineto traces inflate 10-30x; a gzip bomb ~1000x) and at most :func:`max_trace_bytes` in all
+  (:data:`MAX_INFLATED_BYTES` unless ``HOSTGAP_MAX_TRACE_BYTES`` says otherwise, e.g. ``64G``);
+  a plain JSON file is held to the absolute limit too. Beyond either the file is refused with
+  one line before the memory is spent, so the loader's peak stays within about 3x the limit.
+- :func:`fence_bad_text` turns what would make the whole JSON undecodable into invalid UTF-8
+  inside the one value that holds it (lone ``\\uD800``-style escapes, raw control characters),
+  so the event holding it is skipped and counted instead of the file rejected.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+
+from hostgap.errors import HostgapError
+
+MAX_INFLATE_RATIO = 200
+"""Inflated size / compressed size above which a gzip file is refused as a bomb."""
+
+MAX_INFLATED_BYTES = 16 * 2**30
+"""Default absolute limit on a trace's JSON text (16 GiB); ``HOSTGAP_MAX_TRACE_BYTES`` overrides."""
+
+ENV_LIMIT = "HOSTGAP_MAX_TRACE_BYTES"
+BOM = b"\xef\xbb\xbf"
+_PREALLOC_RATIO = 128  # trust the gzip trailer's size only up to this ratio
+
+
+def max_trace_bytes() -> int:
+    """The absolute limit on a trace's text: ``$HOSTGAP_MAX_TRACE_BYTES`` (a byte count with an
+    optional K/M/G/T suffix, powers of 1024) or :data:`MAX_INFLATED_BYTES`."""
+    v = os.environ.get(ENV_LIMIT, "").strip()
+    if not v:
+        return MAX_INFLATED_BYTES
+    m = re.fullmatch(r"(\d+)\s*([kKmMgGtT]?)i?[bB]?", v)
+    if not m:
+        raise HostgapError(ENV_LIMIT, f"{v!r} is not a byte count (e.g. 64G)")
+    return int(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " ")
+
+
+def read_trace_text(path: str) -> bytes | bytearray | memoryview:
+    """The JSON text of a Kineto file (plain or gzip), within the limits, BOM removed."""
+    limit = max_trace_bytes()
+    try:
+        size = os.path.getsize(path)
+        if size > limit:
+            raise HostgapError(path, _too_big(size, limit))
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise HostgapError(path, f"cannot read ({e.strerror})") from None
+    if not raw:
+        raise HostgapError(path, "empty file")
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gunzip(raw, path, limit)
+        except (EOFError, OSError, zlib.error) as e:
+            raise HostgapError(path, f"truncated or corrupt gzip ({_short(e)})") from None
+        if not raw:
+            raise HostgapError(path, "empty file inside gzip")
+    if raw[:3] == BOM:
+        if isinstance(raw, bytearray):
+            del raw[:3]  # in place: no second copy of the text
+        else:
+            raw = memoryview(raw)[3:]
+    return raw
+
+
+def _too_big(n: int, limit: int) -> str:
+    return (f"trace text exceeds the {limit / 2**30:.3g} GiB limit ({n / 2**30:.3g} GiB so far); "
+            f"use hostgap --max-trace-bytes 64G (or {ENV_LIMIT}) to load a genuinely larger trace")
+
+
+def gunzip(data: bytes, path: str = "gzip", limit: int | None = None) -> bytearray:
+    """Every member of a gzip stream, inflated into one buffer sized from the gzip trailer
+    (``bytes.join`` or ``gzip.decompress`` would hold the text twice at their peak). Input is
+    fed in small slices and output taken in bounded chunks, so nothing else is ever large.
+    Raises HostgapError once the text passes ``limit`` or :data:`MAX_INFLATE_RATIO` times
+    ``len(data)``."""
+    limit = max_trace_bytes() if limit is None else limit
+    ratio_cap = MAX_INFLATE_RATIO * len(data)
+    # the trailer's size (mod 2**32) is trusted only up to a plausible ratio: a truncated or
+    # corrupt file ends in arbitrary bytes and must not allocate gigabytes
+    size_hint = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
+    out = bytearray(min(size_hint, _PREALLOC_RATIO * len(data), limit))
+    pos = 0
+    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    view, off = memoryview(data), 0
+    while True:
+        pending = view[off : off + (1 << 16)]
+        off += len(pending)
+        while True:
+            chunk = d.decompress(pending, 1 << 20)
+            if chunk:
+                end = pos + len(chunk)
+                if end > ratio_cap:
+                    raise HostgapError(path, f"gzip inflates more than {MAX_INFLATE_RATIO}x "
+                                       f"({len(data)} bytes compressed): refused as a likely gzip bomb")
+                if end > limit:
+                    raise HostgapError(path, _too_big(end, limit))
+                if end > len(out):  # the trailer holds the size mod 2**32, or more members follow
+                    out.extend(bytes(max(end - len(out), min(len(out) // 2, limit - len(out)))))
+                out[pos:end] = chunk
+                pos = end
+            pending = d.unconsumed_tail
+            if not pending or d.eof:
+                break
+        if d.eof:
+            rest = bytes(d.unused_data) + bytes(view[off:])
+            rest = rest.lstrip(b"\x00")  # members may be followed by zero padding
+            if not rest:
+                break
+            view, off = memoryview(rest), 0
+            d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        elif off >= len(view):
+            raise EOFError("compressed stream ended before the end-of-stream marker")
+    del out[pos:]
+    return out
+
+
+# a \uD800-\uDBFF escape not followed by a low one, or a \uDC00-\uDFFF escape not preceded by
+# a high one (a preceding backslash makes it literal text, not an escape)
+_LONE_SURROGATE = re.compile(
+    rb"(?<!\\)\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<![\\]u[dD][89abAB][0-9a-fA-F]{2})(?<!\\)\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+_CONTROL = re.compile(rb"[\x00-\x1f]")
+_BAD_CHAR = re.compile(r"invalid character \(byte (\d+)\)")
+MAX_FENCES = 64
+"""Raw control characters fenced one decode attempt at a time before the file is refused."""
+
+
+def fence_lone_surrogates(text) -> bytearray | None:
+    """A copy of ``text`` with every lone surrogate escape replaced by 6 bytes of invalid
+    UTF-8 (same length), or None when there is none."""
+    if b"\\ud" not in text and b"\\uD" not in text:
+        return None
+    out, n = _LONE_SURROGATE.subn(b"\xff" * 6, bytes(text))
+    return bytearray(out) if n else None
+
+
+def fence_control_char(text: bytearray, message: str) -> bool:
+    """When a decode error names a raw control character at a byte offset, overwrite it with an
+    invalid UTF-8 byte in place (so only the value holding it fails later) and return True."""
+    m = _BAD_CHAR.search(message)
+    if not m:
+        return False
+    i = int(m.group(1))
+    if i < len(text) and _CONTROL.match(text, i):
+        text[i] = 0xFF
+        return True
+    return False
+
+
+def _short(e: Exception) -> str:
+    s = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return s[:160]
