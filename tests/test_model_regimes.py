@@ -1,0 +1,169 @@
+"""The host term's parts by hand, and the regime facts of the published cells (docs/models.md §4).
+
+The regime facts are checked on the shipped defaults and, for the fitted cells, on
+leave-one-out predictions (each cell predicted by a fit that never saw it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from hostgap.model import calibrate, whatif
+from hostgap.model.accounting import Cell
+from hostgap.model.arch import get_preset
+from hostgap.model.devices import find_device
+from hostgap.model.roofline import default_model
+from hostgap.model.stepmodel import DEFAULT_HOST, HostModel, step
+from hostgap.model.tp import AllReduceModel
+
+H = HostModel(serial_ns=200e3, per_seq_ns=5e3, per_kernel_ns=30e3, launch_floor_ns=5e3, graph_launch_ns=30e3,
+              source="test", per_rank_ns=300e3, dispatch_ns=1e6)
+
+
+def test_step_parts_by_hand_device_bound():
+    # orchestration 1 ms + 100 x 30 us = 4 ms < GPU 4 + 0.5 ms: hidden
+    p = step(4e6, 0.5e6, 100, 4, H, tp=2)
+    assert p.orchestration_ns == 4e6
+    assert p.serial_ns == 200e3 + 4 * 5e3 + 300e3  # 520 us
+    assert p.total_ns == pytest.approx(520e3 + 4.5e6)
+    assert p.host_ns == pytest.approx(520e3) and p.collective_wait_ns == 0.0
+
+
+def test_step_parts_by_hand_host_bound_tp_hides_orchestration_in_all_reduce():
+    # orchestration 1 ms + 200 x 30 us = 7 ms > GPU 4.5 ms: 2.5 ms exposed
+    p2 = step(4e6, 0.5e6, 200, 4, H, tp=2)
+    assert p2.total_ns == pytest.approx(520e3 + 7e6)
+    assert p2.collective_wait_ns == pytest.approx(2.5e6)  # spent spinning in the all-reduce
+    assert p2.gpu_ns == pytest.approx(7e6)
+    assert p2.host_ns == pytest.approx(520e3)  # what differencing measures: the serial part
+    assert p2.host_caused_ns == pytest.approx(3.02e6)
+    p1 = step(4e6, 0.5e6, 200, 4, H, tp=1)
+    assert p1.serial_ns == pytest.approx(220e3)
+    assert p1.host_ns == pytest.approx(220e3 + 2.5e6) and p1.collective_wait_ns == 0.0
+    assert p1.host_fraction == pytest.approx(2.72e6 / 7.22e6)
+
+
+def test_faster_and_slower_host_by_hand():
+    fast = step(0.0, 0.0, 200, 4, H, host_speed=2.0)
+    # dispatch 1 ms / 2 + 200 x ((30 - 5) us / 2 + 5 us floor) = 0.5 + 3.5 ms
+    assert fast.orchestration_ns == pytest.approx(4e6)
+    assert fast.serial_ns == pytest.approx(220e3 / 2)
+    slow = step(0.0, 0.0, 200, 4, H, host_speed=0.5)
+    assert slow.orchestration_ns == pytest.approx(2e6 + 200 * (50e3 + 5e3))
+    graph = step(0.0, 0.0, 200, 4, H, mode="graph", host_speed=2.0)
+    assert graph.orchestration_ns == pytest.approx(15e3)
+
+
+def _setup(preset="llama-3.1-8b", batch=1, tp=1, host=None, engine="vllm", **kw):
+    dev = find_device("h100")
+    return whatif.Setup(get_preset(preset), Cell(batch=batch, context=2048, tp=tp, engine=engine), dev, "eager",
+                        default_model(dev.name), 1.0, host or H, **kw)
+
+
+def test_collective_time_is_ops_times_one_all_reduce():
+    ar = AllReduceModel("h100-sxm", {2: 20e3}, {2: 100e9}, 900e9)
+    p = whatif.predict(_setup(tp=2, all_reduce=ar))
+    # 8B TP-2: 1 + 32 + 32 all-reduces of 1 token x 4096 x 2 bytes: 65 x (20 us + 8192 B / 100 GB/s)
+    assert p.collective_ns == pytest.approx(65 * (20e3 + 8192 / 100e9 * 1e9))
+
+
+def test_bandwidth_floor_by_hand():
+    s = replace(_setup(), device_scale=0.01)  # an absurd scale cannot push device time below the bytes
+    p = whatif.predict(s)
+    weights = 2 * (8_030_261_248 - 128_256 * 4_096 + 4_096)  # embedding gathered: one row
+    kv = 2048 * 2 * 8 * 128 * 2 * 32 + 1 * 2 * 8 * 128 * 2 * 32  # read 2048 tokens, write one
+    assert p.device_ns == pytest.approx((weights + kv) / 3.35e12 * 1e9)
+
+
+def test_memory_check_by_hand():
+    arch = get_preset("llama-3.1-70b")
+    one = whatif.memory_check(arch, Cell(batch=1, context=2048), find_device("h100"))
+    assert one.weights_bytes == 2 * arch.param_count() and not one.fits
+    assert one.kv_bytes == 2048 * 2 * 8 * 128 * 80 * 2
+    two = whatif.memory_check(arch, Cell(batch=1, context=2048, tp=2), find_device("h100"))
+    assert two.weights_bytes == arch.param_count() and two.fits
+    assert two.kv_bytes == 2048 * 2 * 4 * 128 * 80 * 2
+    assert "exceed h100-sxm's 80 GB" in one.message("h100-sxm")
+
+
+def test_predict_tp_and_what_if_tp_are_one_path():
+    s = _setup()
+    w = whatif.run(s, "tp=4")
+    direct = whatif.predict(_setup(tp=4))
+    assert w.scenario.total_ns == direct.total_ns and w.scenario.host_ns == direct.host_ns
+    for form in ("additive", "compute_comm", "host_times_k"):
+        sf = replace(s, tp_form=form)
+        assert whatif.run(sf, "tp=4").scenario.total_ns == pytest.approx(whatif.predict(replace(sf, cell=replace(s.cell, tp=4))).total_ns)
+    t = whatif.form_totals(s, replace(s.cell, tp=2))
+    p1, p2 = whatif.predict(s), whatif.predict(_setup(tp=2))
+    assert t["compute_comm"] == pytest.approx(p1.total_ns / 2 + p2.collective_ns)
+    assert t["host_over_k"] == pytest.approx(p2.device_ns + p2.collective_ns + p1.host_ns / 2)
+    assert t["host_times_k"] == pytest.approx(p2.device_ns + p2.collective_ns + p1.host_ns * 2)
+
+
+# -- the published cells ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def paper():
+    host, scale, rows = calibrate.paper_fit()
+    return host, scale, {(r.cell, r.quantity): r for r in rows}
+
+
+def test_paper_fit_reproduces_the_shipped_defaults(paper):
+    host, _, _ = paper
+    d = DEFAULT_HOST["vllm"]
+    for k in calibrate.PARAMS:
+        assert getattr(host, k) == pytest.approx(getattr(d, k), rel=0.01), k
+    assert host.launch_floor_ns == 4707.0  # H100, the analysis' table
+
+
+def test_every_published_cell_has_a_held_out_prediction(paper):
+    _, _, rows = paper
+    cells, _, _ = calibrate.load_cells()
+    assert {(c.id, q) for c in cells for q in c.published} == set(rows)
+    assert all(c.source.startswith("METHOD.md") for c in cells)
+
+
+def test_regime_collapse_with_batch(paper):
+    _, _, r = paper
+    for pred in (r["8b_b64", "host_ms"].default, r["8b_b64", "host_ms"].loo):
+        assert pred / (pred + 28.0) < 0.10  # host fraction < 10 % at batch 64 (GPU-active 28 ms)
+    assert r["8b_b1", "host_ms"].loo / r["8b_b1", "wall_ms"].loo > 0.25  # batch 1: host-bound
+
+
+def test_tp2_slower_than_tp1_with_small_host(paper):
+    _, _, r = paper
+    for kind in ("default", "loo"):
+        assert getattr(r["8b_tp2", "wall_ms"], kind) > getattr(r["8b_b1", "wall_ms"], kind)
+        assert getattr(r["8b_tp2", "host_ms"], kind) < 1.5
+        assert getattr(r["8b_tp4", "host_ms"], kind) < 1.5
+
+
+def test_batch_one_cells_within_ten_percent(paper):
+    _, _, r = paper
+    for key in (("8b_b1", "wall_ms"), ("8b_b1", "host_ms"), ("1b_b1", "host_ms")):
+        assert abs(r[key].error) < 0.10, key
+    assert abs(r["8b_b1", "wall_ms"].loo_error) < 0.10
+
+
+def test_graphs_gain_where_host_bound_and_none_where_device_bound():
+    host = DEFAULT_HOST["vllm"]
+    small = whatif.run(_setup("llama-3.2-1b", host=host), "graphs")
+    assert small.per_token_speedup >= 1.5
+    big = whatif.run(_setup(batch=64, host=host), "graphs")
+    assert big.baseline.orchestration_exposed_ns == 0.0
+    assert big.per_token_speedup == pytest.approx(1.0)
+    hf = whatif.run(_setup("llama-3.2-1b", host=DEFAULT_HOST["hf"], engine="hf"), "graphs")
+    assert hf.per_token_speedup >= 1.5  # one form, both engines
+
+
+def test_spec_cycle_host_and_fp8_slowdown(paper):
+    _, _, r = paper
+    assert r["8b_spec_cycle", "host_ms"].default < 1.5
+    assert r["8b_b1_fp8", "speedup"].default < 1.0  # FP8 decode slower at batch 1, gemm_eff 1
+    w = whatif.run(_setup(host=DEFAULT_HOST["vllm"]), "fp8")
+    assert w.extra["gemm_eff"] == 1.0 and w.per_token_speedup < 1.0
+    assert w.scenario.device_ns < w.baseline.device_ns  # the slowdown is the launches, not the GEMMs
