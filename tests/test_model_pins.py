@@ -89,6 +89,28 @@ def test_fit_form_recovers_exact_parameters_and_keeps_them_non_negative():
         tp.fit_form("nonsense", cells)
 
 
+def test_paper_reference_check_by_hand():
+    from hostgap.model.accounting import Cell, account
+    from hostgap.model.arch import get_preset
+    from hostgap.model.roofline import default_model, device_time
+
+    res = tp.paper_reference_check()
+    h100, arch = find_device("h100"), get_preset("llama-3.1-8b")
+    raw = lambda k: device_time(account(arch, Cell(tp=k)), h100, default_model(h100.name)).total_ns  # noqa: E731
+    scale = 6.41e6 / raw(1)
+    assert res["device_scale"] == pytest.approx(scale)
+    # 8B TP-2: 65 all-reduces of 8,192 B on the default ring: 10 us + 8192 / (0.5 x 900e9 x 2 / 2) s each
+    comm = 65 * (10e3 + 8192 / 450e9 * 1e9)
+    assert res["predicted_8b_tp2_device_ms"] == pytest.approx((scale * raw(2) + comm) / 1e6)
+    assert res["measured_8b_tp2_gpu_ms"] == 15.42
+    by = {r.form: r for r in res["forms"]}
+    # additive, fitted on TP-1 alone: h = 12.19 - 6.41 ms; TP-2 = D_2 + C_2 + h
+    add = by["additive"]
+    assert add.tp2_wall_pred_ms == pytest.approx((scale * raw(2) + comm) / 1e6 + 12.19 - 6.41)
+    assert add.tp2_wall_error == pytest.approx(abs(add.tp2_wall_pred_ms - 15.9) / 15.9)
+    assert add.ratio_70b_error == pytest.approx(abs(add.ratio_70b_pred - 1.11) / 1.11)
+
+
 # -- accounting.py ------------------------------------------------------------------------
 
 MOE = Arch("toy-moe", "olmoe", hidden=64, layers=2, heads=4, kv_heads=4, head_dim=16, intermediate=32,

@@ -15,7 +15,7 @@ from hostgap.model.accounting import Cell
 from hostgap.model.arch import get_preset
 from hostgap.model.devices import find_device
 from hostgap.model.roofline import default_model
-from hostgap.model.stepmodel import DEFAULT_HOST, HostModel, step
+from hostgap.model.stepmodel import DEFAULT_DEVICE_SCALE, DEFAULT_HOST, HostModel, step
 from hostgap.model.tp import AllReduceModel
 
 H = HostModel(serial_ns=200e3, per_seq_ns=5e3, per_kernel_ns=30e3, launch_floor_ns=5e3, graph_launch_ns=30e3,
@@ -118,6 +118,7 @@ def test_paper_fit_reproduces_the_shipped_defaults(paper):
     for k in calibrate.PARAMS:
         assert getattr(host, k) == pytest.approx(getattr(d, k), rel=0.01), k
     assert host.launch_floor_ns == 4707.0  # H100, the analysis' table
+    assert paper[1] == pytest.approx(DEFAULT_DEVICE_SCALE["h100-sxm"], rel=0.001)
 
 
 def test_every_published_cell_has_a_held_out_prediction(paper):

@@ -292,7 +292,7 @@ def _setup(preset, batch, context, tp, dtype, engine, mode, device, device_file,
     from hostgap.model.arch import get_preset
     from hostgap.model.devices import find_device, launch_floor_ns
     from hostgap.model.roofline import default_model
-    from hostgap.model.stepmodel import DEFAULT_HOST, for_device
+    from hostgap.model.stepmodel import DEFAULT_DEVICE_SCALE, DEFAULT_HOST, for_device
     from hostgap.model.whatif import Setup
 
     arch = get_preset(preset)
@@ -315,8 +315,11 @@ def _setup(preset, batch, context, tp, dtype, engine, mode, device, device_file,
             basis = ("no fitted model: default efficiencies and host term (docs/models.md)" if not fitted
                      else f"{model_path} has no group for {dev.name}/{engine}/TP-{tp}: default efficiencies and host term")
         host = for_device(DEFAULT_HOST[engine], floor)
+        scale = 1.0 if rl is not None else DEFAULT_DEVICE_SCALE.get(dev.name, 1.0)
+        if scale != 1.0:
+            basis += f"; default efficiencies x {scale:g} ({dev.name} level from the published 8B step)"
         basis += f"; launch floor {floor / 1e3:.3f} us ({floor_src})"
-        setup = Setup(arch, cell, dev, mode, rl or default_model(dev.name), 1.0, host,
+        setup = Setup(arch, cell, dev, mode, rl or default_model(dev.name), scale, host,
                       fitted.all_reduce if fitted else None, fitted.tp_form if fitted else "overlap", kernels)
         return setup, basis, None
     basis = (f"fitted model {model_path} ({group.device_name}/{group.engine}/TP-{group.tp}, {group.n_cells} cells, "

@@ -70,6 +70,10 @@ DEFAULT_HOST: dict[str, HostModel] = {
 }
 """One graph launch ~30 us; the launch floor is replaced per device (:func:`for_device`)."""
 
+DEFAULT_DEVICE_SCALE: dict[str, float] = {"h100-sxm": 0.864}
+"""Level of the default roofline per device where a published step sets it: H100 from the 8B
+batch-1 cell's 6.41 ms GPU time (paper_cells.json; ``hostgap fit --paper-cells`` prints it)."""
+
 
 def for_device(host: HostModel, floor_ns: float) -> HostModel:
     """``host`` with the device's launch floor (never above the per-kernel cost)."""
