@@ -98,3 +98,27 @@ def test_fit_paper_cells_reproduces_the_defaults_and_prints_every_cell(tmp_path)
     assert "leave-one-out" in r.stderr
     (g,) = fitting.load_model(out).groups
     assert g.device == "h100-sxm" and g.engine == "vllm"
+
+
+def test_regimes_places_published_and_predicted_cells_on_one_map():
+    r = CliRunner().invoke(cli, ["regimes", "--paper-cells", "--predict", "--json"])
+    assert r.exit_code == 0, r.output
+    cells = {c["run_id"]: c for c in json.loads(r.stdout)["cells"]}
+    b1, tp2, b64 = cells["published:8b_b1"], cells["published:8b_tp2"], cells["published:8b_b64"]
+    assert b1["host_fraction"] == pytest.approx(5.78 / 12.19)
+    assert tp2["host_fraction"] == pytest.approx(0.48 / 15.9) and tp2["tp"] == 2
+    assert b64["host_fraction"] == pytest.approx(0.59 / 28.59)
+    assert (b1["regime"], b1["predicted_regime"]) == ("host-bound", "host-bound")
+    assert (tp2["regime"], tp2["predicted_regime"]) == ("device-bound", "device-bound")
+    assert (b64["regime"], b64["predicted_regime"]) == ("device-bound", "device-bound")
+    text = CliRunner().invoke(cli, ["regimes", "--paper-cells", "--predict"]).output
+    assert "0.47 H | p 0.48 H" in text and "TP-2" in text
+
+
+def test_regimes_predict_on_measured_runs(tmp_path):
+    paths = _write(tmp_path, _results(batches=(1, 16), prompts=(512,), noise=0.0))
+    r = CliRunner().invoke(cli, ["regimes", "--predict", "--csv", *paths])
+    assert r.exit_code == 0, r.output
+    rows = r.output.strip().splitlines()
+    assert rows[0].endswith("predicted_host_fraction,predicted_regime") and len(rows) == 3
+    assert all(0.0 <= float(x.split(",")[-2]) <= 1.0 for x in rows[1:])

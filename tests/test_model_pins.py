@@ -249,3 +249,23 @@ def test_vidur_all_reduce_reader(tmp_path):
     empty.write_text("size\n")
     with pytest.raises(HostgapError, match="no rows"):
         vidur.read_all_reduce(empty)
+
+
+def test_fit_form_weights_relative_error():
+    # two cells disagreeing on h (1 ms vs 3 ms); relative weights 1/y: h = sum(r_i / y_i^2) / sum(1 / y_i^2)
+    cells = [tp.TPCell(1, 1e6, 0.0, 1e6, 2e6), tp.TPCell(1, 3e6, 0.0, 3e6, 6e6)]
+    h = (1e6 / 2e6**2 + 3e6 / 6e6**2) / (1 / 2e6**2 + 1 / 6e6**2)  # 1.2 ms, not the plain mean 2 ms
+    assert tp.fit_form("additive", cells).params[0] == pytest.approx(h)
+
+
+def test_synthetic_cells_by_hand():
+    import numpy as np
+
+    cells = tp.synthetic_cells("additive", (5e6,), ks=(1, 4), models=((6e6, 1e6),), noise=0.0)
+    # k=1: D = 6 ms, no collective; k=4: D = (6 - 1) / 4 + 1 ms, C = 30 us + 20 us x log2 4
+    assert [c.device_ns for c in cells] == [6e6, 2.25e6]
+    assert [c.comm_ns for c in cells] == [0.0, 7e4]
+    assert [c.wall_ns for c in cells] == pytest.approx([11e6, 2.25e6 + 7e4 + 5e6])
+    noisy = tp.synthetic_cells("additive", (5e6,), ks=(1, 4), models=((6e6, 1e6),), noise=0.02, seed=7)
+    eps = np.random.default_rng(7).standard_normal(2)
+    assert [c.wall_ns for c in noisy] == pytest.approx(list(np.array([11e6, 7.32e6]) * (1 + 0.02 * eps)))

@@ -473,10 +473,16 @@ def _measured_dict(c, base) -> dict:
 @click.command("regimes")
 @click.option("--results", multiple=True, type=click.Path(), help="Results JSON files (repeatable).")
 @click.option("--db", default=None, help="Runs database (default: hostgap's, when no files are given).")
+@click.option("--predict", is_flag=True,
+              help="Beside each measured cell, the model's host fraction and regime for the same cell (p ...).")
+@click.option("--model", "model_path", default=None, type=click.Path(),
+              help="Model JSON from `hostgap fit` for --predict (default: the shipped defaults).")
+@click.option("--paper-cells", is_flag=True,
+              help="Map the published cells shipped with hostgap (H100, vLLM eager) instead of runs.")
 @click.option("--json", "as_json", is_flag=True, help="JSON to stdout: cells and boundaries.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV to stdout: one row per cell.")
 @click.argument("files", nargs=-1, type=click.Path())
-def regimes_cmd(results, db, as_json, as_csv, files):
+def regimes_cmd(results, db, predict, model_path, paper_cells, as_json, as_csv, files):
     """Place each measured cell by host fraction (verdict thresholds) and find the boundary.
 
     \b
@@ -486,10 +492,16 @@ def regimes_cmd(results, db, as_json, as_csv, files):
     from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN
     from hostgap.model import fitting
 
-    if not (results or files or db):
-        db = fitting.default_db()
-    docs = fitting.load_results([*results, *files], db)
-    cells = fitting.regime_cells(docs)
+    if paper_cells:
+        from hostgap.model import calibrate
+
+        cells = calibrate.regime_cells()
+    else:
+        if not (results or files or db):
+            db = fitting.default_db()
+        cells = fitting.regime_cells(fitting.load_results([*results, *files], db))
+    if predict:
+        cells = [_predicted(c, model_path) for c in cells]
     if not cells:
         raise HostgapError("--results", "no measured cell with a host fraction, batch and prompt length")
     bounds = fitting.boundaries(cells)
@@ -499,38 +511,60 @@ def regimes_cmd(results, db, as_json, as_csv, files):
                     "cells": [c.__dict__ for c in cells], "boundaries": [b.__dict__ for b in bounds]})
         return
     if as_csv:
-        click.echo("model,device,engine,mode,batch,prompt_len,host_fraction,regime,run_id")
+        click.echo("model,device,engine,mode,batch,prompt_len,host_fraction,regime,run_id"
+                   + (",predicted_host_fraction,predicted_regime" if predict else ""))
         for c in cells:
-            click.echo(f"{c.model},{c.device},{c.engine},{c.mode},{c.batch},{c.prompt_len},{c.host_fraction:.4f},{c.regime},{c.run_id}")
+            click.echo(f"{c.model},{c.device},{c.engine},{c.mode},{c.batch},{c.prompt_len},{c.host_fraction:.4f},{c.regime},{c.run_id}"
+                       + (f",{c.predicted_host_fraction:.4f},{c.predicted_regime}" if predict else ""))
         return
     click.echo(f"regimes by host fraction: host-bound >= {HOST_BOUND_MIN}, balanced >= {DEVICE_BOUND_MAX}, else device-bound")
     short = {"host-bound": "H", "balanced": "B", "device-bound": "D"}
     groups: dict = {}
     for c in cells:
-        groups.setdefault((c.model, c.device, c.engine, c.mode), []).append(c)
-    for (model, dev, eng, mode), cs in sorted(groups.items()):
+        groups.setdefault((c.model, c.device, c.engine, c.mode, c.tp), []).append(c)
+    for (model, dev, eng, mode, k), cs in sorted(groups.items()):
         prompts = sorted({c.prompt_len for c in cs})
         batches = sorted({c.batch for c in cs})
         grid: dict = {}
         for c in cs:
-            grid.setdefault((c.batch, c.prompt_len), []).append(c.host_fraction)
-        click.echo(f"\n{model} on {dev} ({eng} {mode}): host fraction (median over runs), rows batch, columns prompt length")
+            grid.setdefault((c.batch, c.prompt_len), []).append((c.host_fraction, c.predicted_host_fraction))
+        click.echo(f"\n{model} on {dev} ({eng} {mode}{fitting.tp_label(k)}): host fraction (median over runs), rows batch, columns prompt length")
         rows = [(str(b), *(_regime_text(grid[(b, p)], short) if (b, p) in grid else "." for p in prompts)) for b in batches]
         click.echo(_table(("batch", *map(str, prompts)), rows))
     click.echo("\nH: host-bound, B: balanced, D: device-bound. Boundaries:")
     for b in bounds:
         click.echo(f"  {b.model}: {b.note}")
-    labels = {f"{c.model} ({c.device}, {c.engine} {c.mode})" for c in cells}
+    labels = {f"{c.model} ({c.device}, {c.engine} {c.mode}{fitting.tp_label(c.tp)})" for c in cells}
     for label in sorted(labels - {b.model for b in bounds}):
         click.echo(f"  {label}: no boundary: needs two or more batch sizes or prompt lengths")
 
 
-def _regime_text(fractions, short) -> str:
+def _regime_text(pairs, short) -> str:
+    """Median measured host fraction and class; ``p`` and the model's, when predicted."""
     from hostgap.anatomy.verdict import classify
 
-    f = float(np.median(fractions))
-    n = f" (n={len(fractions)})" if len(fractions) > 1 else ""
-    return f"{f:.2f} {short.get(classify(f), '?')}{n}"
+    f = float(np.median([m for m, _ in pairs]))
+    n = f" (n={len(pairs)})" if len(pairs) > 1 else ""
+    text = f"{f:.2f} {short.get(classify(f), '?')}{n}"
+    p = float(np.median([q for _, q in pairs]))
+    return text + (f" | p {p:.2f} {short.get(classify(p), '?')}" if p == p else "")
+
+
+def _predicted(c, model_path):
+    """``c`` with the model's host fraction for the same cell (NaN where it cannot be predicted)."""
+    from dataclasses import replace
+
+    from hostgap.anatomy.verdict import classify
+    from hostgap.model import whatif
+
+    try:
+        engine = c.engine if c.engine in ("vllm", "hf") else "vllm"
+        setup, _, _ = _setup(c.model, c.batch, max(c.context or c.prompt_len, 1), c.tp, c.dtype, engine,
+                             c.mode if c.mode in ("eager", "graph") else "eager", c.device, None, model_path, None)
+    except HostgapError:
+        return c
+    f = whatif.predict(setup).host_fraction
+    return replace(c, predicted_host_fraction=f, predicted_regime=classify(f))
 
 
 def register(cli: click.Group) -> None:

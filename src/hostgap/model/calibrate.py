@@ -67,6 +67,7 @@ class PaperCell:
     source: str
     note: str = ""
     gamma: int = 4
+    preset: str = ""
 
 
 def _shape(arch, cell: Cell, device, mode: str, gpu_ms=None) -> Shape:
@@ -96,7 +97,7 @@ def _cell(raw: dict, defaults: dict) -> PaperCell:
     else:
         raise HostgapError(str(CELLS_FILE), f"cell {raw['id']}: unknown kind {kind!r}")
     return PaperCell(raw["id"], kind, raw["use"], dict(raw["published"]), shapes, st, raw["source"],
-                     raw.get("note", ""), gamma)
+                     raw.get("note", ""), gamma, raw["preset"])
 
 
 @lru_cache(maxsize=2)
@@ -204,5 +205,24 @@ def default_rows(path: str = str(CELLS_FILE)) -> list[tuple[PaperCell, dict]]:
     return [(c, evaluate(c, host, scale)) for c in cells]
 
 
-__all__ = ["CELLS_FILE", "PARAMS", "PaperCell", "Row", "default_rows", "device_scale", "evaluate",
+def regime_cells() -> list:
+    """The published step cells whose host fraction is known (host and wall, or host and GPU)."""
+    from hostgap.anatomy.verdict import classify
+    from hostgap.model.fitting import RegimeCell
+
+    out = []
+    for c in load_cells()[0]:
+        p, sh = c.published, c.shapes[0]
+        if c.kind != "step" or "host_ms" not in p or not ("wall_ms" in p or sh.gpu_ns):
+            continue
+        wall = p.get("wall_ms") or p["host_ms"] + sh.gpu_ns / 1e6
+        f = p["host_ms"] / wall
+        st = c.setting
+        out.append(RegimeCell(c.preset, st["device"], st["engine"], st["mode"],
+                              st["batch"], st["context"], f, classify(f), f"published:{c.id}", st["context"],
+                              st["tp"], st["dtype"]))
+    return out
+
+
+__all__ = ["regime_cells", "CELLS_FILE", "PARAMS", "PaperCell", "Row", "default_rows", "device_scale", "evaluate",
            "expected_tokens", "fit_paper", "load_cells", "paper_fit"]

@@ -417,6 +417,11 @@ class RegimeCell:
     host_fraction: float
     regime: str | None
     run_id: str
+    context: int | None = None  # mean KV length of the differenced steps
+    tp: int = 1
+    dtype: str = "bfloat16"
+    predicted_host_fraction: float = float("nan")  # `regimes --predict`: the model's, same cell
+    predicted_regime: str | None = None
 
 
 @dataclass(frozen=True)
@@ -430,6 +435,11 @@ class Boundary:
     note: str
 
 
+def tp_label(k: int) -> str:
+    """``", TP-k"`` for k > 1: cells of another TP degree are another setting."""
+    return f", TP-{k}" if k > 1 else ""
+
+
 def regime_cells(docs: list[dict]) -> list[RegimeCell]:
     """One classified cell per results JSON with a known host fraction (shared thresholds)."""
     from hostgap.anatomy.verdict import classify
@@ -441,7 +451,8 @@ def regime_cells(docs: list[dict]) -> list[RegimeCell]:
             continue
         model = c.preset or (c.arch.name if c.arch else "?")
         out.append(RegimeCell(model, c.device_name or c.device or "?", c.engine or "?", c.mode or "?",
-                              c.batch, c.prompt_len, c.host_fraction, classify(c.host_fraction), c.run_id))
+                              c.batch, c.prompt_len, c.host_fraction, classify(c.host_fraction), c.run_id,
+                              c.context, c.tp, c.dtype or "bfloat16"))
     return out
 
 
@@ -462,7 +473,7 @@ def boundaries(cells: list[RegimeCell]) -> list[Boundary]:
     out = []
     by_model: dict[str, list] = {}
     for c in cells:  # one boundary per model and setting (device, engine, mode)
-        by_model.setdefault(f"{c.model} ({c.device}, {c.engine} {c.mode})", []).append(c)
+        by_model.setdefault(f"{c.model} ({c.device}, {c.engine} {c.mode}{tp_label(c.tp)})", []).append(c)
     for model, cs in sorted(by_model.items()):
         for axis, fixed_attr in (("batch", "prompt_len"), ("prompt_len", "batch")):
             for fixed in sorted({getattr(c, fixed_attr) for c in cs}):
