@@ -32,7 +32,7 @@ from hostgap.model.arch import get_preset
 from hostgap.model.devices import find_device, launch_floor_ns
 from hostgap.model.roofline import default_model, device_time
 from hostgap.model.stepmodel import DEFAULT_HOST, HostModel, StepPrediction, step
-from hostgap.model.whatif import Setup, bandwidth_floor_ns, collective_ns, expected_tokens
+from hostgap.model.whatif import Setup, bandwidth_floor_ns, collective_ns
 
 CELLS_FILE = Path(__file__).with_name("paper_cells.json")
 PARAMS = ("serial_ns", "per_seq_ns", "per_rank_ns", "dispatch_ns", "per_kernel_ns")
@@ -196,15 +196,6 @@ def paper_fit(path: str = str(CELLS_FILE)) -> tuple[HostModel, float, list[Row]]
     return host, scale, rows
 
 
-def default_rows(path: str = str(CELLS_FILE)) -> list[tuple[PaperCell, dict]]:
-    """Each cell with the shipped default host term's predictions (no fitting: fast)."""
-    cells, scale_ids, device = load_cells(path)
-    floor, _ = launch_floor_ns(find_device(device))
-    host = replace(DEFAULT_HOST["vllm"], launch_floor_ns=min(floor, DEFAULT_HOST["vllm"].per_kernel_ns))
-    scale = device_scale(cells, scale_ids)
-    return [(c, evaluate(c, host, scale)) for c in cells]
-
-
 def regime_cells() -> list:
     """The published step cells whose host fraction is known (host and wall, or host and GPU)."""
     from hostgap.anatomy.verdict import classify
@@ -224,5 +215,5 @@ def regime_cells() -> list:
     return out
 
 
-__all__ = ["regime_cells", "CELLS_FILE", "PARAMS", "PaperCell", "Row", "default_rows", "device_scale", "evaluate",
-           "expected_tokens", "fit_paper", "load_cells", "paper_fit"]
+__all__ = ["regime_cells", "CELLS_FILE", "PARAMS", "PaperCell", "Row", "device_scale", "evaluate",
+           "fit_paper", "load_cells", "paper_fit"]
