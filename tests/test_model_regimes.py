@@ -168,3 +168,11 @@ def test_spec_cycle_host_and_fp8_slowdown(paper):
     w = whatif.run(_setup(host=DEFAULT_HOST["vllm"]), "fp8")
     assert w.extra["gemm_eff"] == 1.0 and w.per_token_speedup < 1.0
     assert w.scenario.device_ns < w.baseline.device_ns  # the slowdown is the launches, not the GEMMs
+
+
+def test_measured_kernels_per_step_replace_the_table_and_keep_its_ratios():
+    s = _setup(kernels_per_step=500.0)
+    assert whatif.predict(s).kernels == pytest.approx(500.0)  # the table says 329
+    w = whatif.run(s, "fp8")
+    # the FP8 cell keeps the table's ratio: 500 x (329 + 128 quantisation kernels) / 329
+    assert w.scenario.kernels == pytest.approx(500.0 * 457 / 329)
