@@ -176,3 +176,17 @@ def test_measured_kernels_per_step_replace_the_table_and_keep_its_ratios():
     w = whatif.run(s, "fp8")
     # the FP8 cell keeps the table's ratio: 500 x (329 + 128 quantisation kernels) / 329
     assert w.scenario.kernels == pytest.approx(500.0 * 457 / 329)
+
+
+def test_speculative_cycle_by_hand():
+    s = _setup()
+    w = whatif.run(s, "spec:gamma=2,alpha=0.5,draft=llama-3.2-1b")
+    # orchestration: verify step (329 launches, the decode table) + 2 draft steps of the 1B (169 each)
+    assert w.scenario.orchestration_ns == pytest.approx((1e6 + 329 * 30e3) + 2 * (1e6 + 169 * 30e3))
+    assert w.scenario.serial_ns == pytest.approx(200e3 + 5e3)  # paid once per cycle
+    # verify: 3 tokens per sequence over KV 2048 + 2 (cached + scheduled), 3 logits kept
+    verify = whatif.predict(s, cell=Cell(batch=1, q_tokens=3, context=2050, logits_kept=3))
+    draft = whatif.predict(replace(s, arch=get_preset("llama-3.2-1b")))
+    assert w.scenario.device_ns == pytest.approx(verify.device_ns + 2 * draft.device_ns)
+    assert w.tokens_per_step == pytest.approx(1 + 0.5 + 0.25)
+    assert w.per_token_speedup == pytest.approx(w.baseline.total_ns / (w.scenario.total_ns / 1.75))

@@ -236,10 +236,9 @@ def speculative(s: Setup, kw: dict) -> WhatIf:
     verify = predict(s, cell=verify_cell)
     draft_dev, draft_orch, draft_name = 0.0, 0.0, "none (n-gram / prompt-lookup drafting: no draft model time)"
     if kw.get("draft"):
-        d_arch = get_preset(kw["draft"])
-        d_acc = account(d_arch, s.cell)
-        draft_dev = s.device_scale * device_time(d_acc, s.device, s.roofline).total_ns
-        draft = step(draft_dev, 0.0, d_acc.launches, s.cell.batch, s.host, s.mode, tp=s.cell.tp)
+        d_arch = get_preset(kw["draft"])  # the draft's launches come from the table, not the target's run
+        draft = _overlap(replace(s, arch=d_arch, kernels_per_step=None), s.cell, s.mode, 1.0)
+        draft_dev = draft.device_ns + draft.collective_ns
         draft_orch, draft_name = draft.orchestration_ns, d_arch.name
     cycle = StepPrediction(verify.device_ns + gamma * draft_dev, verify.collective_ns, verify.serial_ns,
                            verify.orchestration_ns + gamma * draft_orch, verify.kernels, verify.mode, verify.tp)
