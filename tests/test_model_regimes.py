@@ -190,3 +190,26 @@ def test_speculative_cycle_by_hand():
     assert w.scenario.device_ns == pytest.approx(verify.device_ns + 2 * draft.device_ns)
     assert w.tokens_per_step == pytest.approx(1 + 0.5 + 0.25)
     assert w.per_token_speedup == pytest.approx(w.baseline.total_ns / (w.scenario.total_ns / 1.75))
+
+
+def test_fp8_gemm_efficiency_factor_and_ratios_by_hand():
+    s = _setup(host=DEFAULT_HOST["vllm"])
+    ideal, half = whatif.run(s, "fp8"), whatif.run(s, "fp8:gemm_eff=0.5")
+    assert ideal.extra["launch_ratio"] == pytest.approx(457 / 329)  # + qkv, o, gate_up, down per layer
+    assert half.extra["gemm_eff"] == 0.5
+    # memory-bound 8-bit GEMMs at half the efficiency take twice as long (t_min aside)
+    gemm8 = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+    rl = whatif._derated(s.roofline, whatif.account(s.arch, replace(s.cell, dtype="fp8")), 0.5)
+    for name in gemm8:
+        e, base = rl.efficiencies[name], s.roofline.efficiency(name, "gemm")
+        assert (e.e_c, e.e_m, e.t_min_ns) == pytest.approx((base.e_c * 0.5, base.e_m * 0.5, base.t_min_ns))
+    assert "lm_head" not in rl.efficiencies  # 16-bit: untouched
+    assert half.scenario.device_ns > ideal.scenario.device_ns
+
+
+def test_tp_what_if_names_its_form():
+    w = whatif.run(_setup(), "tp=2")
+    assert any("'overlap' form: serial part + per extra rank" in a for a in w.assumptions)
+    other = whatif.run(replace(_setup(), tp_form="additive"), "tp=2")
+    assert not any("serial part + per extra rank" in a for a in other.assumptions)
+    assert set(w.extra["form_totals_ns"]) == set(whatif.TP_FORMS)
