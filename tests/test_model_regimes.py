@@ -213,3 +213,12 @@ def test_tp_what_if_names_its_form():
     other = whatif.run(replace(_setup(), tp_form="additive"), "tp=2")
     assert not any("serial part + per extra rank" in a for a in other.assumptions)
     assert set(w.extra["form_totals_ns"]) == set(whatif.TP_FORMS)
+
+
+def test_a_linear_tp_form_replaces_the_host_term_in_predict():
+    p1, p2 = whatif.predict(_setup()), whatif.predict(_setup(tp=2))
+    for form, host in (("additive", p1.host_ns), ("host_times_k", 2 * p1.host_ns), ("host_over_k", p1.host_ns / 2)):
+        q = whatif.predict(_setup(tp=2, tp_form=form))
+        assert q.total_ns == pytest.approx(p2.device_ns + p2.collective_ns + host)
+        assert q.host_ns == pytest.approx(host) and q.collective_wait_ns == 0.0
+    assert whatif.predict(_setup(tp_form="additive")).total_ns == p1.total_ns  # TP-1: no form applies
