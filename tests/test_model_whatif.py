@@ -87,7 +87,7 @@ def test_faster_host_shrinks_host_but_not_device_nor_launch_floor():
 
 
 def test_bad_what_if_specs_are_user_errors():
-    for bad in ("warp", "spec:gamma=4", "spec:alpha=2", "tp=x", "spec:gamma"):
+    for bad in ("warp", "spec:gamma=4", "spec:alpha=2", "tp=x", "spec:gamma", "tp", "host", "host=0"):
         with pytest.raises(HostgapError):
             whatif.run(_setup(), bad)
 
