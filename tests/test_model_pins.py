@@ -109,6 +109,14 @@ def test_paper_reference_check_by_hand():
     assert add.tp2_wall_pred_ms == pytest.approx((scale * raw(2) + comm) / 1e6 + 12.19 - 6.41)
     assert add.tp2_wall_error == pytest.approx(abs(add.tp2_wall_pred_ms - 15.9) / 15.9)
     assert add.ratio_70b_error == pytest.approx(abs(add.ratio_70b_pred - 1.11) / 1.11)
+    # fitted on TP-1 and TP-2 (relative weights), then 70B: t_k = scale x D_k + C_k + h, ratio t_2 / t_4
+    y1, b1, y2, b2 = 12.19e6, scale * raw(1), 15.9e6, scale * raw(2) + comm
+    h = ((y1 - b1) / y1**2 + (y2 - b2) / y2**2) / (1 / y1**2 + 1 / y2**2)
+    a70 = get_preset("llama-3.1-70b")
+    ring = {2: 450e9, 4: 300e9}  # 0.5 x 900e9 x k / (2 (k - 1))
+    t70 = {k: scale * device_time(account(a70, Cell(tp=k)), h100, default_model(h100.name)).total_ns
+           + 161 * (10e3 + 16384 / ring[k] * 1e9) + h for k in (2, 4)}
+    assert add.ratio_70b_pred == pytest.approx(t70[2] / t70[4])
 
 
 # -- accounting.py ------------------------------------------------------------------------

@@ -101,6 +101,8 @@ def test_predict_tp_and_what_if_tp_are_one_path():
     assert t["compute_comm"] == pytest.approx(p1.total_ns / 2 + p2.collective_ns)
     assert t["host_over_k"] == pytest.approx(p2.device_ns + p2.collective_ns + p1.host_ns / 2)
     assert t["host_times_k"] == pytest.approx(p2.device_ns + p2.collective_ns + p1.host_ns * 2)
+    assert t["additive_skew"] == pytest.approx(p2.device_ns + p2.collective_ns + p1.host_ns)
+    assert t["overlap"] == p2.total_ns
 
 
 # -- the published cells ---------------------------------------------------------------------

@@ -82,6 +82,7 @@ def test_faster_host_shrinks_host_but_not_device_nor_launch_floor():
     w = whatif.run(s, "host=2")
     assert w.scenario.device_ns == w.baseline.device_ns
     assert w.scenario.serial_ns == pytest.approx(w.baseline.serial_ns / 2)
+    assert any("launch floor 4.50 us per kernel unchanged" in a for a in w.assumptions)
     p = step(0.0, 0.0, 100, 1, s.host, host_speed=1e6)
     assert p.orchestration_ns == pytest.approx(100 * s.host.launch_floor_ns, rel=1e-3)
 
