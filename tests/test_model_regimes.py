@@ -224,3 +224,15 @@ def test_a_linear_tp_form_replaces_the_host_term_in_predict():
         assert q.total_ns == pytest.approx(p2.device_ns + p2.collective_ns + host)
         assert q.host_ns == pytest.approx(host) and q.collective_wait_ns == 0.0
     assert whatif.predict(_setup(tp_form="additive")).total_ns == p1.total_ns  # TP-1: no form applies
+
+
+def test_graphs_assumptions_and_step_change_by_hand():
+    w = whatif.run(_setup(), "graphs")
+    # H: dispatch 1 ms + 329 launches x 30 us = 10.87 ms of orchestration
+    assert w.assumptions[0] == ("orchestration 10.870 ms (dispatch 1.000 ms + 329 launches x 30.0 us) "
+                                "replaced by one graph launch (30 us)")
+    assert w.step_change == pytest.approx(w.scenario.total_ns / w.baseline.total_ns - 1)
+    assert w.step_change < 0
+    t = whatif.run(_setup(), "tp=2")
+    others = next(a for a in t.assumptions if "other forms:" in a).split("other forms:")[1]
+    assert "overlap" not in others and "additive " in others
