@@ -236,3 +236,11 @@ def test_graphs_assumptions_and_step_change_by_hand():
     t = whatif.run(_setup(), "tp=2")
     others = next(a for a in t.assumptions if "other forms:" in a).split("other forms:")[1]
     assert "overlap" not in others and "additive " in others
+
+
+def test_device_launch_floor_never_exceeds_the_per_kernel_cost():
+    from hostgap.model.stepmodel import for_device
+
+    assert for_device(H, 4.707e3).launch_floor_ns == 4.707e3
+    cheap = replace(H, per_kernel_ns=3e3)  # a per-kernel cost below the floor caps it
+    assert for_device(cheap, 4.707e3).launch_floor_ns == 3e3
