@@ -208,15 +208,10 @@ def fit_host(samples: HostSamples, base: HostModel, launch_floor_ns: float | Non
         p = (q[0], q[1] if vary_b else 0.0, per_kernel_ns if fixed_k else q[2])
         return (_predict(p, samples, base) - t) / t
 
-    hi_serial = float(np.max(t))
-    x0 = [min(float(np.median(np.maximum(t - samples.g_step_ns, 0.0))), hi_serial * 0.99) + 1.0,
-          0.0, float(np.median(t / np.maximum(samples.k_step, 1))) * 0.5]
-    best = None
-    for scale in (1.0, 0.2):
-        x = [x0[0] * scale, x0[1], x0[2] * (2 - scale)]
-        r = least_squares(resid, x, bounds=([0, 0, 0], [hi_serial, hi_serial, hi_serial]), loss="soft_l1", f_scale=0.05)
-        if best is None or r.cost < best.cost:
-            best = r
+    hi = float(np.max(t))
+    # start: the median residual as the serial part, half the step per kernel as the per-kernel cost
+    x0 = np.clip([np.median(t - samples.g_step_ns), 0.0, np.median(t / samples.k_step) / 2], 0.0, hi)
+    best = least_squares(resid, x0, bounds=(0.0, hi), loss="soft_l1", f_scale=0.05)
     s, b, k = (float(v) for v in best.x)
     k = float(per_kernel_ns) if fixed_k else k
     floor = base.launch_floor_ns if launch_floor_ns is None or not np.isfinite(launch_floor_ns) else launch_floor_ns
