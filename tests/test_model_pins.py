@@ -140,6 +140,7 @@ def test_moe_expert_flops_bytes_and_quant_by_hand():
     assert q.kernels == 2 and q.launches == 2
     r = acc.op("router")
     assert r.flops == 2 * T * h * 8 and r.weight_bytes == h * 8 * 1  # 3,072 FLOPs
+    assert r.act_bytes == T * (h + 8) * 2  # read the hidden state, write 8 logits: 432 bytes
     assert expected_experts_hit(0, 0, 5) == 0.0
 
 
@@ -156,6 +157,9 @@ def test_tp2_dense_projection_shapes_by_hand():
     assert acc.op("down_proj").weight_bytes == 96 / 4 * 64 * 2
     assert acc.op("lm_head").weight_bytes == 64 * 50 / 4 * 2
     assert acc.op("attn_all_reduce").act_bytes == T * 64 * 2
+    assert acc.op("qkv_proj").act_bytes == T * (64 + 32) * 2  # read hidden, write q + k + v per rank
+    res = acc.op("residual_add")  # two per layer: read two hidden states, write one
+    assert (res.count, res.flops, res.act_bytes) == (2 * 3, 2 * T * 64, (2 * T * 64 + T * 64) * 2)
     assert acc.op("embed").launches == 1 + 2  # vocab-parallel lookup: mask and all-reduce
     # prefill of 4 tokens at context 4: causal q.s = 4 x 0 + 4 x 5 / 2 = 10 key reads per head
     pre = account(arch, Cell(batch=1, q_tokens=4, context=4, tp=1))
@@ -238,10 +242,12 @@ def test_vidur_reader_maps_ops_units_and_shapes(tmp_path):
     # gate+up at TP-2: 2 x 4 tokens x 64 x (2 x 96 / 2)
     assert s.flops[up] == 2 * 4 * 64 * 96
     assert s.peak_flops[up] == 100e12 and s.bw_bytes_per_s[up] == 1e12  # fp16 falls back to bf16
-    assert set(s.tokens) == {4}
+    assert set(s.tokens) == {4} and set(s.group) == {"x_mlp"}  # grouped by file name
+    assert set(vidur.read_mlp(p, DEV, group="g").group) == {"g"}
     arch = vidur.arch_of_row({"n_embd": "64", "n_head": "8", "n_kv_head": "2", "n_expanded_embd": "96",
                               "vocab_size": "50", "use_gated_mlp": "False"}, "g")
     assert arch.head_dim == 8 and arch.family == "gpt2" and arch.layers == 1
+    assert not arch.tied_embeddings  # vidur profiles the embedding alone: no head shares its table
     keyed = vidur.as_hostgap_ops(s)
     assert keyed.key[up] == "gate_up_proj" and keyed.time_ns[up] == 0.25e6
 

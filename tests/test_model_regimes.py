@@ -86,6 +86,9 @@ def test_memory_check_by_hand():
     assert two.weights_bytes == arch.param_count() and two.fits
     assert two.kv_bytes == 2048 * 2 * 4 * 128 * 80 * 2
     assert "exceed h100-sxm's 80 GB" in one.message("h100-sxm")
+    # 8B weights fit; 64 sequences of 131,072 tokens of KV (128 KiB per token) do not
+    long = whatif.memory_check(get_preset("llama-3.1-8b"), Cell(batch=64, context=131072), find_device("h100"))
+    assert long.kv_bytes == 64 * 131072 * 2 * 8 * 128 * 32 * 2 and long.weights_bytes < 80e9 and not long.fits
 
 
 def test_predict_tp_and_what_if_tp_are_one_path():
