@@ -283,3 +283,19 @@ def test_synthetic_cells_by_hand():
     noisy = tp.synthetic_cells("additive", (5e6,), ks=(1, 4), models=((6e6, 1e6),), noise=0.02, seed=7)
     eps = np.random.default_rng(7).standard_normal(2)
     assert [c.wall_ns for c in noisy] == pytest.approx(list(np.array([11e6, 7.32e6]) * (1 + 0.02 * eps)))
+
+
+def test_activation_bytes_of_embed_norm_misc_and_shared_expert_by_hand():
+    qm = Arch("toy-qmoe", "qwen2_moe", hidden=64, layers=2, heads=4, kv_heads=4, head_dim=16, intermediate=32,
+              vocab=100, tied_embeddings=False, experts=8, top_k=2, shared_expert_intermediate=48)
+    acc = account(qm, Cell(batch=3, context=10, tp=2))
+    T, h, si, k = 3, 64, 48, 2
+    sh = acc.op("shared_expert")
+    assert sh.act_bytes == T * (2 * h + 3 * si / k) * 2
+    assert sh.flops == 2 * T * 3 * h * si / k and sh.weight_bytes == (3 * h * si / k + h) * 2
+    assert acc.op("embed").act_bytes == T * h * 2
+    fn = acc.op("final_norm")
+    assert (fn.flops, fn.act_bytes, fn.weight_bytes) == (T * h, 2 * T * h * 2, h * 2)
+    hf = account(qm, Cell(batch=3, context=10, engine="hf"))
+    misc = hf.op("misc")
+    assert (misc.count, misc.act_bytes, misc.kernels) == (2, T * h * 2, 9)
