@@ -299,3 +299,26 @@ def test_activation_bytes_of_embed_norm_misc_and_shared_expert_by_hand():
     hf = account(qm, Cell(batch=3, context=10, engine="hf"))
     misc = hf.op("misc")
     assert (misc.count, misc.act_bytes, misc.kernels) == (2, T * h * 2, 9)
+
+
+def test_every_dense_op_shape_by_hand():
+    arch = Arch("toy", "llama", hidden=64, layers=3, heads=8, kv_heads=2, head_dim=8, intermediate=96,
+                vocab=50, tied_embeddings=False)
+    acc = account(arch, Cell(batch=2, context=5, tp=4))
+    T = 2  # per rank: q 16 dims, one replicated kv head of 8, intermediate 24, vocab 12.5
+    o = acc.op("o_proj")
+    assert (o.flops, o.weight_bytes) == (2 * T * 16 * 64, 16 * 64 * 2)
+    assert acc.op("sample").act_bytes == 2 * 12.5 * 2
+    kv = acc.op("kv_write")
+    assert (kv.kv_write_bytes, kv.act_bytes) == (2 * 1 * 2 * 8 * 2, T * 2 * 8 * 2)
+    assert acc.op("attention").act_bytes == 2 * T * 16 * 2
+    rope = acc.op("rope")
+    assert (rope.flops, rope.act_bytes) == (T * 24, 2 * T * 24 * 2)
+    norm = acc.op("input_norm")
+    assert (norm.flops, norm.act_bytes) == (T * 64, 2 * T * 64 * 2)
+    act = acc.op("act")  # gated: read gate and up (2 x 24), write 24
+    assert (act.flops, act.act_bytes) == (2 * T * 24, (2 * T * 24 + T * 24) * 2)
+    q8 = account(arch, Cell(batch=2, context=5, dtype="fp8")).op("qkv_proj_quant")
+    assert q8.act_bytes == T * 64 * (2 + 1)  # read bf16, write fp8
+    moe = account(MOE, Cell(batch=3, context=10)).op("moe_overhead")
+    assert (moe.flops, moe.act_bytes) == (3 * 2 * 64, (3 * 2 * 64 + 3 * 64) * 2)
