@@ -160,16 +160,24 @@ def test_cli_fit_on_vidur_files_then_predict_on_a100(tmp_path):
     if not all(f.exists() for f in files):
         pytest.skip(f"vidur profiles not found under {VIDUR}")
     out = tmp_path / "a100.json"
-    r = CliRunner().invoke(cli, ["fit", "--vidur-mlp", str(files[0]), "--vidur-mlp", str(files[1]),
-                                 "--all-reduce", str(files[2]), "-o", str(out)])
+    r = CliRunner().invoke(cli, ["fit", "--vidur-mlp", str(files[0]), "--all-reduce", str(files[2])])
+    assert r.exit_code == 2 and "needs --device" in r.output  # which GPU measured them is never assumed
+    r = CliRunner().invoke(cli, ["fit", "--vidur-mlp", str(files[0]), "--device", "a100", "--test-mlp", str(files[1]),
+                                 "--all-reduce", str(files[2]), "-o", str(out), "--json"])
     assert r.exit_code == 0, r.output
-    assert "held-out file" in r.output
+    doc = json.loads(r.stdout)
+    (t,) = doc["tests"]  # the held-out model, scored by a fit that never saw it
+    assert set(t) == {"file", "device", "gemm_mape_pct", "op_mape_pct", "max_err_pct", "rows"}
+    assert t["file"] == files[1].name and t["device"] == "a100-80gb" and t["rows"] == 10 * 1044
+    assert t["gemm_mape_pct"] <= 10.0 and t["op_mape_pct"] <= 15.0  # cross-model on the same GPU
     m = load_model(out)
     assert m.roofline_for("a100-80gb").efficiencies["gate_up_proj"].e_m > 0.5
-    assert len(m.provenance["kernel_data_sha256"]) == 3 and set(m.all_reduce.latency_ns) == {2, 4, 8}
-    r = CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--device", "a100", "--model", str(out), "--json",
+    assert len(m.provenance["kernel_data_sha256"]) == 2 and set(m.all_reduce.latency_ns) == {2, 4, 8}
+    r = CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--gpu", "a100", "--model", str(out), "--json",
                                  "--what-if", "tp=2"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    assert "held-out GEMM MAPE" in d["basis"]
+    assert "measured on a100-80gb" in d["basis"]
     assert d["what_ifs"][0]["scenario"]["collective_ns"] > 0
+    r = CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--gpu", "h100", "--model", str(out), "--json"])
+    assert "fitted on a100-80gb applied to h100-sxm" in json.loads(r.stdout)["basis"]

@@ -183,3 +183,13 @@ def _parse_entry(e, where: str) -> DeviceSpec:
     return DeviceSpec(str(e["name"]), peaks, nums["mem_bw_bytes_per_s"], nums["mem_bytes"],
                       nums["interconnect_bw_bytes_per_s"], sources, tuple(e.get("aliases", ())),
                       str(e.get("description", "")))
+
+
+def launch_floor_ns(device: DeviceSpec) -> tuple[float, str]:
+    """The null-kernel launch floor of ``device`` and its source: the same per-GPU table the
+    trace analysis uses (:mod:`hostgap.anatomy.floor`: TaxBreak H100 4.707 us, H200 4.503 us;
+    a generic 4.6 us elsewhere, labelled as such)."""
+    from hostgap.anatomy.floor import launch_floor
+
+    f = launch_floor([device.name, *device.aliases, device.description])
+    return f.ns, f.source

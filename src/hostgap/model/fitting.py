@@ -32,9 +32,9 @@ import hostgap
 from hostgap.errors import HostgapError
 from hostgap.model.accounting import Cell, account
 from hostgap.model.arch import Arch, get_preset
-from hostgap.model.devices import DeviceSpec, find_device
+from hostgap.model.devices import DeviceSpec, find_device, launch_floor_ns
 from hostgap.model.roofline import Metrics, RooflineModel, default_model, device_time, error_metrics
-from hostgap.model.stepmodel import DEFAULT_HOST, HostModel, HostSamples, fit_host, predict_host
+from hostgap.model.stepmodel import DEFAULT_HOST, HostModel, HostSamples, fit_host, for_device, predict_host
 from hostgap.model.tp import AllReduceModel
 
 MODEL_KIND = "hostgap.step_model"
@@ -74,6 +74,7 @@ class MeasuredCell:
     source: str = ""
     orch_per_kernel_ns: float = float("nan")  # TaxBreak orchestration / launches, per step
     launch_floor_ns: float = float("nan")
+    tp: int = 1  # `hostgap measure` runs one GPU: a results file without "tp" is TP 1
 
     @property
     def context(self) -> int | None:
@@ -84,9 +85,18 @@ class MeasuredCell:
         return int(round(self.prompt_len + (n1 + n2 - 1) / 2))
 
     @property
+    def missing(self) -> list[str]:
+        """The keys a fit needs that this run lacks (or holds as non-positive / non-numbers)."""
+        out = [] if self.arch is not None else ["arch (or a known preset)"]
+        out += [] if self.batch is not None else ["batch"]
+        for key, v in (("t_step_ns", self.t_step_ns), ("g_step_ns", self.g_step_ns), ("k_step", self.k_step)):
+            if not (math.isfinite(v) and v > 0):
+                out.append(f"differencing.{key}")
+        return out
+
+    @property
     def usable(self) -> bool:
-        return self.arch is not None and self.batch is not None and all(
-            math.isfinite(v) and v > 0 for v in (self.t_step_ns, self.g_step_ns))
+        return not self.missing
 
 
 def _arch(doc: dict) -> Arch | None:
@@ -130,7 +140,7 @@ def cell_from_results(doc: dict, source: str = "") -> MeasuredCell:
         doc.get("device_name"), doc.get("engine"), doc.get("mode"), _int(doc.get("batch")),
         _int(doc.get("prompt_len")), doc.get("dtype"), _int(doc.get("n1")), _int(doc.get("n2")),
         _num(d, "t_step_ns"), _num(d, "g_step_ns"), _num(d, "h_step_ns"), _num(d, "k_step"), hf, hdbi,
-        v.get("verdict"), source, per_kernel, _num(tb, "launch_floor_ns"),
+        v.get("verdict"), source, per_kernel, _num(tb, "launch_floor_ns"), _int(doc.get("tp")) or 1,
     )
 
 
@@ -194,7 +204,7 @@ def roofline_ns(arch: Arch, cell: Cell, device: DeviceSpec, rl: RooflineModel) -
 def _model_cell(c: MeasuredCell) -> Cell:
     engine = c.engine if c.engine in DEFAULT_HOST else "vllm"
     dtype = c.dtype if c.dtype in ("bfloat16", "float16", "float32", "fp8", "int8") else "bfloat16"
-    return Cell(batch=c.batch, q_tokens=1, context=max(c.context or 1, 1), dtype=dtype, engine=engine)
+    return Cell(batch=c.batch, q_tokens=1, context=max(c.context or 1, 1), tp=c.tp, dtype=dtype, engine=engine)
 
 
 @dataclass(frozen=True)
@@ -210,9 +220,10 @@ class GroupModel:
     n_cells: int
     heldout: Metrics
     heldout_host_only: Metrics
+    tp: int = 1
 
     def to_dict(self) -> dict:
-        return {"device": self.device, "device_name": self.device_name, "engine": self.engine,
+        return {"device": self.device, "device_name": self.device_name, "engine": self.engine, "tp": self.tp,
                 "device_scale": self.device_scale, "host": self.host.to_dict(),
                 "roofline": self.roofline.to_dict(), "n_cells": self.n_cells,
                 "heldout": self.heldout.to_dict(), "heldout_host_only": self.heldout_host_only.to_dict()}
@@ -221,12 +232,12 @@ class GroupModel:
     def from_dict(d: dict) -> "GroupModel":
         return GroupModel(d["device"], d.get("device_name", d["device"]), d["engine"], float(d["device_scale"]),
                           HostModel.from_dict(d["host"]), RooflineModel.from_dict(d["roofline"]), int(d["n_cells"]),
-                          Metrics(**d["heldout"]), Metrics(**d["heldout_host_only"]))
+                          Metrics(**d["heldout"]), Metrics(**d["heldout_host_only"]), int(d.get("tp", 1)))
 
 
 def _samples(cells: list[MeasuredCell]) -> HostSamples:
     return HostSamples(np.array([c.t_step_ns for c in cells]), np.array([c.g_step_ns for c in cells]),
-                       np.array([c.k_step if math.isfinite(c.k_step) else 0.0 for c in cells]),
+                       np.array([c.k_step for c in cells]),
                        np.array([float(c.batch) for c in cells]), np.array([c.mode == "graph" for c in cells]))
 
 
@@ -247,7 +258,7 @@ def fit_group(cells: list[MeasuredCell], device: DeviceSpec, rl: RooflineModel |
     """Fit one (device, engine) group; held-out error by leave-one-out over cells."""
     rl = rl or default_model(device.name)
     engine = cells[0].engine if cells[0].engine in DEFAULT_HOST else "vllm"
-    base = DEFAULT_HOST[engine]
+    base = for_device(DEFAULT_HOST[engine], launch_floor_ns(device)[0])
     scale, host = _fit_group(cells, device, rl, base)
     n = len(cells)
     pred_full, pred_host = [], []
@@ -262,7 +273,7 @@ def fit_group(cells: list[MeasuredCell], device: DeviceSpec, rl: RooflineModel |
             pred_full.append(predict_host(h_i, HostSamples(one.t_step_ns, np.array([dev]), one.k_step, one.batch, one.graph))[0])
     meas = np.array([c.t_step_ns for c in cells]) if n >= 3 else np.array([])
     return GroupModel(device.name, cells[0].device_name or device.name, engine, scale, host, rl, n,
-                      error_metrics(np.array(pred_full), meas), error_metrics(np.array(pred_host), meas))
+                      error_metrics(np.array(pred_full), meas), error_metrics(np.array(pred_host), meas), cells[0].tp)
 
 
 @dataclass(frozen=True)
@@ -270,7 +281,7 @@ class FittedModel:
     groups: tuple
     provenance: dict
     all_reduce: AllReduceModel | None = None
-    tp_form: str = "additive"
+    tp_form: str = "overlap"
     skipped: tuple = field(default=())
     rooflines: tuple = field(default=())  # per-op fits (e.g. from vidur kernel times), by device
 
@@ -280,12 +291,10 @@ class FittedModel:
                 return r
         return None
 
-    def group_for(self, device: str, engine: str) -> GroupModel | None:
+    def group_for(self, device: str, engine: str, tp: int = 1) -> GroupModel | None:
+        """The group fitted on runs like this cell: same device, engine and TP degree."""
         for g in self.groups:
-            if g.device == device and g.engine == engine:
-                return g
-        for g in self.groups:
-            if g.device == device:
+            if g.device == device and g.engine == engine and g.tp == tp:
                 return g
         return None
 
@@ -321,24 +330,30 @@ def _versions() -> dict:
 
 
 def fit(docs: list[dict], extra_devices: dict | None = None, rl: RooflineModel | None = None,
-        all_reduce: AllReduceModel | None = None, tp_form: str = "additive",
-        kernel_data: dict | None = None) -> FittedModel:
-    """Fit every (device, engine) group with enough usable cells (>= 2).
+        all_reduce: AllReduceModel | None = None, tp_form: str = "overlap",
+        kernel_data: dict | None = None, strict: bool = False) -> FittedModel:
+    """Fit every (device, engine, TP degree) group with enough usable cells (>= 2).
 
     ``rl``: per-op efficiencies fitted on kernel times of one device; groups on that device
-    use them (their step data then set only the scale), others the defaults.
+    use them (their step data then set only the scale), others the defaults. ``strict``: a
+    run lacking a key the fit needs is an error naming the key (files given by the user);
+    otherwise it is skipped with the key named (runs from the database).
     """
     cells = [cell_from_results(d, str(d.get("run_id", ""))) for d in docs]
+    if strict:
+        for c in cells:
+            if c.missing:
+                raise HostgapError(c.run_id, f"cannot fit on this run: missing {', '.join(c.missing)}")
     usable = [c for c in cells if c.usable]
-    skipped = [f"{c.run_id}: missing differencing t/g step or arch/batch" for c in cells if not c.usable]
+    skipped = [f"{c.run_id}: missing {', '.join(c.missing)}" for c in cells if not c.usable]
     groups: dict[tuple, list] = {}
     for c in usable:
         dev = device_for(c, extra_devices)
-        groups.setdefault((dev.name, c.engine if c.engine in DEFAULT_HOST else "vllm"), []).append((dev, c))
+        groups.setdefault((dev.name, c.engine if c.engine in DEFAULT_HOST else "vllm", c.tp), []).append((dev, c))
     fitted = []
-    for (dname, engine), members in sorted(groups.items()):
+    for (dname, engine, k), members in sorted(groups.items()):
         if len(members) < 2:
-            skipped.append(f"{dname}/{engine}: only one cell, nothing to fit")
+            skipped.append(f"{dname}/{engine}/TP-{k}: only one cell, nothing to fit")
             continue
         dev = members[0][0]
         model_rl = rl if rl is not None and rl.device == dev.name else default_model(dev.name)
@@ -385,7 +400,7 @@ def load_model(path: str | Path) -> FittedModel:
         rls = tuple(RooflineModel.from_dict(r) for r in d.get("rooflines", ()))
     except (KeyError, TypeError, ValueError) as e:
         raise HostgapError(str(p), f"malformed model: {e}") from None
-    return FittedModel(groups, d.get("provenance", {}), ar, d.get("tp_form", "additive"), tuple(d.get("skipped", ())), rls)
+    return FittedModel(groups, d.get("provenance", {}), ar, d.get("tp_form", "overlap"), tuple(d.get("skipped", ())), rls)
 
 
 # -- regime map ---------------------------------------------------------------------------
@@ -402,6 +417,11 @@ class RegimeCell:
     host_fraction: float
     regime: str | None
     run_id: str
+    context: int | None = None  # mean KV length of the differenced steps
+    tp: int = 1
+    dtype: str = "bfloat16"
+    predicted_host_fraction: float = float("nan")  # `regimes --predict`: the model's, same cell
+    predicted_regime: str | None = None
 
 
 @dataclass(frozen=True)
@@ -415,6 +435,11 @@ class Boundary:
     note: str
 
 
+def tp_label(k: int) -> str:
+    """``", TP-k"`` for k > 1: cells of another TP degree are another setting."""
+    return f", TP-{k}" if k > 1 else ""
+
+
 def regime_cells(docs: list[dict]) -> list[RegimeCell]:
     """One classified cell per results JSON with a known host fraction (shared thresholds)."""
     from hostgap.anatomy.verdict import classify
@@ -426,7 +451,8 @@ def regime_cells(docs: list[dict]) -> list[RegimeCell]:
             continue
         model = c.preset or (c.arch.name if c.arch else "?")
         out.append(RegimeCell(model, c.device_name or c.device or "?", c.engine or "?", c.mode or "?",
-                              c.batch, c.prompt_len, c.host_fraction, classify(c.host_fraction), c.run_id))
+                              c.batch, c.prompt_len, c.host_fraction, classify(c.host_fraction), c.run_id,
+                              c.context, c.tp, c.dtype or "bfloat16"))
     return out
 
 
@@ -447,7 +473,7 @@ def boundaries(cells: list[RegimeCell]) -> list[Boundary]:
     out = []
     by_model: dict[str, list] = {}
     for c in cells:  # one boundary per model and setting (device, engine, mode)
-        by_model.setdefault(f"{c.model} ({c.device}, {c.engine} {c.mode})", []).append(c)
+        by_model.setdefault(f"{c.model} ({c.device}, {c.engine} {c.mode}{tp_label(c.tp)})", []).append(c)
     for model, cs in sorted(by_model.items()):
         for axis, fixed_attr in (("batch", "prompt_len"), ("prompt_len", "batch")):
             for fixed in sorted({getattr(c, fixed_attr) for c in cs}):

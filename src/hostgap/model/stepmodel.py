@@ -1,23 +1,29 @@
 """Step latency = device time + host term, with physically meaningful host parts.
 
-Per decode step the host does two kinds of work (METHOD.md §5-§7):
+Per decode step the host does two kinds of work (METHOD.md §5-§7, docs/models.md §4):
 
-- **serial** work the GPU waits for every step (scheduler, IPC between engine processes,
-  sampling, input preparation): ``serial_ns + per_seq_ns x batch``;
-- **orchestration** of the step's kernels (ΔFT + ΔCT + ΔKT per launch), which runs while
-  earlier kernels execute: ``per_kernel_ns x kernels`` (eager) or one ``graph_launch_ns``
-  (CUDA graph replay).
+- **orchestration**, which overlaps GPU work: the per-step dispatch of the forward pass
+  (``dispatch_ns``: module calls, input and metadata preparation that run interleaved with
+  the step's kernels) plus ``per_kernel_ns`` per launch (ΔFT + ΔCT + ΔKT, METHOD.md §5).
+  CUDA graph replay replaces both with one ``graph_launch_ns``;
+- **serial** work that no GPU work overlaps and no graph removes: the scheduler / engine IPC /
+  sampling round-trip, ``serial_ns + per_seq_ns x batch``, plus ``per_rank_ns`` per extra
+  tensor-parallel rank (broadcasting the step to the workers and gathering the result).
 
-Orchestration overlaps device work, serial work does not::
+::
 
     wall = serial + max(orchestration, device + collectives)
-    host term (host-exposed) = wall - (device + collectives)
 
-So orchestration is exposed only when it outlasts the GPU work (small batch, small model,
-eager), and removing it (CUDA graphs) gains nothing where it was already hidden.
+Orchestration is exposed only when it outlasts the GPU work (small batch, small model,
+eager); that is why the host term collapses with batch and why graphs gain nothing where
+orchestration was already hidden. With TP > 1 every rank orchestrates its own kernels in
+parallel, and the exposed orchestration of the slowest rank is spent by the others spinning
+inside the all-reduce (METHOD.md §7): measured GPU-active absorbs it (``collective_wait_ns``)
+and the host-exposed residual that differencing measures is the serial part alone.
 
-The host parts are fitted from measured runs (:func:`fit_host`); without a fit, the
-documented defaults per engine (:data:`DEFAULT_HOST`) are used and reported as such.
+The defaults (:data:`DEFAULT_HOST`) are fitted on the differencing paper's published cells
+(``hostgap fit --paper-cells``, :mod:`hostgap.model.calibrate`); fits on measured runs
+(:func:`fit_host`) replace them.
 """
 
 from __future__ import annotations
@@ -32,12 +38,16 @@ from hostgap.model.roofline import Metrics, error_metrics
 
 @dataclass(frozen=True)
 class HostModel:
+    """The host term's parts, ns (see the module docstring)."""
+
     serial_ns: float
     per_seq_ns: float
     per_kernel_ns: float
-    launch_floor_ns: float  # the ΔKT part of per_kernel_ns (driver/hardware; a faster CPU helps less)
+    launch_floor_ns: float  # the ΔKT part of per_kernel_ns (driver/hardware; a faster CPU does not help it)
     graph_launch_ns: float
     source: str = "default"
+    per_rank_ns: float = 0.0  # serial, per TP rank beyond the first
+    dispatch_ns: float = 0.0  # overlapping, per step (eager only)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -48,15 +58,26 @@ class HostModel:
 
 
 DEFAULT_HOST: dict[str, HostModel] = {
-    # vLLM V1 eager: the differencing paper's residual is ~5.6-5.8 ms at 1B and 8B on H100
-    # (k-invariant, IPC-dominated), so serial ~5.6 ms; orchestration of ~10 fused kernels per
-    # layer hides behind the GPU.
-    "vllm": HostModel(5.6e6, 5e3, 10e3, 4.6e3, 30e3, "default (vLLM eager, differencing paper H100 cells)"),
+    # vLLM V1 eager on H100, fitted on the differencing paper's cells (paper_cells.json):
+    # `hostgap fit --paper-cells` reproduces these (rounded) values; docs/models.md §4.
+    "vllm": HostModel(serial_ns=222.5e3, per_seq_ns=5.74e3, per_kernel_ns=33.28e3, launch_floor_ns=4.707e3,
+                      graph_launch_ns=30e3, per_rank_ns=251.3e3, dispatch_ns=1.176e6,
+                      source="default: fitted on the differencing paper's H100 vLLM eager cells (hostgap fit --paper-cells)"),
     # transformers eager: ~1,700 kernels and ~20 ms of host time per 8B decode step on H200
     # (docs/PLATFORM.md): ~12 us per kernel; a short serial part for the generate loop.
-    "hf": HostModel(0.5e6, 2e3, 12e3, 4.5e3, 30e3, "default (transformers eager, ~12 us per kernel)"),
+    "hf": HostModel(serial_ns=0.5e6, per_seq_ns=2e3, per_kernel_ns=12e3, launch_floor_ns=4.5e3,
+                    graph_launch_ns=30e3, source="default (transformers eager, ~12 us per kernel, docs/PLATFORM.md)"),
 }
-"""Null-kernel launch floor 4.5-4.7 us (TaxBreak, H100/H200); one graph launch ~30 us."""
+"""One graph launch ~30 us; the launch floor is replaced per device (:func:`for_device`)."""
+
+DEFAULT_DEVICE_SCALE: dict[str, float] = {"h100-sxm": 0.864}
+"""Level of the default roofline per device where a published step sets it: H100 from the 8B
+batch-1 cell's 6.41 ms GPU time (paper_cells.json; ``hostgap fit --paper-cells`` prints it)."""
+
+
+def for_device(host: HostModel, floor_ns: float) -> HostModel:
+    """``host`` with the device's launch floor (never above the per-kernel cost)."""
+    return replace(host, launch_floor_ns=min(floor_ns, host.per_kernel_ns))
 
 
 @dataclass(frozen=True)
@@ -64,51 +85,78 @@ class StepPrediction:
     """One step: the parts and the total, ns."""
 
     device_ns: float  # compute kernels
-    collective_ns: float  # all-reduce etc. (GPU-busy)
+    collective_ns: float  # all-reduce etc. (GPU-busy), without waiting for other ranks
     serial_ns: float
     orchestration_ns: float
     kernels: float
     mode: str
-
-    @property
-    def gpu_ns(self) -> float:
-        return self.device_ns + self.collective_ns
+    tp: int = 1
 
     @property
     def total_ns(self) -> float:
-        return self.serial_ns + max(self.orchestration_ns, self.gpu_ns)
+        return self.serial_ns + max(self.orchestration_ns, self.device_ns + self.collective_ns)
+
+    @property
+    def orchestration_exposed_ns(self) -> float:
+        """Orchestration not hidden behind this rank's GPU work."""
+        return max(0.0, self.orchestration_ns - self.device_ns - self.collective_ns)
+
+    @property
+    def collective_wait_ns(self) -> float:
+        """TP > 1: exposed orchestration spent spinning in all-reduce (GPU-busy, host-caused)."""
+        return self.orchestration_exposed_ns if self.tp > 1 else 0.0
+
+    @property
+    def gpu_ns(self) -> float:
+        """GPU-active as a trace would measure it (all-reduce waits included)."""
+        return self.device_ns + self.collective_ns + self.collective_wait_ns
 
     @property
     def host_ns(self) -> float:
-        """Host-exposed time: total - GPU time."""
+        """Host-exposed time as differencing measures it: total - GPU-active."""
         return self.total_ns - self.gpu_ns
+
+    @property
+    def host_caused_ns(self) -> float:
+        """Time the step waits on the host: serial + exposed orchestration (wherever it hides)."""
+        return self.serial_ns + self.orchestration_exposed_ns
 
     @property
     def host_fraction(self) -> float:
         return self.host_ns / self.total_ns if self.total_ns > 0 else float("nan")
 
-    @property
-    def orchestration_exposed_ns(self) -> float:
-        return max(0.0, self.orchestration_ns - self.gpu_ns)
-
     def to_dict(self) -> dict:
         return {
             "device_ns": self.device_ns, "collective_ns": self.collective_ns,
+            "collective_wait_ns": self.collective_wait_ns, "gpu_active_ns": self.gpu_ns,
             "host_ns": self.host_ns, "total_ns": self.total_ns, "host_fraction": self.host_fraction,
-            "serial_host_ns": self.serial_ns, "orchestration_ns": self.orchestration_ns,
-            "orchestration_exposed_ns": self.orchestration_exposed_ns,
-            "kernels": self.kernels, "mode": self.mode,
+            "host_caused_ns": self.host_caused_ns, "serial_host_ns": self.serial_ns,
+            "orchestration_ns": self.orchestration_ns, "orchestration_exposed_ns": self.orchestration_exposed_ns,
+            "kernels": self.kernels, "mode": self.mode, "tp": self.tp,
         }
 
 
+def orchestration_ns(host: HostModel, kernels: float, mode: str = "eager", host_speed: float = 1.0) -> float:
+    """Overlapping host work of one step: dispatch + per-kernel cost (eager), one graph launch.
+
+    ``host_speed`` > 1 (a faster CPU) divides the CPU part; the launch floor is hardware.
+    """
+    if mode != "eager":
+        return host.graph_launch_ns / host_speed
+    floor = min(host.launch_floor_ns, host.per_kernel_ns)
+    return host.dispatch_ns / host_speed + kernels * ((host.per_kernel_ns - floor) / host_speed + floor)
+
+
+def serial_ns(host: HostModel, batch: float, tp: int = 1, host_speed: float = 1.0) -> float:
+    """Non-overlapping host work of one step."""
+    return (host.serial_ns + host.per_seq_ns * batch + host.per_rank_ns * (tp - 1)) / host_speed
+
+
 def step(device_ns: float, collective_ns: float, kernels: float, batch: int, host: HostModel,
-         mode: str = "eager", host_speed: float = 1.0) -> StepPrediction:
+         mode: str = "eager", host_speed: float = 1.0, tp: int = 1) -> StepPrediction:
     """Predict one step. ``host_speed`` > 1: a faster host CPU (single-thread speed factor)."""
-    cpu_part = max(host.per_kernel_ns - host.launch_floor_ns, 0.0)
-    per_kernel = cpu_part / host_speed + min(host.launch_floor_ns, host.per_kernel_ns)
-    orch = kernels * per_kernel if mode == "eager" else host.graph_launch_ns / host_speed
-    serial = (host.serial_ns + host.per_seq_ns * batch) / host_speed
-    return StepPrediction(device_ns, collective_ns, serial, orch, kernels, mode)
+    return StepPrediction(device_ns, collective_ns, serial_ns(host, batch, tp, host_speed),
+                          orchestration_ns(host, kernels, mode, host_speed), kernels, mode, tp)
 
 
 # -- fitting the host term from measured cells ---------------------------------------------
@@ -133,13 +181,16 @@ class HostSamples:
 
 def _predict(p, s: HostSamples, base: HostModel) -> np.ndarray:
     serial, per_seq, per_kernel = p
-    orch = np.where(s.graph, base.graph_launch_ns, per_kernel * s.k_step)
+    orch = np.where(s.graph, base.graph_launch_ns, base.dispatch_ns + per_kernel * s.k_step)
     return serial + per_seq * s.batch + np.maximum(orch, s.g_step_ns)
 
 
 def fit_host(samples: HostSamples, base: HostModel, launch_floor_ns: float | None = None,
              per_kernel_ns: float | None = None) -> HostModel:
-    """Least squares on relative error of ``serial + per_seq b + max(per_kernel k, g)``.
+    """Least squares on relative error of ``serial + per_seq b + max(dispatch + per_kernel k, g)``.
+
+    ``dispatch`` stays at ``base``'s value: with the kernel count of one engine it is not
+    separable from the per-kernel cost (the paper-cell fit, across models, sets it).
 
     With one distinct batch size the per-sequence part is not identifiable and stays 0. The
     per-kernel cost is identifiable from cells whose kernel counts differ (models, engines)
@@ -157,15 +208,10 @@ def fit_host(samples: HostSamples, base: HostModel, launch_floor_ns: float | Non
         p = (q[0], q[1] if vary_b else 0.0, per_kernel_ns if fixed_k else q[2])
         return (_predict(p, samples, base) - t) / t
 
-    hi_serial = float(np.max(t))
-    x0 = [min(float(np.median(np.maximum(t - samples.g_step_ns, 0.0))), hi_serial * 0.99) + 1.0,
-          0.0, float(np.median(t / np.maximum(samples.k_step, 1))) * 0.5]
-    best = None
-    for scale in (1.0, 0.2):
-        x = [x0[0] * scale, x0[1], x0[2] * (2 - scale)]
-        r = least_squares(resid, x, bounds=([0, 0, 0], [hi_serial, hi_serial, hi_serial]), loss="soft_l1", f_scale=0.05)
-        if best is None or r.cost < best.cost:
-            best = r
+    hi = float(np.max(t))
+    # start: the median residual as the serial part, half the step per kernel as the per-kernel cost
+    x0 = np.clip([np.median(t - samples.g_step_ns), 0.0, np.median(t / samples.k_step) / 2], 0.0, hi)
+    best = least_squares(resid, x0, bounds=(0.0, hi), loss="soft_l1", f_scale=0.05)
     s, b, k = (float(v) for v in best.x)
     k = float(per_kernel_ns) if fixed_k else k
     floor = base.launch_floor_ns if launch_floor_ns is None or not np.isfinite(launch_floor_ns) else launch_floor_ns

@@ -206,27 +206,30 @@ def synthetic_cells(form: str, params: tuple, ks=(1, 2, 4, 8), models=((6e6, 1.5
 
 LLAMA_31_70B = get_preset("llama-3.1-70b")
 
-PAPER_CELLS = {
-    # differencing paper, H100, eager vLLM V1, batch 1, context 2048 (METHOD.md §6-§7), ms
-    "8b_tp1": dict(wall_ms=12.19, gpu_ms=6.41, residual_ms=5.78),
-    "8b_tp2": dict(wall_ms=15.9, gpu_ms=15.42, residual_ms=0.48),
-    "8b_tp4": dict(residual_ms=0.98),
-    "70b_tp2_over_tp4": 1.11,  # decode speed-up TP-2 -> TP-4
-}
+def _paper_values() -> dict:
+    """The published TP values, from the one data file of published cells (paper_cells.json)."""
+    import json
+    from pathlib import Path
+
+    cells = {c["id"]: c for c in json.loads(Path(__file__).with_name("paper_cells.json").read_text())["cells"]}
+    return {"8b_tp1": dict(wall_ms=cells["8b_b1"]["published"]["wall_ms"], gpu_ms=cells["8b_b1"]["gpu_ms"]),
+            "8b_tp2": dict(wall_ms=cells["8b_tp2"]["published"]["wall_ms"], gpu_ms=cells["8b_tp2"]["gpu_active_ms"]),
+            "70b_tp2_over_tp4": cells["70b_tp2_over_tp4"]["published"]["speedup"]}
+
+
+PAPER_CELLS = _paper_values()
 
 
 def _cells_for(arch: Arch, ks, device: DeviceSpec, rl: RooflineModel, ar: AllReduceModel,
                scale: float, context: int = 2048) -> list[TPCell]:
+    """One TPCell per degree in ``ks`` (which starts at 1: D_1 comes from it)."""
     out = []
-    d1 = None
     for k in ks:
         acc = account(arch, Cell(batch=1, q_tokens=1, context=context, tp=k, engine="vllm"))
         dt = device_time(acc, device, rl)
-        per_msg = dt.collective_bytes / max(dt.collective_ops, 1)
-        comm = float(dt.collective_ops * ar.time_ns(per_msg, k, device)) if k > 1 else 0.0
+        comm = float(dt.collective_ops * ar.time_ns(dt.collective_bytes / max(dt.collective_ops, 1), k, device))
         dk = scale * dt.total_ns
-        d1 = dk if k == 1 else d1
-        out.append(TPCell(k, dk, comm, d1 if d1 is not None else dk, label=f"{arch.name}-tp{k}"))
+        out.append(TPCell(k, dk, comm, out[0].device_ns if out else dk, label=f"{arch.name}-tp{k}"))
     return out
 
 
@@ -267,8 +270,8 @@ def paper_reference_check(ar: AllReduceModel | None = None, rl: RooflineModel | 
         fit2 = fit_form(f, c8)
         t70 = fit2.predict(c70)
         ratio = float(t70[0] / t70[1])
-        rows.append(PaperCheck(f, p2 / 1e6, abs(p2 / 1e6 - 15.9) / 15.9, ratio,
-                               abs(ratio - PAPER_CELLS["70b_tp2_over_tp4"]) / PAPER_CELLS["70b_tp2_over_tp4"]))
+        w2, r70 = PAPER_CELLS["8b_tp2"]["wall_ms"], PAPER_CELLS["70b_tp2_over_tp4"]
+        rows.append(PaperCheck(f, p2 / 1e6, abs(p2 / 1e6 - w2) / w2, ratio, abs(ratio - r70) / r70))
     return {
         "forms": rows,
         "device_scale": scale,

@@ -13,12 +13,17 @@ Each what-if states its assumptions and changes only what it names:
 - ``fp8[:gemm_eff=F]``: W8A8. Quantised matmul weights take 1 byte (x 0.5), matmuls run at the
   FP8 peak (bf16 rate where the device has none), one activation-quantisation kernel per matmul
   adds device time and launches (the paper measured ~1.7x launches). ``gemm_eff`` scales the
-  8-bit GEMMs' efficiencies relative to 16-bit (default :data:`FP8_GEMM_EFF_DEFAULT`, calibrated
-  on the paper's measured decode slowdown; 1 = as efficient as 16-bit).
-- ``tp=K``: tensor parallelism over K ranks: per-rank device time, all-reduce time, and the
-  host term per the model's TP form (``additive`` by default: host does not change with K).
-- ``host=F``: a host CPU F times faster single-thread: serial host work and the CPU part of
-  per-kernel orchestration divide by F; the launch floor (driver/hardware) does not.
+  8-bit GEMMs' efficiencies relative to 16-bit (default 1: as efficient as 16-bit). The
+  small-batch slowdown the paper measured comes from the extra kernels' orchestration.
+- ``tp=K``: the prediction of the same cell at ``--tp K`` (one code path: :func:`predict`):
+  per-rank device time, all-reduce time, the host term's per-rank part; other TP forms beside.
+- ``host=F``: a host CPU F times faster single-thread (F < 1: slower): serial host work,
+  per-step dispatch and the CPU part of per-kernel orchestration divide by F; the launch floor
+  (driver/hardware) does not.
+
+Every prediction respects two physical floors: device time is never below the bytes the step
+must stream (weights actually read, embedding gathered, plus KV) at the datasheet bandwidth,
+and :func:`memory_check` says when weights + KV cache do not fit in one rank's memory.
 """
 
 from __future__ import annotations
@@ -27,11 +32,14 @@ from dataclasses import dataclass, field, replace
 
 from hostgap.errors import HostgapError
 from hostgap.model.accounting import Account, Cell, account, scale_launches
-from hostgap.model.arch import Arch, get_preset
+from hostgap.model.arch import Arch, dtype_bytes, get_preset
 from hostgap.model.devices import DeviceSpec
 from hostgap.model.roofline import RooflineModel, device_time
 from hostgap.model.stepmodel import HostModel, StepPrediction, step
 from hostgap.model.tp import FORMS, AllReduceModel, default_all_reduce
+
+TP_FORMS = ("overlap", *FORMS)
+"""``overlap``: the host model's own TP terms (stepmodel); the others: tp.py's linear forms."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,7 @@ class Setup:
     device_scale: float
     host: HostModel
     all_reduce: AllReduceModel | None = None
-    tp_form: str = "additive"
+    tp_form: str = "overlap"
     kernels_per_step: float | None = None  # measured, replaces the launch table's total
     notes: tuple = ()
 
@@ -61,14 +69,80 @@ def _account(s: Setup, cell: Cell | None = None, arch: Arch | None = None) -> Ac
     return acc
 
 
-def predict(s: Setup, cell: Cell | None = None, mode: str | None = None, host_speed: float = 1.0) -> StepPrediction:
-    cell = cell or s.cell
-    acc = _account(s, cell)
-    dt = device_time(acc, s.device, s.roofline)
+def bandwidth_floor_ns(acc: Account, device: DeviceSpec) -> float:
+    """Bytes the step must move (weights read, embedding gathered, KV read and written) at the
+    datasheet bandwidth: no device time can be shorter."""
+    return 1e9 * (acc.weight_bytes + acc.kv_read_bytes + acc.kv_write_bytes) / device.mem_bw_bytes_per_s
+
+
+def collective_ns(s: Setup, dt, k: int) -> float:
+    """All-reduce time of the step's collectives on k ranks (no waiting for other ranks)."""
+    if k <= 1:
+        return 0.0
     ar = s.all_reduce or default_all_reduce(s.device)
     per_msg = dt.collective_bytes / max(dt.collective_ops, 1)
-    coll = float(dt.collective_ops * ar.time_ns(per_msg, cell.tp, s.device)) if cell.tp > 1 else 0.0
-    return step(s.device_scale * dt.total_ns, coll, acc.launches, cell.batch, s.host, mode or s.mode, host_speed)
+    return float(dt.collective_ops * ar.time_ns(per_msg, k, s.device))
+
+
+def _overlap(s: Setup, cell: Cell, mode: str, host_speed: float) -> StepPrediction:
+    acc = _account(s, cell)
+    dt = device_time(acc, s.device, s.roofline)
+    dev = max(s.device_scale * dt.total_ns, bandwidth_floor_ns(acc, s.device))
+    return step(dev, collective_ns(s, dt, cell.tp), acc.launches, cell.batch, s.host, mode, host_speed, cell.tp)
+
+
+def form_totals(s: Setup, cell: Cell | None = None, mode: str | None = None, host_speed: float = 1.0) -> dict:
+    """Step total (ns) of ``cell`` under every TP form, from the TP-1 cell's host term."""
+    cell, mode = cell or s.cell, mode or s.mode
+    pk = _overlap(s, cell, mode, host_speed)
+    p1 = _overlap(s, replace(cell, tp=1), mode, host_speed)
+    k, h1, gk = cell.tp, p1.host_ns, pk.device_ns + pk.collective_ns
+    return {"overlap": pk.total_ns, "additive": gk + h1, "compute_comm": p1.total_ns / k + pk.collective_ns,
+            "host_over_k": gk + h1 / k, "host_times_k": gk + h1 * k,
+            "additive_skew": gk + h1}  # its skew term needs TP > 1 measurements to fit: 0 here
+
+
+def predict(s: Setup, cell: Cell | None = None, mode: str | None = None, host_speed: float = 1.0) -> StepPrediction:
+    """One step of ``cell`` (default: the setup's), any TP degree: ``--tp K`` and ``tp=K`` both
+    land here. A TP form other than ``overlap`` replaces the host term by the form's."""
+    cell, mode = cell or s.cell, mode or s.mode
+    pk = _overlap(s, cell, mode, host_speed)
+    if cell.tp == 1 or s.tp_form == "overlap":
+        return pk
+    total = form_totals(s, cell, mode, host_speed)[s.tp_form]
+    gk = pk.device_ns + pk.collective_ns
+    return StepPrediction(pk.device_ns, pk.collective_ns, max(total - gk, 0.0), 0.0, pk.kernels, mode, 1)
+
+
+@dataclass(frozen=True)
+class MemoryCheck:
+    """Weights + KV cache of one rank against the device's memory, bytes."""
+
+    weights_bytes: float
+    kv_bytes: float
+    device_bytes: float
+
+    @property
+    def fits(self) -> bool:
+        return self.weights_bytes + self.kv_bytes <= self.device_bytes
+
+    def message(self, device: str) -> str:
+        return (f"weights {self.weights_bytes / 1e9:.1f} GB + KV cache {self.kv_bytes / 1e9:.1f} GB per rank "
+                f"{'fit in' if self.fits else 'exceed'} {device}'s {self.device_bytes / 1e9:.0f} GB")
+
+    def to_dict(self) -> dict:
+        return {"weights_bytes": self.weights_bytes, "kv_bytes": self.kv_bytes,
+                "device_bytes": self.device_bytes, "fits": self.fits}
+
+
+def memory_check(arch: Arch, cell: Cell, device: DeviceSpec) -> MemoryCheck:
+    """Stored weights per rank (sharded over TP; W8A8 matmul weights 1 byte, embeddings 16-bit)
+    plus the KV cache of ``batch`` sequences at ``context`` tokens."""
+    emb = arch.embedding_params() + arch.lm_head_params()
+    w = (arch.param_count() - emb) * dtype_bytes(cell.dtype) + emb * dtype_bytes(cell.act_dtype)
+    kv_heads_rank = max(1.0, arch.kv_heads / cell.tp)
+    kv = cell.batch * cell.context * 2 * kv_heads_rank * arch.head_dim * arch.layers * dtype_bytes(cell.kv_cache_dtype)
+    return MemoryCheck(w / cell.tp, kv, device.mem_bytes)
 
 
 @dataclass(frozen=True)
@@ -132,12 +206,14 @@ def _float(kw: dict, key: str, default: float | None, spec: str, lo: float, hi: 
 
 
 def graphs(s: Setup, kw: dict) -> WhatIf:
+    """Same cell in graph mode: orchestration (dispatch + per-kernel) -> one graph launch."""
     base = predict(s)
     new = predict(s, mode="graph")
     hidden = base.orchestration_exposed_ns == 0
     return WhatIf("graphs", (
-        f"per-kernel orchestration {base.orchestration_ns / 1e6:.3f} ms ({base.kernels:.0f} launches) "
-        f"replaced by one graph launch ({s.host.graph_launch_ns / 1e3:.0f} us)",
+        f"orchestration {base.orchestration_ns / 1e6:.3f} ms (dispatch {s.host.dispatch_ns / 1e6:.3f} ms + "
+        f"{base.kernels:.0f} launches x {s.host.per_kernel_ns / 1e3:.1f} us) replaced by one graph launch "
+        f"({s.host.graph_launch_ns / 1e3:.0f} us)",
         f"orchestration overlaps GPU work: exposed part {base.orchestration_exposed_ns / 1e6:.3f} ms"
         + (" (already hidden: no gain)" if hidden else ""),
         "serial host work (scheduler, IPC, sampling) is unchanged",
@@ -160,13 +236,12 @@ def speculative(s: Setup, kw: dict) -> WhatIf:
     verify = predict(s, cell=verify_cell)
     draft_dev, draft_orch, draft_name = 0.0, 0.0, "none (n-gram / prompt-lookup drafting: no draft model time)"
     if kw.get("draft"):
-        d_arch = get_preset(kw["draft"])
-        d_acc = account(d_arch, s.cell)
-        draft_dev = s.device_scale * device_time(d_acc, s.device, s.roofline).total_ns
-        draft = step(draft_dev, 0.0, d_acc.launches, s.cell.batch, s.host, s.mode)
+        d_arch = get_preset(kw["draft"])  # the draft's launches come from the table, not the target's run
+        draft = _overlap(replace(s, arch=d_arch, kernels_per_step=None), s.cell, s.mode, 1.0)
+        draft_dev = draft.device_ns + draft.collective_ns
         draft_orch, draft_name = draft.orchestration_ns, d_arch.name
     cycle = StepPrediction(verify.device_ns + gamma * draft_dev, verify.collective_ns, verify.serial_ns,
-                           verify.orchestration_ns + gamma * draft_orch, verify.kernels, verify.mode)
+                           verify.orchestration_ns + gamma * draft_orch, verify.kernels, verify.mode, verify.tp)
     e = expected_tokens(gamma, alpha)
     return WhatIf("spec", (
         f"draft length gamma={gamma}, acceptance alpha={alpha:g}: E[tokens per cycle] = "
@@ -187,18 +262,11 @@ def _derated(rl: RooflineModel, acc: Account, factor: float) -> RooflineModel:
     return replace(rl, efficiencies=effs, keyed_by="op")
 
 
-FP8_GEMM_EFF_DEFAULT = 0.3
-"""8-bit GEMM efficiency relative to 16-bit when no FP8 kernel data is given. With 1.0 (ideal)
-the model predicts small-batch decode 1.22x faster on H100 8B, while the differencing paper
-measured decode slower in all 30 cells (mean 0.79x): small-batch FP8 GEMMs do not reach the
-16-bit kernels' bandwidth. 0.3 reproduces 0.77x on that cell (a one-cell calibration)."""
-
-
 def fp8(s: Setup, kw: dict) -> WhatIf:
     base = predict(s)
     cell8 = replace(s.cell, dtype="fp8")
-    factor = _float(kw, "gemm_eff", FP8_GEMM_EFF_DEFAULT, "fp8", 0.01, 2.0)
-    s8 = replace(s, roofline=_derated(s.roofline, account(s.arch, cell8), factor)) if factor != 1.0 else s
+    factor = _float(kw, "gemm_eff", 1.0, "fp8", 0.01, 2.0)
+    s8 = replace(s, roofline=_derated(s.roofline, account(s.arch, cell8), factor))
     new = predict(s8, cell=cell8)
     a16, a8 = account(s.arch, s.cell), account(s.arch, cell8)
     w_ratio = a8.weight_bytes / a16.weight_bytes
@@ -206,50 +274,31 @@ def fp8(s: Setup, kw: dict) -> WhatIf:
     has = "fp8" in s.device.peak_flops
     return WhatIf("fp8", (
         f"W8A8: weight bytes x{w_ratio:.2f} (embedding and LM head stay 16-bit)",
-        f"+1 activation-quantisation kernel per matmul: launches x{l_ratio:.2f} (paper measured ~1.7x)",
+        f"+1 activation-quantisation kernel per matmul: launches x{l_ratio:.2f} (paper measured ~1.7x), "
+        "each paying the per-kernel host cost",
         f"matmuls at the FP8 peak ({s.device.peak('fp8') / 1e12:.0f} TFLOP/s)" if has
         else f"{s.device.name} has no FP8 tensor cores: matmuls at the 16-bit peak",
         "quantisation kernels use the 'quant' roofline family",
-        f"8-bit GEMM efficiency = 16-bit x {factor:g}" + (
-            " (default: calibrated so the 8B H100 batch-1 decode cell reproduces the measured slowdown,"
-            " mean 0.79x over 30 cells; set fp8:gemm_eff=F from FP8 kernel measurements, 1 = ideal)"
-            if factor == FP8_GEMM_EFF_DEFAULT else ""),
+        f"8-bit GEMM efficiency = 16-bit x {factor:g} (fp8:gemm_eff=F to change; 1 = as efficient as 16-bit)",
     ), base, new, extra={"weight_bytes_ratio": w_ratio, "launch_ratio": l_ratio, "gemm_eff": factor})
-
-
-def _form_total(form: str, s: Setup, p1: StepPrediction, pk: StepPrediction, k: int) -> float:
-    h1 = p1.host_ns
-    if form == "additive":
-        return pk.gpu_ns + h1
-    if form == "compute_comm":
-        return p1.total_ns / k + pk.collective_ns
-    if form == "host_over_k":
-        return pk.gpu_ns + h1 / k
-    if form == "host_times_k":
-        return pk.gpu_ns + h1 * k
-    if form == "additive_skew":
-        return pk.gpu_ns + h1  # the skew term needs TP>1 measurements to fit; 0 here
-    raise ValueError(form)
 
 
 def tensor_parallel(s: Setup, kw: dict) -> WhatIf:
     k = int(_float(kw, "k", None, "tp", 1, 64))
     base = predict(s)
     cellk = replace(s.cell, tp=k)
-    pk = predict(s, cell=cellk)
-    p1 = predict(s, cell=replace(s.cell, tp=1)) if s.cell.tp != 1 else base
-    totals = {f: _form_total(f, s, p1, pk, k) for f in FORMS}
-    total = totals[s.tp_form]
-    host = total - pk.gpu_ns
-    scen = StepPrediction(pk.device_ns, pk.collective_ns, max(host, 0.0), 0.0, pk.kernels, pk.mode)
+    scen = predict(s, cell=cellk)
+    totals = form_totals(s, cellk)
     ar = s.all_reduce or default_all_reduce(s.device)
     others = ", ".join(f"{f} {t / 1e6:.2f} ms" for f, t in totals.items() if f != s.tp_form)
     return WhatIf("tp", (
         f"TP={k}: per-rank weights and FLOPs / {k}, KV heads split (replicated beyond {s.arch.kv_heads})",
         f"all-reduce after attention and MLP: {ar.source}"
         + ("" if ar.device == s.device.name else f" (bandwidth scaled to {s.device.name}'s interconnect)"),
-        f"host term by the '{s.tp_form}' form; other forms: {others}",
-        "TP forms are checked against the paper's published cells only: held-out validation on real TP runs is pending",
+        f"host term by the '{s.tp_form}' form"
+        + (": serial part + per extra rank; each rank orchestrates its own kernels, exposed orchestration "
+           "waits inside the all-reduce" if s.tp_form == "overlap" else "") + f"; other forms: {others}",
+        "TP host terms are fitted on the paper's published 8B TP-2/TP-4 cells only (docs/models.md §4)",
     ), base, scen, extra={"tp": k, "form_totals_ns": totals})
 
 
@@ -258,8 +307,9 @@ def host_speed(s: Setup, kw: dict) -> WhatIf:
     base = predict(s)
     new = predict(s, host_speed=f)
     return WhatIf("host", (
-        f"host CPU {f:g}x single-thread speed: serial host work and per-kernel CPU work / {f:g}",
-        f"launch floor {s.host.launch_floor_ns / 1e3:.1f} us per kernel unchanged (driver/hardware)",
+        f"host CPU {f:g}x single-thread speed ({'faster' if f > 1 else 'slower' if f < 1 else 'same'}): "
+        f"serial host work, per-step dispatch and per-kernel CPU work / {f:g}",
+        f"launch floor {s.host.launch_floor_ns / 1e3:.2f} us per kernel unchanged (driver/hardware)",
         "paper: orchestration -10-29 %, end-to-end up to -14 % on a faster host",
     ), base, new)
 

@@ -1,0 +1,124 @@
+"""The model commands' contracts: fit hygiene, default output location, one TP path, guards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from hostgap.cli import cli
+from hostgap.cli.models import account_cmd, fit_cmd, predict_cmd, regimes_cmd
+from hostgap.model import fitting
+from hostgap.model.stepmodel import DEFAULT_HOST
+
+from test_model_stepmodel import _results, _write
+
+
+def test_every_option_has_help_and_device_means_one_thing_per_command():
+    for cmd in (account_cmd, fit_cmd, predict_cmd, regimes_cmd):
+        for p in cmd.params:
+            if p.param_type_name == "option":
+                assert p.help, (cmd.name, p.name)
+    r = CliRunner().invoke(cli, ["predict", "--help"])
+    assert "--gpu" in r.output and "--device " not in r.output  # --device is a hidden alias there
+    assert "host=0.5" in r.output
+    r = CliRunner().invoke(cli, ["fit", "--help"])
+    assert "MEASURED on" in r.output
+
+
+def test_predict_gpu_and_device_alias_agree_and_tp_is_one_path():
+    a = CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--gpu", "h200", "--json"])
+    b = CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--device", "h200", "--json"])
+    assert a.exit_code == b.exit_code == 0
+    assert json.loads(a.stdout)["prediction"] == json.loads(b.stdout)["prediction"]
+    tp4 = json.loads(CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--tp", "4", "--json"]).stdout)
+    w = json.loads(CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--what-if", "tp=4", "--json"]).stdout)
+    assert tp4["prediction"]["total_ns"] == w["what_ifs"][0]["scenario"]["total_ns"]
+    assert tp4["prediction"]["host_ns"] == w["what_ifs"][0]["scenario"]["host_ns"]
+
+
+def test_memory_guard_warns_with_the_numbers():
+    r = CliRunner().invoke(cli, ["predict", "llama-3.1-70b", "--gpu", "h100", "--json"])
+    assert r.exit_code == 0
+    assert "warning: weights 141.1 GB + KV cache 0.7 GB per rank exceed h100-sxm's 80 GB" in r.stderr
+    assert json.loads(r.stdout)["memory"]["fits"] is False
+    r = CliRunner().invoke(cli, ["predict", "llama-3.1-70b", "--gpu", "h100", "--tp", "2", "--json"])
+    assert "warning" not in r.stderr and json.loads(r.stdout)["memory"]["fits"] is True
+
+
+def test_fit_refuses_a_run_without_k_step_naming_the_key(tmp_path):
+    docs = _results(batches=(1, 2, 4), prompts=(128,))
+    del docs[1]["differencing"]["k_step"]
+    paths = _write(tmp_path, docs)
+    r = CliRunner().invoke(cli, ["fit", *paths, "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 2 and "missing differencing.k_step" in r.output and "Traceback" not in r.output
+    assert r.output.count("\n") == 1 and not (tmp_path / "m.json").exists()
+    cell = fitting.cell_from_results(docs[1])
+    assert cell.missing == ["differencing.k_step"] and not cell.usable
+
+
+def test_fit_without_output_writes_the_documented_default(tmp_path, monkeypatch):
+    monkeypatch.delenv("HOSTGAP_MODEL", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    paths = _write(tmp_path, _results(batches=(1, 2, 4), prompts=(128,)))
+    r = CliRunner().invoke(cli, ["fit", *paths])
+    assert r.exit_code == 0, r.output
+    target = tmp_path / "data" / "hostgap" / "model.json"
+    assert target.exists() and f"wrote {target}" in r.output and "default location" in r.output
+    assert not (tmp_path / "hostgap-model.json").exists()
+    monkeypatch.setenv("HOSTGAP_MODEL", str(tmp_path / "elsewhere.json"))
+    r = CliRunner().invoke(cli, ["fit", *paths])
+    assert (tmp_path / "elsewhere.json").exists()
+
+
+def test_measured_runs_are_matched_like_with_like_by_tp(tmp_path):
+    docs = _results(batches=(2,), prompts=(512,), noise=0.0)
+    tp2 = json.loads(json.dumps(docs[0]))
+    tp2["run_id"] = "tp2-run"
+    tp2["tp"] = 2
+    paths = _write(tmp_path, docs + [tp2])
+    args = ["predict", "llama-3.2-1b", "--gpu", "h100", "--engine", "hf", "--batch", "2", "--context", "544",
+            "--json", *paths]
+    d = json.loads(CliRunner().invoke(cli, args).stdout)
+    assert [m["run_id"] for m in d["measured"]] == [docs[0]["run_id"]]
+    d = json.loads(CliRunner().invoke(cli, [*args, "--tp", "2"]).stdout)
+    assert [m["run_id"] for m in d["measured"]] == ["tp2-run"]
+
+
+def test_fit_paper_cells_reproduces_the_defaults_and_prints_every_cell(tmp_path):
+    out = tmp_path / "paper.json"
+    r = CliRunner().invoke(cli, ["fit", "--paper-cells", "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    for k in ("serial_ns", "per_kernel_ns", "dispatch_ns", "per_rank_ns", "per_seq_ns"):
+        assert d["host"][k] == pytest.approx(getattr(DEFAULT_HOST["vllm"], k), rel=0.01)
+    assert {c["cell"] for c in d["cells"]} >= {"8b_b1", "1b_b1", "8b_tp2", "8b_tp4", "8b_b64", "3b_b1"}
+    assert "leave-one-out" in r.stderr
+    (g,) = fitting.load_model(out).groups
+    assert g.device == "h100-sxm" and g.engine == "vllm"
+
+
+def test_regimes_places_published_and_predicted_cells_on_one_map():
+    r = CliRunner().invoke(cli, ["regimes", "--paper-cells", "--predict", "--json"])
+    assert r.exit_code == 0, r.output
+    cells = {c["run_id"]: c for c in json.loads(r.stdout)["cells"]}
+    b1, tp2, b64 = cells["published:8b_b1"], cells["published:8b_tp2"], cells["published:8b_b64"]
+    assert b1["host_fraction"] == pytest.approx(5.78 / 12.19)
+    assert tp2["host_fraction"] == pytest.approx(0.48 / 15.9) and tp2["tp"] == 2
+    assert b64["host_fraction"] == pytest.approx(0.59 / 28.59)
+    assert (b1["regime"], b1["predicted_regime"]) == ("host-bound", "host-bound")
+    assert (tp2["regime"], tp2["predicted_regime"]) == ("device-bound", "device-bound")
+    assert (b64["regime"], b64["predicted_regime"]) == ("device-bound", "device-bound")
+    text = CliRunner().invoke(cli, ["regimes", "--paper-cells", "--predict"]).output
+    assert "0.47 H | p 0.48 H" in text and "TP-2" in text
+
+
+def test_regimes_predict_on_measured_runs(tmp_path):
+    paths = _write(tmp_path, _results(batches=(1, 16), prompts=(512,), noise=0.0))
+    r = CliRunner().invoke(cli, ["regimes", "--predict", "--csv", *paths])
+    assert r.exit_code == 0, r.output
+    rows = r.output.strip().splitlines()
+    assert rows[0].endswith("predicted_host_fraction,predicted_regime") and len(rows) == 3
+    assert all(0.0 <= float(x.split(",")[-2]) <= 1.0 for x in rows[1:])
