@@ -51,7 +51,8 @@ def gpu_times(trace: Trace, rows: np.ndarray, lo: int | None = None, hi: int | N
     span is the window, else the span is first op start → last op end."""
     ev = trace.events
     kind = ev.kind[rows]
-    s, e = ev.start_ns[rows], ev.end_ns[rows]
+    s = ev.start_ns[rows]
+    e = s + ev.dur_ns[rows]  # not ev.end_ns[rows]: that builds the whole column per call
     if lo is not None:
         s, e = clip(s, e, lo, hi)
         inside = e > s
@@ -356,8 +357,14 @@ def windows(trace: Trace) -> list[Window]:
     out: list[Window] = []
     gpu_ann = np.flatnonzero(is_step & (ev.kind == Kind.GPU_ANNOTATION))
     cpu_ann = np.flatnonzero(is_step & (ev.kind == Kind.ANNOTATION))
+    end_ns = ev.end_ns
     for dev in devices:
         rows = gpu_rows[ev.device[gpu_rows] == dev]
+        # each window looks only at the ops that can reach it (sorted starts, longest op), so
+        # thousands of windows cost windows x log(ops), not windows x ops
+        by_start = rows[np.argsort(ev.start_ns[rows], kind="stable")]
+        starts = ev.start_ns[by_start]
+        longest = int(ev.dur_ns[rows].max()) if len(rows) else 0
         mine = gpu_ann[ev.device[gpu_ann] == dev]
         # the k-th GPU-side range of a name stands for the k-th CPU range of that name
         chosen = []
@@ -367,7 +374,10 @@ def windows(trace: Trace) -> list[Window]:
             chosen.extend(g.tolist())
             chosen.extend(c[len(g):].tolist())
         for r in sorted(chosen, key=lambda r: ev.start_ns[r]):
-            lo, hi = int(ev.start_ns[r]), int(ev.end_ns[r])
+            lo, hi = int(ev.start_ns[r]), int(end_ns[r])
             src = "gpu_user_annotation" if ev.kind[r] == Kind.GPU_ANNOTATION else "cpu_annotation"
-            out.append(Window(trace.name_of(r), int(dev), src, lo, hi, gpu_times(trace, rows, lo, hi)))
+            a = np.searchsorted(starts, lo - longest, "left")
+            b = np.searchsorted(starts, hi, "right")
+            near = np.sort(by_start[a:b])  # the device's row order, as before
+            out.append(Window(trace.name_of(r), int(dev), src, lo, hi, gpu_times(trace, near, lo, hi)))
     return out

@@ -18,6 +18,7 @@ step that launched it, and whether it came from outside the capture.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class StepWindows:
     def __len__(self) -> int:
         return len(self.start_ns)
 
-    @property
+    @cached_property  # read once per step: computing it per read would be steps x steps
     def wall_ns(self) -> np.ndarray:
         return np.maximum(self.wall_end_ns - self.start_ns, 0)
 
