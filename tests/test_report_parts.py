@@ -108,21 +108,31 @@ def test_report_page_marks_clipped_parts_only_when_clipping_happened(tmp_path):
     assert fig.drawn["clipped"] == 0 and "clipped" not in fig.caption
 
 
-def test_real_trace_where_host_wait_exceeds_host_exposed_is_clipped_and_said(tmp_path):
-    """On this 2-GPU export the one step's host_wait (gaps summed per stream) is larger than its
-    host-exposed time (device-wide union): the bar is clipped and both figure and card say so."""
+def test_real_2gpu_trace_part_within_whole_and_a_larger_part_is_clipped_and_said(tmp_path):
+    """On this 2-GPU export host_wait and host-exposed share one basis (union over devices), so
+    the part fits its whole and nothing is clipped. Data whose part exceeds its whole (a
+    document written on another basis) is drawn clipped, and both figure and card say so."""
+    import copy
+    import dataclasses
+
     from hostgap.report.figures import steps_figure
     from hostgap.report.html import render
 
     (inp,) = resolve_all([str(corpus_path("nsys/h100_2gpu_mfu_before.sqlite"))])
     (step,) = inp.anatomy["steps"]
-    assert step["host_wait_ns"] > step["host_exposed_ns"]  # the premise, from hostgap steps
+    assert 0 < step["host_wait_ns"] <= step["host_exposed_ns"]
     fig = steps_figure(inp, "fig-steps-0")
+    assert fig.drawn["clipped"] == 0 and "clipped" not in fig.caption
+
+    anatomy = copy.deepcopy(inp.anatomy)
+    anatomy["steps"][0]["host_wait_ns"] = 2 * step["host_exposed_ns"]
+    larger = dataclasses.replace(inp, anatomy=anatomy)
+    fig = steps_figure(larger, "fig-steps-0")
     assert fig.drawn["clipped"] == 1
     part, whole = fig.drawn["within"]["host_wait"]
     assert part[0] == whole[0] == step["host_exposed_ns"] / 1e6
     assert "drawn clipped to host-exposed" in fig.caption
-    html, _ = render([inp])
+    html, _ = render([larger])
     assert "is larger than host-exposed" in html
 
 
