@@ -127,7 +127,7 @@ def test_reasons_one_per_broken_rule():
         "negative host-exposed time": {"h_step_ns": -1.0},
         "device-active above wall": {"g_step_ns": 2e6},
         "wall not linear in N (R² 0.9800 < 0.99)": {"fit_wall": {"r2": 0.98, "max_residual": 0.0}},
-        "device time: one N lies 20% off the line (limit 5%)": {"fit_gpu": {"r2": 0.995, "max_residual": 0.2}},
+        "device time: one N lies 20% off the line (limit 10%)": {"fit_gpu": {"r2": 0.995, "max_residual": 0.2}},
         "profiler inflation +400% above +300%": {"profiler_inflation": 4.0},
         "wall per step is not positive": {"t_step_ns": 0.0, "g_step_ns": 0.0, "h_step_ns": 0.0},
     }
