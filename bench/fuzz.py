@@ -28,6 +28,7 @@ import gzip
 import json
 import os
 import random
+import re
 import signal
 import sqlite3
 import sys
@@ -86,14 +87,14 @@ def _deep(n: int) -> str:
     return f"__DEEP_{n}__"
 
 
+_DEEP = re.compile(rb'"__DEEP_(\d+)__"')
+
+
 def _dumps(doc) -> bytes:
+    # one pass: a document whose deep value was duplicated thousands of times must not cost
+    # markers x text size
     text = json.dumps(doc).encode()
-    while b'"__DEEP_' in text:
-        k = text.index(b'"__DEEP_')
-        end = text.index(b'__"', k + 8)
-        n = int(text[k + 8 : end])
-        text = text[:k] + b"[" * n + b"0" + b"]" * n + text[end + 3 :]
-    return text
+    return _DEEP.sub(lambda m: b"[" * int(m[1]) + b"0" + b"]" * int(m[1]), text)
 
 
 def mutate_structure(doc: dict, rng: random.Random) -> dict:
