@@ -188,24 +188,32 @@ class RunsDB:
         if self._tables():
             self._check_schema()
             return
-        self._conn.isolation_level = None  # explicit transactions: DDL included
+        self._under_write_lock(self._create)
+        self._check_schema()
+
+    def _create(self) -> None:
+        if not self._tables():  # nobody created it while this process waited
+            cols = ", ".join(f"{c} {t}" for c, t in COLUMNS)
+            self._conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+            self._conn.execute(f"CREATE TABLE runs ({cols})")
+            self._conn.execute("CREATE INDEX runs_cell ON runs(cell_key)")
+            self._conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
+                               (str(SCHEMA_VERSION),))
+
+    def _under_write_lock(self, work) -> None:
+        """Run ``work()`` in one ``BEGIN IMMEDIATE`` transaction (DDL included): processes doing
+        the same at once serialise, and ``work`` rechecks what it found before the lock."""
+        self._conn.isolation_level = None  # explicit transactions
         try:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                if not self._tables():  # nobody created it while this process waited
-                    cols = ", ".join(f"{c} {t}" for c, t in COLUMNS)
-                    self._conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
-                    self._conn.execute(f"CREATE TABLE runs ({cols})")
-                    self._conn.execute("CREATE INDEX runs_cell ON runs(cell_key)")
-                    self._conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
-                                       (str(SCHEMA_VERSION),))
+                work()
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
         finally:
             self._conn.isolation_level = ""
-        self._check_schema()
 
     def _tables(self) -> set[str]:
         return {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
@@ -235,19 +243,13 @@ class RunsDB:
     def _upgrade(self) -> None:
         """Migrate an older hostgap database under the write lock; a process that waited finds
         it already migrated."""
-        self._conn.isolation_level = None
-        try:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-                if _int_or_none(row["value"]) < SCHEMA_VERSION:
-                    self._migrate()
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-        finally:
-            self._conn.isolation_level = ""
+
+        def work():
+            row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if _int_or_none(row["value"]) < SCHEMA_VERSION:
+                self._migrate()
+
+        self._under_write_lock(work)
 
     def _migrate(self) -> None:
         """Version 1 -> 2 in the caller's transaction: add the validity columns and fill
