@@ -40,7 +40,7 @@ def overview(trace: Trace, links: Links | None = None, gap_threshold_ns: int = D
             "name_source": info.name_source if info else "missing",
             "start_ns": int(ev.start_ns[rows].min()),
             "end_ns": int(ev.end_ns[rows].max()),
-            **asdict(gpu_times(trace, rows)),
+            **gpu_times(trace, rows).to_dict(),
             "streams": int(len(np.unique(ev.stream[rows]))),
             "idle_gaps": idle_gaps(trace, links, rows, gap_threshold_ns).to_dict(),
             "top_kernels": top_kernels(trace, rows, top),
@@ -48,7 +48,7 @@ def overview(trace: Trace, links: Links | None = None, gap_threshold_ns: int = D
         devices.append(entry)
     win = [
         {"name": w.name, "device": w.device, "source": w.source, "start_ns": w.start_ns,
-         "end_ns": w.end_ns, **asdict(w.times)}
+         "end_ns": w.end_ns, **w.times.to_dict()}
         for w in windows(trace)
     ]
     n_launch = int(np.sum(ev.kind == Kind.LAUNCH))

@@ -1,0 +1,83 @@
+"""Windows computed all at once equal :func:`gpu_times` window by window, and the GPU-side /
+CPU-side range choice keeps the k-th CPU range of a name only past that name's GPU ranges."""
+
+from __future__ import annotations
+
+import numpy as np
+from conftest import annotation, gpu_annotation, kernel, memcpy, memset
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hostgap.anatomy.timeline import _choose_ranges, gpu_times, windows
+from hostgap.events import GPU_OP_KINDS
+from hostgap.load import load_trace
+
+op = st.tuples(st.sampled_from(["k", "c", "s"]), st.integers(0, 60), st.integers(0, 15), st.integers(0, 1),
+               st.integers(0, 4096))
+win = st.tuples(st.integers(0, 3), st.integers(0, 70), st.integers(0, 30), st.booleans(), st.integers(0, 1))
+
+
+def _events(ops, wins) -> list[dict]:
+    make = {"k": kernel, "c": memcpy, "s": memset}
+    events = []
+    for kind, ts, dur, dev, nbytes in ops:
+        extra = {} if kind == "k" else {"nbytes": nbytes}
+        events.append(make[kind](f"{kind}{ts}", ts=ts, dur=dur, device=dev, **extra))
+    for step, ts, dur, on_gpu, dev in wins:
+        name = f"ProfilerStep#{step}"
+        events.append(gpu_annotation(name, ts=ts, dur=dur, device=dev) if on_gpu
+                      else annotation(name, ts=ts, dur=dur))
+    return events
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(op, min_size=1, max_size=25), st.lists(win, min_size=1, max_size=8))
+def test_windows_equal_gpu_times_one_by_one(tmp_path_factory, ops, wins):
+    from conftest import write_kineto
+
+    path = write_kineto(tmp_path_factory.mktemp("w") / "t.json", _events(ops, wins))
+    trace = load_trace(str(path))
+    ev = trace.events
+    gpu = np.flatnonzero(ev.of_kind(*GPU_OP_KINDS))
+    for w in windows(trace):
+        rows = gpu[ev.device[gpu] == w.device]  # every op of the device: no nearness shortcut
+        assert w.times == gpu_times(trace, rows, w.start_ns, w.end_ns), w
+
+
+def _reference_choice(gpu_names, gpu_rows, cpu_names, cpu_rows) -> list[int]:
+    """The rule written as a loop: all GPU ranges; per name, the CPU ranges after the first
+    (number of GPU ranges of that name) in trace order."""
+    chosen = list(gpu_rows)
+    for name in set(cpu_names.tolist()):
+        n_gpu = int(np.sum(gpu_names == name))
+        chosen.extend(cpu_rows[cpu_names == name][n_gpu:].tolist())
+    return sorted(chosen)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 5), max_size=12), st.lists(st.integers(0, 5), max_size=12))
+def test_range_choice_matches_the_rule(gpu, cpu):
+    gpu_names, cpu_names = np.array(gpu, dtype=np.int64), np.array(cpu, dtype=np.int64)
+    gpu_rows = np.arange(len(gpu), dtype=np.int64) * 2  # disjoint row numbers, trace order
+    cpu_rows = np.arange(len(cpu), dtype=np.int64) * 2 + 1
+    got = _choose_ranges(gpu_names, gpu_rows, cpu_names, cpu_rows)
+    assert sorted(got.tolist()) == _reference_choice(gpu_names, gpu_rows, cpu_names, cpu_rows)
+
+
+def test_range_choice_by_hand():
+    # name 7: one GPU range, three CPU ranges -> the 2nd and 3rd CPU ranges (rows 12, 13) stay;
+    # name 9: no GPU range -> its CPU range (row 14) stays; name 8: GPU only (row 3)
+    got = _choose_ranges(np.array([7, 8]), np.array([2, 3]), np.array([7, 7, 7, 9]), np.array([11, 12, 13, 14]))
+    assert sorted(got.tolist()) == [2, 3, 12, 13, 14]
+
+
+def test_thousands_of_windows_each_exact(kineto_trace):
+    # 3,000 one-step windows over a kernel every 10 µs lasting 4 µs: each window [10i, 10i+6]
+    # holds 4 µs of kernel from 10i and nothing else (busy 4,000 ns, idle 2,000 ns)
+    n = 3000
+    events = [kernel("k", ts=10 * i, dur=4) for i in range(n)]
+    events += [annotation(f"ProfilerStep#{i}", ts=10 * i, dur=6) for i in range(n)]
+    ws = windows(load_trace(kineto_trace(events)))
+    assert len(ws) == n
+    assert {(w.times.busy_ns, w.times.idle_ns, w.times.kernel_count) for w in ws} == {(4000, 2000, 1)}
+    assert [w.name for w in ws[:3]] == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
