@@ -8,8 +8,9 @@ from conftest import annotation, gpu_annotation, kernel, memcpy, memset
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostgap.anatomy.timeline import _choose_ranges, gpu_times, windows
+from hostgap.anatomy.timeline import _choose_ranges, classify_gaps, gpu_times, lane_prev_end, totals, windows
 from hostgap.events import GPU_OP_KINDS
+from hostgap.link import link
 from hostgap.load import load_trace
 
 op = st.tuples(st.sampled_from(["k", "c", "s"]), st.integers(0, 60), st.integers(0, 15), st.integers(0, 1),
@@ -81,3 +82,30 @@ def test_thousands_of_windows_each_exact(kineto_trace):
     assert len(ws) == n
     assert {(w.times.busy_ns, w.times.idle_ns, w.times.kernel_count) for w in ws} == {(4000, 2000, 1)}
     assert [w.name for w in ws[:3]] == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
+
+
+def test_totals_copies_by_direction(kineto_trace):
+    # kernels [0,4] and [2,6] (sum 8, union 6); H2D copy [10,13] of 100 B, D2H copy [20,22] of 7 B,
+    # a device-to-device copy [30,31] of 1,000 B (neither direction)
+    events = [kernel("a", ts=0, dur=4), kernel("b", ts=2, dur=4),
+              memcpy("Memcpy HtoD (Pageable -> Device)", ts=10, dur=3, nbytes=100),
+              memcpy("Memcpy DtoH (Device -> Pageable)", ts=20, dur=2, nbytes=7),
+              memcpy("Memcpy DtoD (Device -> Device)", ts=30, dur=1, nbytes=1000)]
+    t = totals(load_trace(kineto_trace(events)))
+    assert (t.activity, t.busy_ns, t.kernel_sum_ns, t.kernel_union_ns, t.kernel_count) == ("gpu", 12_000, 8_000,
+                                                                                            6_000, 2)
+    assert (t.copy_ns, t.h2d_bytes, t.d2h_bytes) == (6_000, 100, 7)
+
+
+def test_idle_gaps_keep_devices_apart_on_equal_stream_ids(kineto_trace):
+    # stream 7 on device 0: [0,1] then [100,101]; stream 7 on device 1: [50,51]. Per device the
+    # only gap is device 0's 99 µs one; merged into one lane they would be two gaps of 49 µs
+    events = [kernel("a", ts=0, dur=1, device=0), kernel("b", ts=100, dur=1, device=0),
+              kernel("c", ts=50, dur=1, device=1)]
+    trace = load_trace(kineto_trace(events))
+    ev = trace.events
+    rows = np.flatnonzero(ev.of_kind(*GPU_OP_KINDS))
+    _, gap, *_ = classify_gaps(trace, link(trace), rows, 30_000)
+    assert gap.tolist() == [99_000]
+    prev = lane_prev_end(trace, rows)
+    assert sorted(prev[rows].tolist()) == [np.iinfo(np.int64).min, np.iinfo(np.int64).min, 1_000]
