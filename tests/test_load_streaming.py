@@ -234,6 +234,7 @@ def long_events_text(n: int) -> bytes:
 @pytest.mark.parametrize("gz", [False, True])
 def test_memory_grows_with_the_columns_not_the_text(tmp_path, monkeypatch, gz):
     monkeypatch.setattr(kstream, "CHUNK", 1 << 20)
+    monkeypatch.setattr(text_mod, "AHEAD", 1)  # the inflated pieces queued: a constant, kept small
     peaks = {}
     for n in (6_000, 18_000):
         text = long_events_text(n)
@@ -246,3 +247,49 @@ def test_memory_grows_with_the_columns_not_the_text(tmp_path, monkeypatch, gz):
     assert whole_big - whole_small > big_text - small_text  # the reference holds the text: seen
     # streamed: the extra events cost their columns (~0.1 kB each), not their text (~1.3 kB)
     assert big - small < 0.3 * (big_text - small_text)
+
+
+# -- inflating ahead on a worker thread ---------------------------------------------------
+
+
+def test_ahead_keeps_order_and_raises_the_workers_error_in_place():
+    def items():
+        yield from (b"a", b"b", b"c")
+        raise ValueError("broken stream")
+
+    got = []
+    with pytest.raises(ValueError, match="broken stream"):
+        for x in text_mod.ahead(items(), depth=1):
+            got.append(x)
+    assert got == [b"a", b"b", b"c"]
+
+
+def test_closing_ahead_early_stops_and_closes_the_producer():
+    import threading
+
+    closed = []
+
+    def items():
+        try:
+            for i in range(10_000):
+                yield bytes([i % 256])
+        finally:
+            closed.append(True)
+
+    gen = text_mod.ahead(items(), depth=2)
+    assert next(gen) == b"\x00"
+    gen.close()
+    assert closed == [True]
+    assert not [t for t in threading.enumerate() if t.name == "hostgap-inflate"]
+
+
+def test_a_corrupt_gzip_tail_is_one_error_on_both_paths(tmp_path, monkeypatch):
+    data = gzip.compress(json.dumps({"traceEvents": events()}).encode())
+    path = write(tmp_path, data[: len(data) - 40] + b"\x00" * 40, "t.json.gz")
+    messages = []
+    for streaming in (True, False):
+        monkeypatch.setattr(kineto, "STREAMING", streaming)
+        with pytest.raises(HostgapError, match="truncated or corrupt gzip") as e:
+            load_trace(path)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]

@@ -27,7 +27,7 @@ import msgspec
 
 from hostgap.load.text import BOM, text_pieces
 
-CHUNK = 8 << 20
+CHUNK = 2 << 20
 """Text gathered before each cut (bytes)."""
 MAX_PREFIX = 64 << 20
 """Text before ``"traceEvents": [`` beyond which the document is loaded whole."""
@@ -92,6 +92,12 @@ class EventStream:
         return bytearray().join(parts)
 
     def __iter__(self) -> Iterator[list]:
+        try:
+            yield from self._events()
+        finally:
+            self._pieces.close()  # the file, and the inflating thread when one runs
+
+    def _events(self) -> Iterator[list]:
         buf = self._prefix()  # the buffer always starts with the "[" of an event list
         while True:
             buf = self._read(buf, CHUNK)

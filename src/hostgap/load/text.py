@@ -15,7 +15,9 @@ Limits (docs/input.md):
 from __future__ import annotations
 
 import os
+import queue
 import re
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
 
@@ -96,11 +98,59 @@ def text_pieces(path: str) -> Iterator[bytes]:
             if not gz:
                 yield from reads
                 return
-            yield from inflate(reads, size, path, limit)
+            yield from ahead(inflate(reads, size, path, limit))
         except OSError as e:
             raise HostgapError(path, f"cannot read ({e.strerror})") from None
         except (EOFError, zlib.error) as e:
             raise HostgapError(path, f"truncated or corrupt gzip ({_short(e)})") from None
+
+
+AHEAD = 8
+"""Inflated pieces prepared ahead of the consumer by :func:`ahead`'s worker thread."""
+
+
+def ahead(items: Iterator[bytes], depth: int | None = None) -> Iterator[bytes]:
+    """``items``, produced on a worker thread up to ``depth`` ahead. zlib releases the GIL while
+    it inflates, so on two or more cores the text is inflated while the caller decodes the
+    previous piece. An exception in the worker is raised here, in order; closing this
+    generator stops the worker (and closes ``items``) before it returns. ``depth`` defaults to
+    :data:`AHEAD`."""
+    q: queue.Queue = queue.Queue(depth or AHEAD)
+    stop = threading.Event()
+
+    def put(entry) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def work() -> None:
+        try:
+            for item in items:
+                if not put((item, None)):
+                    return
+            put((None, None))
+        except BaseException as e:  # handed to the consumer, raised there
+            put((None, e))
+        finally:
+            items.close()
+
+    worker = threading.Thread(target=work, name="hostgap-inflate", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item, error = q.get()
+            if error is not None:
+                raise error
+            if item is None:
+                return
+            yield item
+    finally:
+        stop.set()
+        worker.join()
 
 
 def _too_big(n: int, limit: int) -> str:
