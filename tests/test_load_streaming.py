@@ -293,3 +293,20 @@ def test_a_corrupt_gzip_tail_is_one_error_on_both_paths(tmp_path, monkeypatch):
             load_trace(path)
         messages.append(str(e.value))
     assert messages[0] == messages[1]
+
+
+def test_raw_control_characters_are_fenced_up_to_the_bound(tmp_path, monkeypatch):
+    # each raw control character costs one whole-text decode attempt: a few are fenced (their
+    # events skipped), more than kineto.MAX_FENCES refuse the file
+    def text(n_bad: int) -> bytes:
+        ev = [kernel(f"k{i}", float(i)) for i in range(kineto.MAX_FENCES + 10)]
+        body = json.dumps({"traceEvents": ev})
+        for i in range(n_bad):
+            body = body.replace(f'"k{i}"', f'"k\x01{i}"', 1)
+        return body.encode()
+
+    t = load_trace(write(tmp_path, text(3), "few.json"))
+    assert len(t.events) == kineto.MAX_FENCES + 7
+    assert t.meta.extra["skipped_at"][kineto.UNDECODABLE] == [0, 1, 2]
+    with pytest.raises(HostgapError, match="invalid JSON"):
+        load_trace(write(tmp_path, text(kineto.MAX_FENCES + 1), "many.json"))
