@@ -310,3 +310,18 @@ def test_raw_control_characters_are_fenced_up_to_the_bound(tmp_path, monkeypatch
     assert t.meta.extra["skipped_at"][kineto.UNDECODABLE] == [0, 1, 2]
     with pytest.raises(HostgapError, match="invalid JSON"):
         load_trace(write(tmp_path, text(kineto.MAX_FENCES + 1), "many.json"))
+
+
+@pytest.mark.parametrize("max_prefix, falls_back", [(64 << 20, False), (300, True)])
+def test_a_long_prefix_is_read_in_pieces_up_to_its_bound(tmp_path, monkeypatch, whole_path_calls,
+                                                         max_prefix, falls_back):
+    # ~3 kB of metadata before traceEvents, read 7 bytes at a time
+    props = [{"id": i, "name": f"GPU-{i}", "totalGlobalMem": 2**36, "numSms": 132} for i in range(40)]
+    text = json.dumps({"schemaVersion": 1, "deviceProperties": props, "traceEvents": events(6)}).encode()
+    assert text.index(b'"traceEvents"') > 2500
+    monkeypatch.setattr(text_mod, "READ_PIECE", 7)
+    monkeypatch.setattr(kstream, "MAX_PREFIX", max_prefix)
+    streamed, whole, fell_back = load_both(write(tmp_path, text), monkeypatch, whole_path_calls, chunk=50)
+    assert fell_back is falls_back
+    assert_same(streamed, whole)
+    assert [d.name for d in streamed.meta.devices] == ["GPU-0"]
