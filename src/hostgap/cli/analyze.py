@@ -6,9 +6,9 @@ import sys
 from contextlib import contextmanager
 
 import click
-from rich.console import Console
 
 from hostgap.report.terminal import (
+    StderrConsole,
     console,
     dumps_json,
     overview_csv_rows,
@@ -19,7 +19,7 @@ from hostgap.report.terminal import (
     write_csv,
 )
 
-_err = Console(stderr=True)
+_err = StderrConsole()
 
 
 @contextmanager

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 
 import click
-from rich.console import Console
 
-from hostgap.capture.rundir import file_mode
 from hostgap.errors import HostgapError
+from hostgap.report.terminal import StderrConsole
 
-_err = Console(stderr=True)
+_err = StderrConsole()
 
 
 def _progress(quiet: bool):
@@ -50,6 +48,10 @@ def _config(step_marker, launch_floor_us, floor_file, db):
 
 
 def write_text_atomic(path: str, text: str) -> None:
+    import tempfile
+
+    from hostgap.capture.rundir import file_mode
+
     folder = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(folder):
         raise HostgapError(path, "output folder does not exist")
@@ -192,6 +194,8 @@ def register(cli: click.Group) -> None:
         an = analyze(t, cfg, links)
         doc = build(trace, t, an)
         write_json_gz(doc, output)
+        from hostgap.capture.rundir import file_mode
+
         os.chmod(output, file_mode())  # the temp file it was renamed from is private
         if not quiet:
             added = sum(1 for e in doc["traceEvents"] if isinstance(e, dict)

@@ -5,13 +5,15 @@ Also what vLLM and SGLang write. Handles the current category names and the 2021
 timestamps with ns precision and integer-µs ones, ``baseTimeNanoseconds``,
 ``deviceProperties``, ``distributedInfo`` and flow events, for CUDA and HIP.
 
-Speed and memory: gzip is inflated into one preallocated buffer (no second copy); one msgspec
-pass splits ``traceEvents`` into raw byte spans without building objects; the events are then
-decoded in batches of :data:`BATCH` straight into typed structs holding only the fields hostgap
-uses, and each batch becomes numpy columns before the next is decoded. So the peak memory is the
-JSON text plus one batch, and the load takes about as long as a bare ``orjson.loads`` of the
-text. A batch whose events do not fit the typed schema (a string where a number belongs, ...)
-is decoded again leniently, event by event, and the misfits are skipped and counted by reason.
+Speed and memory: the text is read and (gzip) inflated chunk by chunk and never held whole
+(:mod:`hostgap.load.kineto_stream`): each chunk of complete events is decoded in one msgspec
+pass straight into typed structs holding only the fields hostgap uses, and batches of
+:data:`BATCH` events become numpy columns, kept as pieces and joined once at the end. So the
+peak memory is the columns plus a few chunks, whatever the size of the text. A chunk whose
+events do not all fit the typed schema (a string where a number belongs, ...) is split into raw
+spans and decoded again leniently, event by event; the misfits are skipped and counted by
+reason. A document the stream cannot split (docs/input.md: text that must be fenced, a
+duplicated ``traceEvents``, an unusual layout) is loaded whole, with the same results.
 
 Timestamps: ``ts`` and ``dur`` are kept as their JSON text and converted to int64 ns exactly
 (:mod:`hostgap.load.decimal_ns`): epoch-µs integers and fractional µs alike, no binary float on
@@ -47,6 +49,7 @@ from hostgap.events import (
     TraceMeta,
 )
 from hostgap.load.apis import classify_api, copy_kind_from_name
+from hostgap.load.kineto_stream import EventStream, NotStreamable
 from hostgap.load.decimal_ns import MALFORMED, MISSING, OUT_OF_RANGE, ns_from_text
 from hostgap.load.text import fence_control_char, fence_lone_surrogates, read_trace_text
 
@@ -142,36 +145,67 @@ _PH, _CAT, _NAME = attrgetter("ph"), attrgetter("cat"), attrgetter("name")
 _TS, _DUR = attrgetter("ts"), attrgetter("dur")
 
 
+STREAMING = True
+"""Load Kineto JSON chunk by chunk (:mod:`hostgap.load.kineto_stream`); False loads the text
+whole first (the path every document the stream cannot split takes anyway)."""
+
+
 def load_kineto(path: str) -> Trace:
     """Load a Kineto JSON trace. Whole-file problems raise :class:`HostgapError`; events that
     do not fit are skipped and counted by reason in ``meta.skipped``, and the kept ones plus
     the skipped ones (reasons not marked "event kept") add up to ``len(traceEvents)``."""
+    if STREAMING:
+        try:
+            return _load_streaming(path)
+        except NotStreamable:
+            pass  # an unusual document: loaded whole, where odd text is fenced or reported
+    return _load_whole(path)
+
+
+def _load_streaming(path: str) -> Trace:
+    builder = _Builder()
+    stream = EventStream(path, builder.decode_list)
+    for events in stream:
+        builder.add(events)
+    return _trace(path, builder, {k: _meta_value(v) for k, v in stream.meta.items()})
+
+
+def _load_whole(path: str) -> Trace:
     raw = read_trace_text(path)
     doc = _decode_doc(path, raw)
     if doc.traceEvents is None:
         raise HostgapError(path, "JSON has no traceEvents: not a PyTorch profiler / Kineto trace")
-    n_input = len(doc.traceEvents)
-    if not n_input:
+    builder = _Builder()
+    raws = doc.traceEvents
+    for i in range(0, len(raws), BATCH):
+        builder.add(builder.decode_spans(raws[i : i + BATCH]))
+    del raw, raws, doc.traceEvents
+    meta = {k: _meta_value(getattr(doc, k)) for k in ("baseTimeNanoseconds", "deviceProperties", "distributedInfo")}
+    return _trace(path, builder, meta)
+
+
+def _trace(path: str, builder: _Builder, top: dict) -> Trace:
+    """The trace from the decoded events and the top-level metadata values."""
+    columns, names = builder.finish()
+    if not builder.n_input:
         raise HostgapError(path, "traceEvents is empty: the trace holds no events")
-    skipped = SkipCounter()
-    skipped_at: dict[str, list[int]] = {}
-    columns, names, processes, (flows, metadata) = _decode_events(doc.traceEvents, skipped, skipped_at)
-    del raw, doc.traceEvents
     table = EventTable.from_columns(columns)
+    skipped, skipped_at, n_input = builder.skipped, builder.skipped_at, builder.n_input
     if not len(table):
-        top = ", ".join(f"{r}: {n}" for r, n in skipped.most_common(3))
-        raise HostgapError(path, f"none of the {n_input} events is a timed trace event ({top})")
+        top3 = ", ".join(f"{r}: {n}" for r, n in sorted(skipped.items(), key=lambda rn: (-rn[1], rn[0]))[:3])
+        raise HostgapError(path, f"none of the {n_input} events is a timed trace event ({top3})")
     meta = TraceMeta(
         path=path,
         format="kineto",
-        base_time_ns=_int_or_none(_meta_value(doc.baseTimeNanoseconds)),
-        devices=_devices(_meta_value(doc.deviceProperties), table),
-        rank=_dist(_meta_value(doc.distributedInfo), "rank"),
-        world_size=_dist(_meta_value(doc.distributedInfo), "world_size"),
-        skipped={_located(r, skipped_at.get(r), n): n for r, n in skipped.items()},
-        flows=flows,
-        processes=processes,
-        extra={"events_in_file": n_input, "metadata_events": metadata,
+        base_time_ns=_int_or_none(top["baseTimeNanoseconds"]),
+        devices=_devices(top["deviceProperties"], table),
+        rank=_dist(top["distributedInfo"], "rank"),
+        world_size=_dist(top["distributedInfo"], "world_size"),
+        # sorted: the order reasons were first met in depends on how the text was split
+        skipped={_located(r, skipped_at.get(r), n): n for r, n in sorted(skipped.items())},
+        flows=builder.flows,
+        processes=builder.processes,
+        extra={"events_in_file": n_input, "metadata_events": builder.metadata,
                **({"skipped_at": skipped_at} if skipped_at else {})},
     )
     return Trace(table, names, meta)
@@ -216,37 +250,107 @@ def _meta_value(raw: msgspec.Raw):
         return None
 
 
-def _decode_events(raws: list[msgspec.Raw], skipped: SkipCounter, skipped_at: dict[str, list[int]]):
-    """Decode the raw events batch by batch into columns (see the module docstring). Consumes
-    ``raws``: each batch's spans are dropped once decoded, and its columns are copied into
-    arrays sized for every event, so the peak stays near the JSON text itself."""
-    codes: dict[str, int] = {}
-    columns: dict[str, np.ndarray] = {}
-    processes, flows, metadata, n, capacity, base = {}, 0, 0, 0, len(raws), 0
-    while raws:
-        batch = raws[:BATCH]
-        del raws[:BATCH]
+class _Builder:
+    """Events in, numpy columns out (see the module docstring). Events are classified into
+    columns in batches of :data:`BATCH` whatever lists they arrive in; each batch's columns are
+    kept as pieces and joined column by column at the end, sorted by start, so the peak is the
+    columns plus one column."""
+
+    def __init__(self):
+        self.skipped = SkipCounter()
+        self.skipped_at: dict[str, list[int]] = {}
+        self.codes: dict[str, int] = {}
+        self.pieces: dict[str, list[np.ndarray]] = {}
+        self.processes: dict[int, str] = {}
+        self.flows = self.metadata = self.n_input = 0
+        self.carry: list[_Event] = []
+
+    def decode_list(self, text: bytes) -> list[_Event]:
+        """The events of ``text``, a JSON list of events, in one pass when they all fit the
+        typed schema; else span by span (misfits skipped and counted at their index). Raises
+        msgspec's errors when ``text`` is not a JSON list (the stream then cuts elsewhere)."""
+        try:
+            events = _EVENTS.decode(text)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            spans = _RAWS.decode(text)
+            return [e for i in range(0, len(spans), BATCH) for e in self.decode_spans(spans[i : i + BATCH])]
+        self.n_input += len(events)
+        return events
+
+    def decode_spans(self, batch: list[msgspec.Raw]) -> list[_Event]:
+        """The events of one batch of raw spans (the lenient path for those that fail)."""
         try:
             events = _EVENTS.decode(b"[" + b",".join(batch) + b"]")
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-            events = _events_one_by_one(batch, base, skipped, skipped_at)
-        base += len(batch)
-        del batch
-        cols, procs, n_flows, n_meta = _columns(events, skipped, codes)
-        metadata += n_meta
-        del events
-        m = len(cols["kind"])
+            events = _events_one_by_one(batch, self.n_input, self.skipped, self.skipped_at)
+        self.n_input += len(batch)
+        return events
+
+    def add(self, events: list[_Event]) -> None:
+        if self.carry:
+            need = BATCH - len(self.carry)
+            self.carry.extend(events[:need])
+            events = events[need:]
+            if len(self.carry) < BATCH:
+                return
+            self._columns(self.carry)
+        full = len(events) - len(events) % BATCH
+        for i in range(0, full, BATCH):
+            self._columns(events[i : i + BATCH])
+        self.carry = events[full:]
+
+    def _columns(self, events: list[_Event]) -> None:
+        cols, procs, n_flows, n_meta = _columns(events, self.skipped, self.codes)
         for c, v in cols.items():
-            if c not in columns:
-                columns[c] = np.empty(capacity, dtype=v.dtype)
-            columns[c][n : n + m] = v
-        n += m
-        processes.update(procs)
-        flows += n_flows
-    if not columns:
-        columns = _columns([], skipped, codes)[0]
-    names = tuple("" if n is None else n for n in codes)
-    return _finish({c: v[:n] for c, v in columns.items()}, names), names, processes, (flows, metadata)
+            self.pieces.setdefault(c, []).append(v)
+        self.processes.update(procs)
+        self.flows += n_flows
+        self.metadata += n_meta
+
+    def finish(self) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+        """The columns (sorted by start, stable) and the name table."""
+        self._columns(self.carry)
+        self.carry = []
+        names = tuple("" if n is None else n for n in self.codes)
+        start = _join(self.pieces.pop("start_ns"))
+        order = np.argsort(start, kind="stable")
+        columns = {"start_ns": start[order]}
+        del start
+        for c in list(self.pieces):
+            columns[c] = _join(self.pieces.pop(c))[order]
+            _release_freed_memory()  # the pieces' memory, before the next column is built
+        return _finish(columns, names), names
+
+
+def _release_freed_memory() -> None:
+    """Hand freed heap memory back to the OS (glibc's ``malloc_trim``; elsewhere a no-op).
+    The batch pieces are small allocations scattered through the heap: without this, the memory
+    they held stays counted in the process while the joined columns are allocated anew."""
+    if _TRIM is not None:
+        _TRIM(0)
+
+
+def _malloc_trim():
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def _join(pieces: list[np.ndarray]) -> np.ndarray:
+    """One array from ``pieces``, each freed as soon as it is copied."""
+    out = np.empty(sum(map(len, pieces)), dtype=pieces[0].dtype)
+    pos = 0
+    while pieces:
+        p = pieces.pop(0)
+        out[pos : pos + len(p)] = p
+        pos += len(p)
+    return out
 
 
 # -- lenient path ----------------------------------------------------------------------

@@ -15,8 +15,11 @@ Limits (docs/input.md):
 from __future__ import annotations
 
 import os
+import queue
 import re
+import threading
 import zlib
+from collections.abc import Iterable, Iterator
 
 from hostgap.errors import HostgapError
 
@@ -71,6 +74,85 @@ def read_trace_text(path: str) -> bytes | bytearray | memoryview:
     return raw
 
 
+READ_PIECE = 1 << 20
+"""Bytes read from a plain JSON file at a time by :func:`text_pieces`."""
+
+
+def text_pieces(path: str) -> Iterator[bytes]:
+    """The JSON text of a Kineto file (plain or gzip) in pieces, within the limits of
+    :func:`read_trace_text` (a leading BOM is left to the caller). Only one piece is held
+    here at a time; a gzip file is inflated as it is read."""
+    limit = max_trace_bytes()
+    try:
+        size = os.path.getsize(path)
+        if size > limit:
+            raise HostgapError(path, _too_big(size, limit))
+        f = open(path, "rb")
+    except OSError as e:
+        raise HostgapError(path, f"cannot read ({e.strerror})") from None
+    with f:
+        try:
+            gz = f.read(2) == b"\x1f\x8b"
+            f.seek(0)
+            reads = iter(lambda: f.read(IN_PIECE if gz else READ_PIECE), b"")
+            if not gz:
+                yield from reads
+                return
+            yield from ahead(inflate(reads, size, path, limit))
+        except OSError as e:
+            raise HostgapError(path, f"cannot read ({e.strerror})") from None
+        except (EOFError, zlib.error) as e:
+            raise HostgapError(path, f"truncated or corrupt gzip ({_short(e)})") from None
+
+
+AHEAD = 8
+"""Inflated pieces prepared ahead of the consumer by :func:`ahead`'s worker thread."""
+
+
+def ahead(items: Iterator[bytes], depth: int | None = None) -> Iterator[bytes]:
+    """``items``, produced on a worker thread up to ``depth`` ahead. zlib releases the GIL while
+    it inflates, so on two or more cores the text is inflated while the caller decodes the
+    previous piece. An exception in the worker is raised here, in order; closing this
+    generator stops the worker (and closes ``items``) before it returns. ``depth`` defaults to
+    :data:`AHEAD`."""
+    q: queue.Queue = queue.Queue(depth or AHEAD)
+    stop = threading.Event()
+
+    def put(entry) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def work() -> None:
+        try:
+            for item in items:
+                if not put((item, None)):
+                    return
+            put((None, None))
+        except BaseException as e:  # handed to the consumer, raised there
+            put((None, e))
+        finally:
+            items.close()
+
+    worker = threading.Thread(target=work, name="hostgap-inflate", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item, error = q.get()
+            if error is not None:
+                raise error
+            if item is None:
+                return
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
 def _too_big(n: int, limit: int) -> str:
     return (f"trace text exceeds the {limit / 2**30:.3g} GiB limit ({n / 2**30:.3g} GiB so far); "
             f"use hostgap --max-trace-bytes 64G (or {ENV_LIMIT}) to load a genuinely larger trace")
@@ -78,49 +160,66 @@ def _too_big(n: int, limit: int) -> str:
 
 def gunzip(data: bytes, path: str = "gzip", limit: int | None = None) -> bytearray:
     """Every member of a gzip stream, inflated into one buffer sized from the gzip trailer
-    (``bytes.join`` or ``gzip.decompress`` would hold the text twice at their peak). Input is
-    fed in small slices and output taken in bounded chunks, so nothing else is ever large.
-    Raises HostgapError once the text passes ``limit`` or :data:`MAX_INFLATE_RATIO` times
-    ``len(data)``."""
+    (``bytes.join`` or ``gzip.decompress`` would hold the text twice at their peak), within the
+    limits of :func:`inflate`."""
     limit = max_trace_bytes() if limit is None else limit
-    ratio_cap = MAX_INFLATE_RATIO * len(data)
     # the trailer's size (mod 2**32) is trusted only up to a plausible ratio: a truncated or
     # corrupt file ends in arbitrary bytes and must not allocate gigabytes
     size_hint = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
     out = bytearray(min(size_hint, _PREALLOC_RATIO * len(data), limit))
     pos = 0
-    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    view, off = memoryview(data), 0
-    while True:
-        pending = view[off : off + (1 << 16)]
-        off += len(pending)
-        while True:
-            chunk = d.decompress(pending, 1 << 20)
-            if chunk:
-                end = pos + len(chunk)
-                if end > ratio_cap:
-                    raise HostgapError(path, f"gzip inflates more than {MAX_INFLATE_RATIO}x "
-                                       f"({len(data)} bytes compressed): refused as a likely gzip bomb")
-                if end > limit:
-                    raise HostgapError(path, _too_big(end, limit))
-                if end > len(out):  # the trailer holds the size mod 2**32, or more members follow
-                    out.extend(bytes(max(end - len(out), min(len(out) // 2, limit - len(out)))))
-                out[pos:end] = chunk
-                pos = end
-            pending = d.unconsumed_tail
-            if not pending or d.eof:
-                break
-        if d.eof:
-            rest = bytes(d.unused_data) + bytes(view[off:])
-            rest = rest.lstrip(b"\x00")  # members may be followed by zero padding
-            if not rest:
-                break
-            view, off = memoryview(rest), 0
-            d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        elif off >= len(view):
-            raise EOFError("compressed stream ended before the end-of-stream marker")
+    view = memoryview(data)
+    slices = (view[i : i + IN_PIECE] for i in range(0, len(data), IN_PIECE))
+    for chunk in inflate(slices, len(data), path, limit):
+        end = pos + len(chunk)
+        if end > len(out):  # the trailer holds the size mod 2**32, or more members follow
+            out.extend(bytes(max(end - len(out), min(len(out) // 2, limit - len(out)))))
+        out[pos:end] = chunk
+        pos = end
     del out[pos:]
     return out
+
+
+IN_PIECE = 1 << 16
+"""Compressed bytes fed to the decompressor at a time."""
+OUT_PIECE = 1 << 20
+"""Largest piece of inflated text produced at a time."""
+
+
+def inflate(pieces: Iterable, compressed_size: int, path: str = "gzip", limit: int | None = None) -> Iterator[bytes]:
+    """The inflated text of every member of a gzip stream given as ``pieces`` of compressed
+    bytes, in pieces of at most :data:`OUT_PIECE` bytes. Raises HostgapError once the text
+    passes ``limit`` or :data:`MAX_INFLATE_RATIO` times ``compressed_size``, before the excess
+    is held; ``EOFError`` or ``zlib.error`` for a truncated or corrupt stream."""
+    limit = max_trace_bytes() if limit is None else limit
+    ratio_cap = MAX_INFLATE_RATIO * compressed_size
+    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    total = 0
+    for data in pieces:
+        more = len(data) > 0
+        while more:
+            if d.eof:  # another member follows, or zero padding
+                data = bytes(data).lstrip(b"\x00")
+                if not data:
+                    break
+                d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            chunk = d.decompress(data, OUT_PIECE)
+            total += len(chunk)
+            if total > ratio_cap:
+                raise HostgapError(path, f"gzip inflates more than {MAX_INFLATE_RATIO}x "
+                                   f"({compressed_size} bytes compressed): refused as a likely gzip bomb")
+            if total > limit:
+                raise HostgapError(path, _too_big(total, limit))
+            if chunk:
+                yield chunk
+            if d.eof:
+                data = d.unused_data
+                more = len(data) > 0
+            else:  # a full piece may leave output inside the decompressor: call again
+                data = d.unconsumed_tail
+                more = len(data) > 0 or len(chunk) == OUT_PIECE
+    if not d.eof:
+        raise EOFError("compressed stream ended before the end-of-stream marker")
 
 
 # a \uD800-\uDBFF escape not followed by a low one, or a \uDC00-\uDFFF escape not preceded by

@@ -7,8 +7,31 @@ import io
 import sys
 
 import msgspec
-from rich.console import Console
-from rich.table import Table
+
+# rich is imported on first use: `--json` and `--csv` runs never need it (cold start)
+
+
+def Console(*args, **kwargs):  # noqa: N802 (stands in for the class)
+    from rich.console import Console as RichConsole
+
+    return RichConsole(*args, **kwargs)
+
+
+def Table(*args, **kwargs):  # noqa: N802
+    from rich.table import Table as RichTable
+
+    return RichTable(*args, **kwargs)
+
+
+class StderrConsole:
+    """rich's stderr console, created on first use."""
+
+    _console = None
+
+    def __getattr__(self, name):
+        if StderrConsole._console is None:
+            StderrConsole._console = Console(stderr=True)
+        return getattr(StderrConsole._console, name)
 
 
 def ms(ns) -> str:

@@ -1,0 +1,265 @@
+"""Ingest benchmark: whole-process ``hostgap analyze --json`` against HTA, a generated trace of
+any size for memory and throughput, and per-stage times. Prints ratios measured in one run.
+
+    .venv/bin/python bench/ingest.py                      # (a) and (c) on the dev trace
+    .venv/bin/python bench/ingest.py --large-gb 2         # (b) too: a >= 2 GB trace, generated
+    .venv/bin/python bench/ingest.py --large-gb 2 --no-hta --json
+
+(a) ``hostgap analyze --json`` as a whole process (interpreter start and imports included)
+    against a whole process that imports HTA, loads the trace (``TraceAnalysis``) and runs its
+    temporal breakdown; min over ``--repeats`` of wall and of CPU time (user + system).
+(b) a real trace repeated with timestamps shifted past the previous copy's end and correlation,
+    External id and flow ids offset, written to a temporary folder as plain JSON (and gzip with
+    ``--large-gzip``), analysed once as a whole process: peak RSS (``wait4``) over the JSON size,
+    MB of JSON per CPU-second. The file is deleted afterwards; it is never kept.
+(c) per-stage times in a fresh process: import, text (read + inflate only), decode + columns
+    (``load_trace`` minus the text stage), link, anatomy (overview + steps).
+
+HTA runs in ``bench/.venv-hta`` (see bench/README.md); ``--no-hta`` skips it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "hta" / "a100_deep_queue_rank0.json.gz"
+DEFAULT_HTA_PYTHON = ROOT / "bench" / ".venv-hta" / "bin" / "python"
+HOSTGAP = [sys.executable, "-m", "hostgap"]
+TARGETS = {"speedup_vs_hta": 10.0, "peak_rss_per_json_byte": 1.0, "json_mb_per_cpu_s": 80.0}
+
+HTA_SCRIPT = r"""
+import logging, sys, warnings
+warnings.filterwarnings("ignore")
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+analyzer = TraceAnalysis(trace_dir=sys.argv[1])
+analyzer.get_temporal_breakdown(visualize=False)
+"""
+
+
+def run_process(cmd: list[str], **kw) -> dict:
+    """Wall, CPU (user + sys) and peak RSS of one child process, from ``wait4``."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    err = p.stderr.read().decode(errors="replace")
+    p.stderr.close()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{err[-2000:]}")
+    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_bytes": ru.ru_maxrss * 1024}
+
+
+def best_of(cmd: list[str], repeats: int, **kw) -> dict:
+    runs = [run_process(cmd, **kw) for _ in range(repeats)]
+    return {"wall_min_s": min(r["wall_s"] for r in runs), "cpu_min_s": min(r["cpu_s"] for r in runs),
+            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in runs), "repeats": repeats}
+
+
+def json_size(path: Path) -> int:
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            return sum(len(b) for b in iter(lambda: f.read(1 << 24), b""))
+    return path.stat().st_size
+
+
+# -- (a) whole process against HTA ---------------------------------------------------------------
+
+
+def whole_process_vs_hta(trace: Path, repeats: int, hta_python: str | None) -> dict:
+    out = {"trace": str(trace), "json_bytes": json_size(trace),
+           "hostgap": best_of([*HOSTGAP, "analyze", "--json", "--quiet", str(trace)], repeats)}
+    if hta_python:
+        with tempfile.TemporaryDirectory() as d:
+            # HTA reads every trace file of a folder: give it a folder holding only this one
+            os.symlink(trace.resolve(), os.path.join(d, trace.name))
+            out["hta"] = best_of([hta_python, "-c", HTA_SCRIPT, d], max(1, repeats // 2))
+        out["speedup_wall"] = out["hta"]["wall_min_s"] / out["hostgap"]["wall_min_s"]
+        out["speedup_cpu"] = out["hta"]["cpu_min_s"] / out["hostgap"]["cpu_min_s"]
+    return out
+
+
+# -- (b) a generated large trace -----------------------------------------------------------------
+
+
+def generate(src: Path, dest: Path, min_bytes: int) -> dict:
+    """``src`` repeated until the JSON passes ``min_bytes``: each copy shifted in time past the
+    previous one's end, its correlation, External id and flow ids offset past the previous
+    copy's largest, so the copies never link to one another."""
+    import msgspec
+
+    with gzip.open(src, "rb") if src.name.endswith(".gz") else open(src, "rb") as f:
+        doc = msgspec.json.decode(f.read())
+    events = doc.pop("traceEvents")
+    timed = [e for e in events if isinstance(e, dict) and isinstance(e.get("ts"), (int, float))]
+    t0 = min(e["ts"] for e in timed)
+    span = int(max(e["ts"] + e.get("dur", 0) for e in timed) - t0) + 1000
+    ids = [0]
+    for e in events:
+        a = e.get("args") if isinstance(e, dict) else None
+        if isinstance(a, dict):
+            ids += [v for k in ("correlation", "External id") if isinstance(v := a.get(k), int)]
+        if isinstance(e, dict) and isinstance(e.get("id"), int):
+            ids.append(e["id"])
+    id_step = max(ids) + 1
+    head = msgspec.json.encode(doc)[:-1] + (b',"traceEvents":[' if doc else b'{"traceEvents":[')
+    n = written = copies = 0
+    with open(dest, "wb") as f:
+        f.write(head)
+        written = len(head)
+        while written < min_bytes:
+            if copies:
+                for e in events:
+                    if not isinstance(e, dict):
+                        continue
+                    if isinstance(e.get("ts"), (int, float)):
+                        e["ts"] += span
+                    if isinstance(e.get("id"), int):
+                        e["id"] += id_step
+                    a = e.get("args")
+                    if isinstance(a, dict):
+                        for k in ("correlation", "External id"):
+                            if isinstance(a.get(k), int):
+                                a[k] += id_step
+            body = msgspec.json.encode(events)[1:-1]
+            f.write(b"," + body if copies else body)
+            written += len(body) + (1 if copies else 0)
+            copies += 1
+            n += len(events)
+        f.write(b"]}")
+        written += 2
+    return {"path": str(dest), "json_bytes": written, "events": n, "copies": copies}
+
+
+def large_trace(src: Path, gb: float, tmp_root: str | None, with_gzip: bool, with_stages: bool) -> dict:
+    d = tempfile.mkdtemp(prefix="hostgap-ingest-", dir=tmp_root)
+    try:
+        t0 = time.perf_counter()
+        gen = generate(src, Path(d) / "large.json", int(gb * 1e9))
+        gen["generate_s"] = time.perf_counter() - t0
+        out = {"generated": gen, "runs": {}}
+        paths = {"json": gen["path"]}
+        if with_gzip:
+            t0 = time.perf_counter()
+            subprocess.run(["gzip", "-1", "-k", gen["path"]], check=True)
+            paths["json.gz"] = gen["path"] + ".gz"
+            gen["gzip_s"] = time.perf_counter() - t0
+            gen["gzip_bytes"] = os.path.getsize(paths["json.gz"])
+        for kind, p in paths.items():
+            r = run_process([*HOSTGAP, "analyze", "--json", "--quiet", p])
+            r["peak_rss_per_json_byte"] = r["peak_rss_bytes"] / gen["json_bytes"]
+            r["json_mb_per_cpu_s"] = gen["json_bytes"] / 1e6 / r["cpu_s"]
+            r["json_mb_per_wall_s"] = gen["json_bytes"] / 1e6 / r["wall_s"]
+            out["runs"][kind] = r
+        if with_stages:
+            out["stages"] = stages(gen["path"])
+        return out
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# -- (c) per-stage times ---------------------------------------------------------------------------
+
+STAGES_SCRIPT = r"""
+import json, sys, time
+def clock():
+    return time.perf_counter(), time.process_time()
+def since(t):
+    w, c = clock()
+    return {"wall_s": w - t[0], "cpu_s": c - t[1]}
+out, t = {}, clock()
+import hostgap.cli
+from hostgap.load import load_trace
+from hostgap.load.text import text_pieces
+out["import"] = since(t)
+path = sys.argv[1]
+t = clock(); n = sum(len(p) for p in text_pieces(path)); out["text (read + inflate)"] = since(t)
+t = clock(); trace = load_trace(path); load = since(t)
+out["decode + columns"] = {k: load[k] - out["text (read + inflate)"][k] for k in load}
+from hostgap.link import link
+from hostgap.anatomy.overview import overview
+from hostgap.anatomy.steps import AnatomyConfig, analyze
+t = clock(); links = link(trace); out["link"] = since(t)
+t = clock()
+doc = overview(trace, links, gap_threshold_ns=30_000, top=10)
+analyze(trace, AnatomyConfig(gap_threshold_ns=30_000, top=10), links).to_dict()
+out["anatomy (overview + steps)"] = since(t)
+print(json.dumps({"json_bytes": n, "events": len(trace.events), "stages": out}))
+"""
+
+
+def stages(trace: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", STAGES_SCRIPT, trace], capture_output=True, text=True, check=True)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# -- report ----------------------------------------------------------------------------------------
+
+
+def report(res: dict) -> str:
+    lines = []
+    a = res["whole_process"]
+    lines.append(f"(a) {a['trace']} ({a['json_bytes'] / 1e6:.1f} MB of JSON)")
+    h = a["hostgap"]
+    lines.append(f"    hostgap analyze --json   wall {h['wall_min_s']:.2f} s   CPU {h['cpu_min_s']:.2f} s   "
+                 f"(min of {h['repeats']})")
+    if "hta" in a:
+        t = a["hta"]
+        lines.append(f"    HTA load + temporal      wall {t['wall_min_s']:.2f} s   CPU {t['cpu_min_s']:.2f} s   "
+                     f"(min of {t['repeats']})")
+        ok = "met" if a["speedup_wall"] >= TARGETS["speedup_vs_hta"] else "MISSED"
+        lines.append(f"    ratio: {a['speedup_wall']:.1f}x wall, {a['speedup_cpu']:.1f}x CPU "
+                     f"(target >= {TARGETS['speedup_vs_hta']:.0f}x: {ok})")
+    if "large" in res:
+        g = res["large"]["generated"]
+        lines.append(f"(b) generated {g['json_bytes'] / 1e9:.2f} GB of JSON, {g['events']:,} events "
+                     f"({g['copies']} copies, {g['generate_s']:.0f} s to write; deleted)")
+        for kind, r in res["large"]["runs"].items():
+            mem_ok = "met" if r["peak_rss_per_json_byte"] <= TARGETS["peak_rss_per_json_byte"] else "MISSED"
+            thr_ok = "met" if r["json_mb_per_cpu_s"] >= TARGETS["json_mb_per_cpu_s"] else "MISSED"
+            lines.append(f"    .{kind:<8} wall {r['wall_s']:.1f} s  CPU {r['cpu_s']:.1f} s  "
+                         f"peak RSS {r['peak_rss_bytes'] / 1e9:.2f} GB = {r['peak_rss_per_json_byte']:.2f}x JSON "
+                         f"(<= 1.0: {mem_ok})  {r['json_mb_per_cpu_s']:.0f} MB/CPU-s (>= 80: {thr_ok}), "
+                         f"{r['json_mb_per_wall_s']:.0f} MB/wall-s")
+    for name, st in res.get("stages", {}).items():
+        lines.append(f"(c) stages on {name} ({st['json_bytes'] / 1e6:.1f} MB, {st['events']:,} events): "
+                     + ", ".join(f"{k} {v['wall_s']:.2f} s ({v['cpu_s']:.2f} CPU)" for k, v in st["stages"].items()))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", default=str(DEFAULT_TRACE))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--hta-python", default=str(DEFAULT_HTA_PYTHON))
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--large-gb", type=float, default=0.0, help="also generate and analyse a trace this large")
+    ap.add_argument("--large-gzip", action="store_true", help="the large trace also as gzip -1")
+    ap.add_argument("--large-stages", action="store_true", help="per-stage times on the large trace too")
+    ap.add_argument("--tmp", default=None, help="folder for the generated trace (default: system temp)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    trace = Path(args.trace)
+    hta = None if args.no_hta or not Path(args.hta_python).exists() else args.hta_python
+    res = {"whole_process": whole_process_vs_hta(trace, args.repeats, hta),
+           "stages": {trace.name: stages(str(trace))}}
+    if args.large_gb:
+        res["large"] = large_trace(trace, args.large_gb, args.tmp, args.large_gzip, args.large_stages)
+        if "stages" in res["large"]:
+            res["stages"]["generated large.json"] = res["large"].pop("stages")
+    print(json.dumps(res, indent=2) if args.json else report(res))
+
+
+if __name__ == "__main__":
+    main()
