@@ -92,6 +92,29 @@ def test_a_bad_time_is_refused_with_its_column(tmp_path, value, msg):
         vidur.read_mlp(p, find_device("a100"))
 
 
+@pytest.mark.parametrize("col, value, msg", [("num_tokens", "x", "num_tokens is not an integer"),
+                                             ("num_tensor_parallel_workers", "", "is not an integer"),
+                                             ("n_embd", "0", "n_embd must be a positive integer"),
+                                             ("vocab_size", "-5", "vocab_size must be a positive integer")])
+def test_a_bad_dimension_is_refused_with_its_column(tmp_path, col, value, msg):
+    p = _csv(tmp_path / "x.csv", PHI_OPS, "False", [(T, 1)])
+    header, row = p.read_text().splitlines()
+    cells = row.split(",")
+    cells[header.split(",").index(col)] = value
+    p.write_text(header + "\n" + ",".join(cells) + "\n")
+    with pytest.raises(HostgapError, match=msg) as e:
+        vidur.read_mlp(p, find_device("a100"))
+    assert str(p) in str(e.value)
+
+
+def test_cli_refuses_a_malformed_profile_in_one_line(tmp_path):
+    p = _csv(tmp_path / "x.csv", PHI_OPS, "False", [(T, 1)])
+    p.write_text(p.read_text().replace(f",{T},1\n", ",four,1\n"))
+    r = CliRunner().invoke(cli, ["fit", "--vidur-mlp", str(p), "--device", "a100", "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 2 and "num_tokens is not an integer" in r.output
+    assert "Traceback" not in r.output and not (tmp_path / "m.json").exists()
+
+
 # -- smooth roofline ----------------------------------------------------------------------
 
 

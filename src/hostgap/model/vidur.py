@@ -104,9 +104,11 @@ def read_mlp(path: str | Path, device: DeviceSpec, group: str | None = None,
     cols = {c: [] for c in ("key", "flops", "bytes", "kernels", "time_ns", "tokens")}
     cache = {}
     for r in rows:
-        k, T = int(r["num_tensor_parallel_workers"]), int(r["num_tokens"])
+        k, T = _int(path, r, "num_tensor_parallel_workers"), _int(path, r, "num_tokens")
         ck = (k, T)
         if ck not in cache:
+            for c in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size"):
+                _int(path, r, c)
             arch = arch_of_row(r, group)
             cache[ck] = account(arch, Cell(batch=1, q_tokens=T, context=T, tp=k, dtype=dtype, engine="vllm"))
         acc = cache[ck]
@@ -126,6 +128,17 @@ def read_mlp(path: str | Path, device: DeviceSpec, group: str | None = None,
         bw_bytes_per_s=np.full(n, device.mem_bw_bytes_per_s), time_ns=np.array(cols["time_ns"]),
         group=np.full(n, group), tokens=np.array(cols["tokens"]),
     )
+
+
+def _int(path, row: dict, col: str) -> int:
+    """A positive integer column of a vidur row; one line naming the file and column otherwise."""
+    try:
+        v = int(row[col])
+    except (TypeError, ValueError):
+        raise HostgapError(str(path), f"{col} is not an integer: {row[col]!r}") from None
+    if v <= 0:
+        raise HostgapError(str(path), f"{col} must be a positive integer, got {v}")
+    return v
 
 
 def _time_ns(path, row: dict, col: str) -> float:
