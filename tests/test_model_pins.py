@@ -246,7 +246,7 @@ def test_vidur_reader_maps_ops_units_and_shapes(tmp_path):
     assert set(vidur.read_mlp(p, DEV, group="g").group) == {"g"}
     arch = vidur.arch_of_row({"n_embd": "64", "n_head": "8", "n_kv_head": "2", "n_expanded_embd": "96",
                               "vocab_size": "50", "use_gated_mlp": "False"}, "g")
-    assert arch.head_dim == 8 and arch.family == "gpt2" and arch.layers == 1
+    assert arch.head_dim == 8 and not arch.gated_mlp and arch.family == "llama" and arch.layers == 1
     assert not arch.tied_embeddings  # vidur profiles the embedding alone: no head shares its table
     keyed = vidur.as_hostgap_ops(s)
     assert keyed.key[up] == "gate_up_proj" and keyed.time_ns[up] == 0.25e6

@@ -125,6 +125,9 @@ def test_vidur_cross_model_accuracy(vidur_samples, direction):
     assert m["gemm (all four)"].mape <= 0.10
     assert m["overall"].mape <= 0.15
     assert m["gemm, decode-sized, T <= 64"].mape <= 0.10  # the decode regime, thanks to band weights
+    # near the ridge point the joined roofs (fitted q) hold 9 %; the sharp max gave 14 %
+    assert m["gemm, 64 < T <= 512"].mape <= 0.11
+    assert m["gemm (all four)"].mape <= 0.08
     shared = vidur.validate_cross_model(cal, score, keyed_by="family")
     _report(f"{direction} (one efficiency set for all GEMMs)", shared)
     assert shared["metrics"]["gemm (all four)"].mape <= 0.20

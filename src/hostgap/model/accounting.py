@@ -258,7 +258,7 @@ def account(arch: Arch, cell: Cell) -> Account:
     kv_heads_rank = max(1.0, arch.kv_heads / k)  # replicated when k > kv heads
     kv_dim_rank = kv_heads_rank * arch.head_dim
     heads_rank = arch.heads / k
-    gated = arch.family != "gpt2"
+    gated = arch.family != "gpt2" and arch.gated_mlp
     ops: list[Op] = []
 
     def gemm(name, count, tokens, n_in, n_out, kernels, bias=False, quantised=True):

@@ -38,6 +38,7 @@ class Arch:
     shared_expert_intermediate: int = 0  # Qwen-MoE shared expert width (0: none)
     qkv_bias: bool = False
     qk_norm: bool = False  # OLMoE: RMSNorm over the full q and k projections
+    gated_mlp: bool = True  # False: one up projection h -> i and an activation over it (phi-2)
     rope_theta: float = 500000.0
     description: str = ""
 
@@ -64,7 +65,7 @@ class Arch:
         if self.family == "gpt2":
             return 2 * h * i + i + h
         if not self.is_moe:
-            return 3 * h * i
+            return (3 if self.gated_mlp else 2) * h * i
         experts = self.top_k if active else self.experts
         n = experts * 3 * h * i + h * self.experts  # experts + router
         if self.shared_expert_intermediate:
@@ -107,6 +108,9 @@ class Arch:
     # -- transformers -------------------------------------------------------------------
     def hf_config(self) -> dict:
         """Keyword arguments for ``transformers.AutoConfig.for_model(family, **kw)``."""
+        if not self.gated_mlp and self.family != "gpt2":
+            raise HostgapError(self.name, f"a non-gated MLP has no {self.family} transformers config "
+                                          "(such architectures are for the workload accounting only)")
         if self.family == "gpt2":
             return dict(
                 vocab_size=self.vocab, n_embd=self.hidden, n_layer=self.layers,

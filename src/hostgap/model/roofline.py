@@ -1,10 +1,13 @@
-"""Device-time model: per op ``t_min + max(FLOPs / (peak e_c), bytes / (BW e_m))``.
+"""Device-time model: per op ``t_min + smax_q(FLOPs / (peak e_c), bytes / (BW e_m))``.
 
 METHOD.md §7. ``t_min`` is the fixed per-kernel latency (launch-to-first-byte, tail): it is
 what a 1-token projection at TP-8 pays beyond its bandwidth time. ``e_c`` and ``e_m`` are the
-achieved fractions of the datasheet peak FLOP/s and memory bandwidth. All three are fitted
-from measured kernel times (:func:`fit`), per op or per op family; nothing is assumed except
-the documented defaults used when no fit is given (:data:`DEFAULT_EFFICIENCY`).
+achieved fractions of the datasheet peak FLOP/s and memory bandwidth. ``smax_q(c, m) =
+(c^q + m^q)^(1/q)`` joins the two roofs: q = inf is the sharp roofline ``max(c, m)``; a finite
+q says a kernel near the ridge point is slower than either roof alone (it neither streams its
+weights at full bandwidth nor keeps its tensor cores busy). All four are fitted from measured
+kernel times (:func:`fit`), per op or per op family; nothing is assumed except the documented
+defaults used when no fit is given (:data:`DEFAULT_EFFICIENCY`, sharp).
 
 A memory-bound op's time follows bandwidth: 1 GB at 2 TB/s x 0.8 is 625 us whatever the peak
 FLOP/s; a compute-bound one follows the peak.
@@ -15,6 +18,7 @@ includes waiting for the slowest rank.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,9 +35,13 @@ class Efficiency:
     t_min_ns: float
     e_c: float
     e_m: float
+    q: float = math.inf  # roof sharpness: inf is max(compute, memory)
 
     def to_dict(self) -> dict:
-        return {"t_min_ns": self.t_min_ns, "e_c": self.e_c, "e_m": self.e_m}
+        d = {"t_min_ns": self.t_min_ns, "e_c": self.e_c, "e_m": self.e_m}
+        if math.isfinite(self.q):  # JSON has no infinity: absent means sharp
+            d["q"] = self.q
+        return d
 
 
 DEFAULT_EFFICIENCY: dict[str, Efficiency] = {
@@ -79,12 +87,26 @@ def default_model(device: str) -> RooflineModel:
     return RooflineModel(device, dict(DEFAULT_EFFICIENCY), "default efficiencies (docs/models.md)")
 
 
-def op_time_ns(flops, bytes_, peak_flops, bw_bytes_per_s, t_min_ns, e_c, e_m, kernels=1.0):
+def smooth_max(a, b, q):
+    """``(a^q + b^q)^(1/q)`` for a, b >= 0, computed as ``hi (1 + (lo/hi)^q)^(1/q)`` (no overflow).
+
+    q = inf gives ``max(a, b)``; q = 1 the sum. Between the two it exceeds the max most where
+    a = b (by 2^(1/q)).
+    """
+    a, b, q = np.asarray(a, float), np.asarray(b, float), np.asarray(q, float)
+    hi, lo = np.maximum(a, b), np.minimum(a, b)
+    ratio = np.divide(lo, hi, out=np.zeros(np.broadcast(lo, hi).shape), where=hi > 0)
+    with np.errstate(over="ignore", under="ignore"):
+        excess = np.where(np.isinf(q), 1.0, (1.0 + ratio ** np.where(np.isinf(q), 1.0, q)) ** (1.0 / q))
+    return hi * excess
+
+
+def op_time_ns(flops, bytes_, peak_flops, bw_bytes_per_s, t_min_ns, e_c, e_m, kernels=1.0, q=math.inf):
     """Vectorised roofline time of op instances in ns (see the module docstring)."""
     flops, bytes_ = np.asarray(flops, float), np.asarray(bytes_, float)
     compute = flops / (np.asarray(peak_flops, float) * np.asarray(e_c, float))
     memory = bytes_ / (np.asarray(bw_bytes_per_s, float) * np.asarray(e_m, float))
-    return np.asarray(kernels, float) * np.asarray(t_min_ns, float) + 1e9 * np.maximum(compute, memory)
+    return np.asarray(kernels, float) * np.asarray(t_min_ns, float) + 1e9 * smooth_max(compute, memory, q)
 
 
 @dataclass(frozen=True)
@@ -113,7 +135,8 @@ def device_time(acc: Account, device: DeviceSpec, model: RooflineModel) -> Devic
             continue
         e = model.efficiency(o.name, o.family)
         peak = device.peak(o.compute_dtype)
-        t = float(op_time_ns(o.flops, o.bytes, peak, device.mem_bw_bytes_per_s, e.t_min_ns, e.e_c, e.e_m, o.kernels))
+        t = float(op_time_ns(o.flops, o.bytes, peak, device.mem_bw_bytes_per_s, e.t_min_ns, e.e_c, e.e_m, o.kernels,
+                             e.q))
         per_op[o.name] = per_op.get(o.name, 0.0) + o.count * t
         bound[o.name] = "compute" if o.flops / (peak * e.e_c) > o.bytes / (device.mem_bw_bytes_per_s * e.e_m) else "memory"
         total += o.count * t
@@ -159,32 +182,43 @@ def band_weights(tokens: np.ndarray | None, n: int) -> np.ndarray:
     return np.sqrt(1.0 / np.bincount(band)[band])
 
 
+Q_RANGE = (1.0, 64.0)
+"""Bounds of the fitted roof sharpness: 1 (the two roofs add) to 64 (indistinguishable from max)."""
+
+
 def _fit_one(s: OpSamples) -> Efficiency:
-    """Least squares on log time (relative error) over log-parameters, a few starts."""
+    """Least squares on log time (relative error) over log-parameters, a few starts.
+
+    Fits t_min, e_c, e_m and the sharpness q (within :data:`Q_RANGE`; a fit at the upper
+    bound is reported as the sharp roofline, q = inf).
+    """
     t = s.time_ns
     w = band_weights(s.tokens, len(t))
 
     def predict(p):
-        return op_time_ns(s.flops, s.bytes, s.peak_flops, s.bw_bytes_per_s, np.exp(p[0]), np.exp(p[1]), np.exp(p[2]), s.kernels)
+        return op_time_ns(s.flops, s.bytes, s.peak_flops, s.bw_bytes_per_s, np.exp(p[0]), np.exp(p[1]), np.exp(p[2]),
+                          s.kernels, np.exp(p[3]))
 
     def resid(p):
         return w * (np.log(predict(p)) - np.log(t))
 
-    lo = [np.log(1.0), np.log(1e-3), np.log(1e-3)]
-    hi = [np.log(1e7), np.log(1.0), np.log(1.0)]
+    lo = [np.log(1.0), np.log(1e-3), np.log(1e-3), np.log(Q_RANGE[0])]
+    hi = [np.log(1e7), np.log(1.0), np.log(1.0), np.log(Q_RANGE[1])]
     best = None
     tmin0 = max(float(np.min(t / np.maximum(s.kernels, 1))) * 0.5, 10.0)
     for e0 in (0.7, 0.3, 0.05):
-        x0 = np.clip([np.log(tmin0), np.log(e0), np.log(e0)], np.add(lo, 1e-9), np.subtract(hi, 1e-9))
-        r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1)
-        if best is None or r.cost < best.cost:
-            best = r
+        for q0 in (2.0, 16.0):
+            x0 = np.clip([np.log(tmin0), np.log(e0), np.log(e0), np.log(q0)], np.add(lo, 1e-9), np.subtract(hi, 1e-9))
+            r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1)
+            if best is None or r.cost < best.cost:
+                best = r
     p = np.exp(best.x)
-    return Efficiency(float(p[0]), float(p[1]), float(p[2]))
+    q = float(p[3]) if p[3] < Q_RANGE[1] * 0.999 else math.inf
+    return Efficiency(float(p[0]), float(p[1]), float(p[2]), q)
 
 
 def fit(samples: OpSamples, device: str = "", source: str = "fitted", keyed_by: str = "op") -> RooflineModel:
-    """Per-key t_min, e_c, e_m minimising relative (log) error over the samples."""
+    """Per-key t_min, e_c, e_m and q minimising relative (log) error over the samples."""
     if len(samples) == 0:
         raise ValueError("no samples to fit")
     effs = {}
@@ -200,7 +234,7 @@ def predict(model: RooflineModel, samples: OpSamples) -> np.ndarray:
         m = samples.key == key
         e = model.efficiencies.get(str(key)) or DEFAULT_EFFICIENCY.get(str(key)) or DEFAULT_EFFICIENCY["elementwise"]
         out[m] = op_time_ns(samples.flops[m], samples.bytes[m], samples.peak_flops[m], samples.bw_bytes_per_s[m],
-                            e.t_min_ns, e.e_c, e.e_m, samples.kernels[m])
+                            e.t_min_ns, e.e_c, e.e_m, samples.kernels[m], e.q)
     return out
 
 

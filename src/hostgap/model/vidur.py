@@ -9,6 +9,16 @@
 Each vidur op maps to one op of :func:`hostgap.model.accounting.account` (vLLM kernels), so
 the validation exercises the accounting and the roofline together. The **median** time is
 used (robust to the occasional slow repeat).
+
+Models vidur profiles differ in two ways the reader follows (vidur's ``mlp_impl.py``):
+
+- ``use_gated_mlp`` False (phi-2): the up projection is h -> i, not h -> 2i, and the
+  activation (GELU) reads i values per token, not 2i.
+- A block without a post-attention norm (phi-2's parallel attention + MLP; its file has no
+  ``post_attention_layernorm`` column) ends with ``attn + mlp + residual``: two elementwise
+  kernels, so vidur's ``add`` there is two kernels moving twice the bytes of one residual add.
+
+Op columns other than the four GEMMs may be absent; a row contributes the ops its file has.
 """
 
 from __future__ import annotations
@@ -61,12 +71,23 @@ def _read_rows(path: str | Path, required: tuple) -> list[dict]:
 
 
 def arch_of_row(row: dict, name: str) -> Arch:
-    """The one-layer architecture a vidur row was measured on."""
+    """The one-layer architecture a vidur row was measured on (rotary, one embedding row per token)."""
     h, heads = int(row["n_embd"]), int(row["n_head"])
-    return Arch(name=name, family="llama" if row.get("use_gated_mlp", "True") == "True" else "gpt2",
-                hidden=h, layers=1, heads=heads, kv_heads=int(row["n_kv_head"]), head_dim=h // heads,
-                intermediate=int(row["n_expanded_embd"]), vocab=int(row["vocab_size"]),
-                tied_embeddings=False)
+    gated = str(row.get("use_gated_mlp", "True")).strip().lower()
+    if gated not in ("true", "false"):
+        raise HostgapError(name, f"use_gated_mlp must be True or False, got {row.get('use_gated_mlp')!r}")
+    return Arch(name=name, family="llama", hidden=h, layers=1, heads=heads, kv_heads=int(row["n_kv_head"]),
+                head_dim=h // heads, intermediate=int(row["n_expanded_embd"]), vocab=int(row["vocab_size"]),
+                tied_embeddings=False, gated_mlp=gated == "true")
+
+
+def _ops_in(path, header, stat: str) -> list[str]:
+    """The vidur ops this file times (the four GEMMs are required)."""
+    have = [op for op in VIDUR_OPS if f"time_stats.{op}.{stat}" in header]
+    missing = [f"time_stats.{op}.{stat}" for op in GEMM_OPS if op not in have]
+    if missing:
+        raise HostgapError(str(path), f"not a vidur profile: missing columns {', '.join(missing)}")
+    return have
 
 
 def read_mlp(path: str | Path, device: DeviceSpec, group: str | None = None,
@@ -75,25 +96,30 @@ def read_mlp(path: str | Path, device: DeviceSpec, group: str | None = None,
 
     ``key`` is the vidur op name. vidur profiles fp16 (``dtype``).
     """
-    required = _DIMS + tuple(f"time_stats.{op}.{stat}" for op in VIDUR_OPS)
-    rows = _read_rows(path, required)
+    rows = _read_rows(path, _DIMS)
+    ops = _ops_in(path, rows[0], stat)
+    # no post-attention norm: a parallel block whose "add" is attn + mlp + residual (two kernels)
+    add_kernels = 1.0 if "post_attention_layernorm" in ops else 2.0
     group = group or Path(path).stem
     cols = {c: [] for c in ("key", "flops", "bytes", "kernels", "time_ns", "tokens")}
     cache = {}
     for r in rows:
-        k, T = int(r["num_tensor_parallel_workers"]), int(r["num_tokens"])
+        k, T = _int(path, r, "num_tensor_parallel_workers"), _int(path, r, "num_tokens")
         ck = (k, T)
         if ck not in cache:
+            for c in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size"):
+                _int(path, r, c)
             arch = arch_of_row(r, group)
             cache[ck] = account(arch, Cell(batch=1, q_tokens=T, context=T, tp=k, dtype=dtype, engine="vllm"))
         acc = cache[ck]
-        for vop, hop in VIDUR_OPS.items():
-            o = acc.op(hop)
+        for vop in ops:
+            o = acc.op(VIDUR_OPS[vop])
+            n = add_kernels if vop == "add" else 1.0  # otherwise one kernel per op (vLLM fused kernels)
             cols["key"].append(vop)
-            cols["flops"].append(o.flops)
-            cols["bytes"].append(o.bytes)
-            cols["kernels"].append(1.0)  # vidur times one kernel per op (vLLM fused kernels)
-            cols["time_ns"].append(float(r[f"time_stats.{vop}.{stat}"]) * 1e6)
+            cols["flops"].append(o.flops * n)
+            cols["bytes"].append(o.bytes * n)
+            cols["kernels"].append(n)
+            cols["time_ns"].append(_time_ns(path, r, f"time_stats.{vop}.{stat}"))
             cols["tokens"].append(T)
     n = len(cols["key"])
     return OpSamples(
@@ -102,6 +128,27 @@ def read_mlp(path: str | Path, device: DeviceSpec, group: str | None = None,
         bw_bytes_per_s=np.full(n, device.mem_bw_bytes_per_s), time_ns=np.array(cols["time_ns"]),
         group=np.full(n, group), tokens=np.array(cols["tokens"]),
     )
+
+
+def _int(path, row: dict, col: str) -> int:
+    """A positive integer column of a vidur row; one line naming the file and column otherwise."""
+    try:
+        v = int(row[col])
+    except (TypeError, ValueError):
+        raise HostgapError(str(path), f"{col} is not an integer: {row[col]!r}") from None
+    if v <= 0:
+        raise HostgapError(str(path), f"{col} must be a positive integer, got {v}")
+    return v
+
+
+def _time_ns(path, row: dict, col: str) -> float:
+    try:
+        t = float(row[col]) * 1e6
+    except (TypeError, ValueError):
+        raise HostgapError(str(path), f"{col} is not a number: {row[col]!r}") from None
+    if not t > 0:
+        raise HostgapError(str(path), f"{col} must be a positive time in ms, got {row[col]!r}")
+    return t
 
 
 @dataclass(frozen=True)
