@@ -208,3 +208,17 @@ def test_single_trace_gains_communication_keys(kineto_trace):
     assert doc["communication"]["comm_active_ns"] == 40 * US
     assert doc["steps"][0]["comm_overlap_ns"] == 10 * US
     assert np.isclose(doc["steps"][0]["gpu_active_ns"], 60 * US)
+
+
+def test_backend_options_are_checked(kineto_trace, monkeypatch):
+    a, b = two_ranks(kineto_trace)
+    r = run(a, b, "--address", "127.0.0.1:6379")
+    assert r.exit_code == 2 and "--address needs --backend ray" in r.output
+    r = CliRunner().invoke(cli, ["sweep", "-p", "tiny", "--address", "127.0.0.1:6379"])
+    assert r.exit_code == 2 and "--address needs --backend ray" in r.output
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as where Ray is not installed
+    r = run(a, b, "--backend", "ray")
+    assert r.exit_code == 2 and r.stderr.splitlines() == [
+        "hostgap: error: --backend ray: Ray is not installed; install it with: pip install 'hostgap[ray]'"]

@@ -2,7 +2,7 @@
 
 ``analyse(paths)`` takes files and directories. Each file is loaded and analysed on its own,
 in parallel across the machine's cores (a process pool; ``jobs=1`` runs in this process and
-gives the same result, tested), or as Ray tasks (:mod:`hostgap.ranks.ray_backend`). An Nsight
+gives the same result, tested), or as Ray tasks (:mod:`hostgap.capture.ray_backend`). An Nsight
 Systems export that holds several processes with GPU work is split into one part per process.
 
 Ranks are recognised from the traces themselves: Kineto ``distributedInfo`` (``rank``,
@@ -137,7 +137,7 @@ def analyse_files(files: list[str], opts: Options, jobs: int | None = None, back
                   address: str | None = None) -> list[tuple[str, list[dict]]]:
     """``[(file, its part documents)]`` in file order; raises the first bad file's error."""
     if backend == "ray":
-        from hostgap.ranks.ray_backend import map_files
+        from hostgap.capture.ray_backend import map_files
 
         results = map_files(files, opts, address)
     else:
