@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from rich.console import Console
 from rich.table import Table
 
@@ -34,8 +36,8 @@ def render_ranks(doc: dict, con: Console) -> None:
     for r in doc["ranks"]:
         s = r["steps"]
         c = r["communication"]
-        t.add_row(str(r["rank"]), r["rank_source"], _tail(r["trace"], 40) + (f" pid {r['process']}" if r["process"]
-                                                                           is not None else ""),
+        where = os.path.basename(r["trace"]) + (f" pid {r['process']}" if r["process"] is not None else "")
+        t.add_row(str(r["rank"]), r["rank_source"], where,
                   str(len(s)), ms(sum(x["wall_ns"] for x in s)), ms(sum(x["gpu_active_ns"] for x in s)),
                   ms(sum(x["host_wait_ns"] for x in s)), ms(c["compute_active_ns"]), ms(c["comm_active_ns"]),
                   ms(c["comm_overlap_ns"]), str(counts.get(str(r["rank"]), 0)))
@@ -49,7 +51,7 @@ def render_cross_steps(doc: dict, con: Console, limit: int = 200) -> None:
     t = Table(title=f"steps across ranks (matched by {cr['step_match']}, ms; * straggler)", title_justify="left")
     for c in ("step", "rank", "wall", "GPU-active", "host-caused idle", "compute", "comm", "collective wait",
               "own", "cause", "spread"):
-        t.add_column(c, justify="left" if c in ("step", "cause") else "right")
+        t.add_column(c, justify="left" if c in ("step", "cause") else "right", no_wrap=c == "step")
     for s in cr["steps"][:limit]:
         for j, p in enumerate(s["per_rank"]):
             star = "*" if p["rank"] == s["straggler_rank"] else ""
@@ -78,7 +80,3 @@ def cross_rank_csv_rows(doc: dict) -> list[dict]:
                          "straggler": p["rank"] == s["straggler_rank"], "straggler_rank": s["straggler_rank"],
                          "cause": s["cause"], "spread_ns": s["spread_ns"]})
     return rows
-
-
-def _tail(s: str, n: int) -> str:
-    return s if len(s) <= n else "…" + s[-(n - 1):]
