@@ -188,7 +188,7 @@ def assign_ranks(analysed: list[tuple[str, list[dict]]]) -> tuple[list[tuple[int
     if len(sizes) > 1:
         raise HostgapError(parts[0][0], f"traces of different world sizes ({', '.join(map(str, sorted(sizes)))}): "
                                         "not one trace set; analyse them apart")
-    world = sizes.pop() if sizes else len(parts)
+    world = sizes.pop() if sizes else max(len(parts), max(ranks) + 1)  # unstated: at least the highest rank
     if max(ranks) >= world:
         raise HostgapError(parts[ranks.index(max(ranks))][0], f"rank {max(ranks)} outside world size {world}")
     _check_overlap(parts)
