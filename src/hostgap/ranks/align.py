@@ -27,6 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+KEY_SHAPE = (64, 1 << 40)
+"""(collective type, ordinal) -> one integer key per collective of a step."""
+
 CAUSE_TERMS = (("host", "host_wait_ns"), ("compute", "compute_active_ns"), ("communication", "comm_transfer_ns"))
 
 
@@ -63,7 +66,7 @@ def collective_wait(ranks: list[RankSteps], step_of_rank: list[int]) -> tuple[np
     keys, starts, durs = [], [], []
     for r, i in zip(ranks, step_of_rank):
         m = r.coll_step == i
-        keys.append(r.coll_type[m] * (1 << 32) + r.coll_ordinal[m])
+        keys.append(np.ravel_multi_index((r.coll_type[m], r.coll_ordinal[m]), KEY_SHAPE))
         starts.append(r.coll_start_ns[m] + r.clock_offset_ns)
         durs.append(r.coll_dur_ns[m])
     common = keys[0]
