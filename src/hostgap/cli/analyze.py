@@ -103,7 +103,7 @@ def register(cli: click.Group) -> None:
         with status(f"analysing {len(traces)} input(s)", quiet):
             result = analyse(list(traces), opts, jobs=jobs, backend=backend, address=address)
         if isinstance(result, dict) and result.get("kind") == "trace_set":
-            from hostgap.ranks.render import cross_rank_csv_rows, render_trace_set
+            from hostgap.ranks.report import cross_rank_csv_rows, render_trace_set
 
             if as_json:
                 click.echo(dumps_json(result))

@@ -1,5 +1,6 @@
-"""The trace-set section of ``hostgap report``: a ranks table and a heat map of per-rank
-host-caused idle over the aligned steps, the straggler of each step marked.
+"""How a trace set is shown: the terminal tables and CSV rows of ``hostgap analyze`` (the ranks
+table, the cross-rank step table), and the section of ``hostgap report``: a ranks table and a
+heat map of per-rank host-caused idle over the aligned steps, the straggler of each step marked.
 
 :func:`split_trace_sets` picks the report arguments that are trace sets (a directory that is
 not a run directory but holds traces); :func:`trace_set_section` draws one as an HTML section
@@ -13,9 +14,10 @@ import os
 from pathlib import Path
 
 import numpy as np
-from matplotlib.ticker import MaxNLocator
+from rich.console import Console
+from rich.table import Table
 
-from hostgap.report.figures import Figure, draw, new_figure
+from hostgap.report.terminal import ms
 
 esc = html.escape
 
@@ -43,9 +45,13 @@ def heat_matrix(doc: dict) -> tuple[list[int], np.ndarray, np.ndarray]:
     return ranks, grid, strag
 
 
-def rank_heatmap(doc: dict, fid: str) -> Figure:
-    """Rows: ranks; columns: aligned steps; colour: host-caused idle (ms); a black dot on the
-    straggler of each step."""
+def rank_heatmap(doc: dict, fid: str):
+    """The report's :class:`~hostgap.report.figures.Figure`. Rows: ranks; columns: aligned
+    steps; colour: host-caused idle (ms); a black dot on the straggler of each step."""
+    from matplotlib.ticker import MaxNLocator
+
+    from hostgap.report.figures import Figure, draw, new_figure
+
     ranks, grid, strag = heat_matrix(doc)
     title = "Host-caused idle per rank and step (ms); ● straggler"
     if not grid.size:
@@ -73,10 +79,6 @@ def rank_heatmap(doc: dict, fid: str) -> Figure:
                                                             "straggler_row": strag.tolist()})
 
 
-def _ms(ns) -> str:
-    return "—" if ns is None else f"{ns / 1e6:.3f}"
-
-
 def ranks_table(doc: dict) -> str:
     """One row per rank: steps, walls and host-caused idle summed, communication, straggler count."""
     counts = doc["cross_rank"]["summary"]["straggler_counts"]
@@ -86,14 +88,14 @@ def ranks_table(doc: dict) -> str:
     for r in doc["ranks"]:
         s, c = r["steps"], r["communication"]
         rows.append(f"<tr><td>{r['rank']}</td><td class='name'>{esc(os.path.basename(r['trace']))}</td>"
-                    f"<td>{len(s)}</td><td>{_ms(sum(x['wall_ns'] for x in s))}</td>"
-                    f"<td>{_ms(sum(x['gpu_active_ns'] for x in s))}</td>"
-                    f"<td>{_ms(sum(x['host_wait_ns'] for x in s))}</td><td>{_ms(c['compute_active_ns'])}</td>"
-                    f"<td>{_ms(c['comm_active_ns'])}</td><td>{counts.get(str(r['rank']), 0)}</td></tr>")
+                    f"<td>{len(s)}</td><td>{ms(sum(x['wall_ns'] for x in s))}</td>"
+                    f"<td>{ms(sum(x['gpu_active_ns'] for x in s))}</td>"
+                    f"<td>{ms(sum(x['host_wait_ns'] for x in s))}</td><td>{ms(c['compute_active_ns'])}</td>"
+                    f"<td>{ms(c['comm_active_ns'])}</td><td>{counts.get(str(r['rank']), 0)}</td></tr>")
     return f"<table><caption>ranks</caption>{head}{''.join(rows)}</table>"
 
 
-def trace_set_section(n: int, source: str, doc: dict) -> tuple[str, Figure]:
+def trace_set_section(n: int, source: str, doc: dict) -> tuple:
     """(the HTML section of trace set ``n``, its heat map figure)."""
     from hostgap.report.html import _figure, active_content
     from hostgap.errors import HostgapError
@@ -108,7 +110,7 @@ def trace_set_section(n: int, source: str, doc: dict) -> tuple[str, Figure]:
     causes = ", ".join(f"{esc(c)}: {k}" for c, k in sm["cause_counts"].items()) or "none"
     meta = (f"{len(doc['ranks'])} ranks of world size {cr['world_size']}, {sm['steps']} aligned steps "
             f"(matched by {esc(cr['step_match'])}); straggler causes: {causes}; median spread "
-            f"{_ms(sm['median_spread_ns'])} ms")
+            f"{ms(sm['median_spread_ns'])} ms")
     body = "\n".join([f"<section id='trace-set-{n}'><h2>Trace set {n + 1}: {esc(source)}</h2>",
                       f"<p class='meta'>{meta}</p>{notes}", ranks_table(doc), _figure(fig), "</section>"])
     return body, fig
@@ -131,3 +133,78 @@ def report_trace_sets(dirs: list[str], step_marker=None, launch_floor_us=None, f
                  "cross_rank": doc["cross_rank"]}
         out.append((section, "trace_sets", entry))
     return out
+
+
+# -- terminal and CSV (hostgap analyze) ------------------------------------------------------
+
+
+def render_trace_set(doc: dict, con: Console) -> None:
+    """Per rank: its overview and step anatomy; then the ranks table and the cross-rank steps."""
+    from hostgap.report.terminal import render_anatomy, render_overview
+
+    for r in doc["ranks"]:
+        con.rule(f"rank {r['rank']}")
+        render_overview(r, con)
+        render_anatomy(r, con)
+    con.rule("cross-rank")
+    for note in doc["notes"]:
+        con.print(f"  note: {note}")
+    render_ranks(doc, con)
+    render_cross_steps(doc, con)
+
+
+def render_ranks(doc: dict, con: Console) -> None:
+    """One row per rank: totals over its steps (ms) and how often it was the straggler."""
+    counts = doc["cross_rank"]["summary"]["straggler_counts"]
+    t = Table(title=f"ranks ({len(doc['ranks'])} of world size {doc['cross_rank']['world_size']}, ms over steps)",
+              title_justify="left")
+    for c in ("rank", "source", "trace", "steps", "wall", "GPU-active", "host-caused idle", "compute",
+              "comm", "overlap", "straggler in"):
+        t.add_column(c, justify="left" if c in ("source", "trace") else "right")
+    for r in doc["ranks"]:
+        s = r["steps"]
+        c = r["communication"]
+        where = os.path.basename(r["trace"]) + (f" pid {r['process']}" if r["process"] is not None else "")
+        t.add_row(str(r["rank"]), r["rank_source"], where,
+                  str(len(s)), ms(sum(x["wall_ns"] for x in s)), ms(sum(x["gpu_active_ns"] for x in s)),
+                  ms(sum(x["host_wait_ns"] for x in s)), ms(c["compute_active_ns"]), ms(c["comm_active_ns"]),
+                  ms(c["comm_overlap_ns"]), str(counts.get(str(r["rank"]), 0)))
+    con.print(t)
+
+
+def render_cross_steps(doc: dict, con: Console, limit: int = 200) -> None:
+    """One row per matched step and rank: wall, GPU-active, host-caused idle, collective wait;
+    the straggler marked, with its cause and the spread."""
+    cr = doc["cross_rank"]
+    t = Table(title=f"steps across ranks (matched by {cr['step_match']}, ms; * straggler)", title_justify="left")
+    for c in ("step", "rank", "wall", "GPU-active", "host-caused idle", "compute", "comm", "collective wait",
+              "own", "cause", "spread"):
+        t.add_column(c, justify="left" if c in ("step", "cause") else "right", no_wrap=c == "step")
+    for s in cr["steps"][:limit]:
+        for j, p in enumerate(s["per_rank"]):
+            star = "*" if p["rank"] == s["straggler_rank"] else ""
+            first = j == 0
+            t.add_row(s["name"] if first else "", f"{p['rank']}{star}", ms(p["wall_ns"]), ms(p["gpu_active_ns"]),
+                      ms(p["host_wait_ns"]), ms(p["compute_active_ns"]), ms(p["comm_active_ns"]),
+                      ms(p["collective_wait_ns"]), ms(p["own_ns"]),
+                      (s["cause"] or "—") if star else "", ms(s["spread_ns"]) if first else "")
+    con.print(t)
+    if len(cr["steps"]) > limit:
+        con.print(f"  ({len(cr['steps']) - limit} more steps: --json or --csv for all)")
+    sm = cr["summary"]
+    if sm["straggler_counts"]:
+        who = ", ".join(f"rank {r}: {n}" for r, n in sorted(sm["straggler_counts"].items(), key=lambda x: -x[1]))
+        why = ", ".join(f"{c}: {n}" for c, n in sm["cause_counts"].items()) or "none"
+        con.print(f"  straggler steps by rank: {who}; causes: {why}; median spread "
+                  f"{ms(sm['median_spread_ns'])} ms")
+
+
+def cross_rank_csv_rows(doc: dict) -> list[dict]:
+    """One row per matched step and rank (``straggler`` true on the straggler's row)."""
+    rows = []
+    for s in doc["cross_rank"]["steps"]:
+        for p in s["per_rank"]:
+            rows.append({"step_index": s["index"], "step_name": s["name"], **p,
+                         "straggler": p["rank"] == s["straggler_rank"], "straggler_rank": s["straggler_rank"],
+                         "cause": s["cause"], "spread_ns": s["spread_ns"]})
+    return rows
