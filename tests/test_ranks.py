@@ -150,7 +150,7 @@ def test_unrelated_files_stay_separate(kineto_trace):
     ("world", "different world sizes"),
     ("duplicate", "rank 0 is also claimed"),
     ("apart", "clocks far apart"),
-    ("outside", "outside world size 2"),
+    ("outside", "rank 2 outside world size 2"),
 ])
 def test_sets_that_do_not_belong_together_are_refused(kineto_trace, case, words):
     r0 = rank_events((20, 30), (40, 40))

@@ -69,3 +69,12 @@ def test_one_file_is_not_a_set_even_with_a_rank(kineto_trace):
     a = kineto_trace(rank_events((20, 30), (40, 40)), distributedInfo={"rank": 1, "world_size": 8})
     doc = analyse([a])
     assert doc["rank"] == 1 and "cross_rank" not in doc and "_rank" not in doc
+
+
+def test_a_kineto_trace_on_two_devices_is_one_rank(kineto_trace):
+    """Kineto puts each device's kernels on its own pid: that is one process, not two ranks."""
+    from conftest import kernel, launch
+
+    ev = rank_events((20, 30), (40, 40)) + [launch(ts=30, dur=1, corr=9), kernel("gemm", ts=50, dur=5, corr=9, device=1)]
+    doc = analyse([kineto_trace(ev)])
+    assert "cross_rank" not in doc and sorted(d["device"] for d in doc["devices"]) == [0, 1]

@@ -146,4 +146,5 @@ def _collectives(step, ctype, start, end):
     new[1:] = (step[1:] != step[:-1]) | (ctype[1:] != ctype[:-1])
     first = np.maximum.accumulate(np.where(new, np.arange(len(step)), 0)) if len(step) else np.zeros(0, np.int64)
     ordinal = np.arange(len(step)) - first
-    return step.astype(np.int64), ctype, ordinal.astype(np.int64), start.astype(np.int64), (end - start).astype(np.int64)
+    return (step.astype(np.int64), ctype, ordinal.astype(np.int64), start.astype(np.int64),
+            (end - start).astype(np.int64))
