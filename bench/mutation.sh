@@ -52,6 +52,7 @@ tests_for() {
     src/hostgap/capture/vllm_*.py|src/hostgap/capture/harvest.py) echo tests/test_vllm_*.py ;;
     src/hostgap/model/attribution.py) echo tests/test_attribution_*.py ;;
     src/hostgap/model/*)   echo tests/test_model_*.py ;;
+    src/hostgap/ranks/*)   echo tests/test_ranks*.py ;;
     *)                     echo tests ;;
   esac
 }

@@ -69,34 +69,50 @@ def register(cli: click.Group) -> None:
     @click.option("--gap-threshold-us", default=30.0, show_default=True,
                   help="Idle gaps shorter than this that are not host-wait are kernel-wait.")
     @click.option("--top", default=10, show_default=True, help="Top kernels, ops and frames shown.")
+    @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+                  help="Processes that analyse a trace set in parallel (default: one per core).")
+    @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                  help="Where a trace set is analysed: this machine's cores, or Ray tasks (docs/ray.md).")
+    @click.option("--address", metavar="ADDR", help="Ray cluster to join (with --backend ray; default: start one).")
     @anatomy_options
     @output_options
-    def analyze(traces, gap_threshold_us, top, step_marker, launch_floor_us, floor_file, as_json, as_csv, quiet):
+    def analyze(traces, gap_threshold_us, top, jobs, backend, address, step_marker, launch_floor_us, floor_file,
+                as_json, as_csv, quiet):
         """GPU timeline of every device and every ProfilerStep window of TRACE(s).
 
         TRACE is a PyTorch profiler / Kineto JSON (.json or .json.gz; also what vLLM and
         SGLang write) or an Nsight Systems SQLite export; the format is detected from content.
+        A directory, or several traces that carry ranks, is a trace set: per-rank and
+        cross-rank step tables, the straggler rank and its cause (docs/multirank.md).
 
         \b
         Examples:
           hostgap analyze trace.json.gz
+          hostgap analyze rank_dir/                 # one report for a multi-rank run
           hostgap analyze rank0.json.gz rank1.json.gz --json > timeline.json
           hostgap analyze profile.sqlite --csv
         """
-        from hostgap.anatomy.overview import overview
-        from hostgap.anatomy.steps import analyze as anatomy
-        from hostgap.link import link
+        from hostgap.ranks.traceset import Options, analyse
 
+        if address and backend != "ray":
+            raise click.UsageError("--address needs --backend ray")
         gap_ns = int(gap_threshold_us * 1000)
-        cfg = anatomy_config(step_marker, launch_floor_us, floor_file, gap_threshold_ns=gap_ns, top=top)
-        docs = []
-        for trace in load_all(traces, quiet):
-            with status("analysing", quiet):
-                links = link(trace)
-                doc = overview(trace, links, gap_threshold_ns=gap_ns, top=top)
-                a = anatomy(trace, cfg, links).to_dict()
-                doc.update({k: v for k, v in a.items() if k not in ("schema_version", "trace")})
-                docs.append(doc)
+        anatomy_config(step_marker, launch_floor_us, floor_file)  # validates the options early
+        opts = Options(step_marker, launch_floor_us * 1000 if launch_floor_us is not None else None, floor_file,
+                       gap_ns, top)
+        with status(f"analysing {len(traces)} input(s)", quiet):
+            result = analyse(list(traces), opts, jobs=jobs, backend=backend, address=address)
+        if isinstance(result, dict) and result.get("kind") == "trace_set":
+            from hostgap.ranks.report import cross_rank_csv_rows, render_trace_set
+
+            if as_json:
+                click.echo(dumps_json(result))
+            elif as_csv:
+                write_csv(cross_rank_csv_rows(result))
+            else:
+                render_trace_set(result, console(quiet=False))
+            return
+        docs = result if isinstance(result, list) else [result]
         if as_json:
             click.echo(dumps_json(docs[0] if len(docs) == 1 else docs))
         elif as_csv:

@@ -408,6 +408,12 @@ def register(cli: click.Group) -> None:
     @click.option("--mode", "modes", default="eager", show_default=True, help="comma-separated modes")
     @click.option("--engine", "engines", default="hf", show_default=True, help="comma-separated engines")
     @click.option("--cells", type=click.Path(), default=None, help="JSON list of cells (overrides the grid)")
+    @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                  help="local: one cell after another here; ray: cells as Ray tasks (docs/ray.md)")
+    @click.option("--address", metavar="ADDR", default=None,
+                  help="Ray cluster to join, e.g. 10.0.0.5:6379 (with --backend ray; default: start one here)")
+    @click.option("--ray-retries", default=2, show_default=True,
+                  help="runs of a cell again after its Ray worker died (with --backend ray)")
     @_common
     def sweep_cmd(presets, batches, contexts, modes, engines, cells, **opts):
         """Measure a grid (presets x batch x context x mode) into the runs database, skipping cells
@@ -417,8 +423,12 @@ def register(cli: click.Group) -> None:
         Examples:
           hostgap sweep -p tiny,tiny-moe -b 1,4,16 -L 128,512
           hostgap sweep --cells bench/gpu/cells.json -o bench/results/h200/runs
+          hostgap sweep -p tiny -b 1,4,16 --backend ray --address HEAD:6379
         """
         from hostgap.capture import sweep as sw
+
+        if opts["address"] and opts["backend"] != "ray":
+            raise click.UsageError("--address needs --backend ray")
 
         opts.update(preset=None, model=None, engine="hf", mode="eager", batch=1, prompt_len=128)
         base = _config_from(opts)
@@ -455,8 +465,13 @@ def _run_sweep(grid, opts) -> None:
 
     kw = lambda cfg: {"model_cache": model_cache} if cfg.engine == "hf" else None  # noqa: E731
     with _db(opts["db"]) as db:
-        with _Bar("  tokens", quiet=opts["quiet"], cells=len(grid)) as bar:
-            outcome = sw.run_sweep(grid, db, on_cell=on_cell, progress=bar, engine_kw_for=kw)
+        if opts.get("backend") == "ray":  # cells run on the workers: no token bar here
+            from hostgap.capture.ray_backend import run_sweep_ray
+
+            outcome = run_sweep_ray(grid, db, address=opts["address"], retries=opts["ray_retries"], on_cell=on_cell)
+        else:
+            with _Bar("  tokens", quiet=opts["quiet"], cells=len(grid)) as bar:
+                outcome = sw.run_sweep(grid, db, on_cell=on_cell, progress=bar, engine_kw_for=kw)
         path = db.path
     console.print(
         f"sweep: {outcome.done} measured, {outcome.skipped} already done, {len(outcome.failed)} failed, "

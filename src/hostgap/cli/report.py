@@ -99,9 +99,14 @@ def register(cli: click.Group) -> None:
         if max_bars < 10:
             raise HostgapError("--max-bars", "must be at least 10")
         say = _progress(quiet)
+        from hostgap.ranks.report import report_trace_sets, split_trace_sets
+
+        sets, inputs = split_trace_sets(inputs)
+        extra = report_trace_sets(sets, step_marker, launch_floor_us, floor_file, say)
         docs = resolve_all(inputs, _config(step_marker, launch_floor_us, floor_file, db), say)
         _warn_notes(docs, quiet)
-        text, data = render(docs, title, max_bars, say)
+        text, data = render(docs, title or (f"hostgap report: {', '.join(sets)}" if sets and not docs else None),
+                            max_bars, say, extra)
         write_text_atomic(output, text)
         if not quiet:
             _err.print(f"wrote {output} ({len(text.encode()) / 1e6:.2f} MB, {len(data['figures'])} figures)")

@@ -134,9 +134,12 @@ def figures_of(inputs: list[Input], max_bars: int = F.MAX_STEP_BARS) -> dict[str
 
 
 def render(inputs: list[Input], title: str | None = None, max_bars: int = F.MAX_STEP_BARS,
-           progress=None) -> tuple[str, dict]:
-    """(HTML text, report document)."""
+           progress=None, extra: tuple = ()) -> tuple[str, dict]:
+    """(HTML text, report document). ``extra``: ``(section HTML, data key, data entry)`` of
+    further sections (trace sets: :mod:`hostgap.ranks.report`), placed after the inputs."""
     data = report_data(inputs)
+    for _, key, entry in extra:
+        data.setdefault(key, []).append(entry)
     if progress:
         progress("drawing figures")
     figs = figures_of(inputs, max_bars)
@@ -149,6 +152,7 @@ def render(inputs: list[Input], title: str | None = None, max_bars: int = F.MAX_
              _summary(data), _figure(figs["fig-regime"])]
     for i, inp in enumerate(inputs):
         parts.append(_section(i, inp, data["inputs"][i], figs))
+    parts.extend(section for section, _, _ in extra)
     parts.append(_footer(data))
     parts.append("</body></html>\n")
     return "\n".join(parts), data
