@@ -192,15 +192,17 @@ def render_anatomy(doc: dict, con: Console) -> None:
 def render_steps(doc: dict, con: Console) -> None:
     label = ACTIVITY_LABEL.get(doc.get("activity"), "device-active")
     t = Table(title=f"steps of {doc['trace']} (ms)", title_justify="left")
+    # launches = eager launch calls, as in the JSON; graph launches get their own column
+    graph = any(s["graph_launches"] for s in doc["steps"])
     for c in ("#", "kind", "wall", label, "host-exposed", "host_wait", "host %", "kernels", "launches",
-              "HDBI", "flags"):
+              *(("graph launches",) if graph else ()), "HDBI", "flags"):
         t.add_column(c, justify="left" if c in ("kind", "flags") else "right")
     for s in doc["steps"]:
         flags = ",".join(f for f in ("queued", "partial") if s[f])
         tb = s.get("taxbreak") or {}
         t.add_row(str(s["index"]), s["kind"], ms(s["wall_ns"]), ms(s["gpu_active_ns"]), ms(s["host_exposed_ns"]),
-                  ms(s["host_wait_ns"]), pct(s["host_fraction"]), f"{s['kernel_count']:,}",
-                  f"{s['launches'] + s['graph_launches']:,}", _f(tb.get("hdbi")), flags)
+                  ms(s["host_wait_ns"]), pct(s["host_fraction"]), f"{s['kernel_count']:,}", f"{s['launches']:,}",
+                  *((f"{s['graph_launches']:,}",) if graph else ()), _f(tb.get("hdbi")), flags)
     con.print(t)
     render_anatomy({**doc, "top_ops": [], "top_frames": []}, con)
 
