@@ -269,6 +269,18 @@ def test_trim_without_markers(tmp_path):
     one_line_error(r, "no step markers")
 
 
+def test_steps_and_trim_say_the_same_of_a_trace_without_markers(tmp_path):
+    """``steps`` used to say "whole_trace markers" where ``trim`` said "no step markers"."""
+    t = Timeline()
+    t.launch_kernel(1, 1, "k", 3, 1)
+    src = t.write(tmp_path)
+    words = "no step markers: the whole trace is one step"
+    steps = run("steps", src)
+    assert steps.exit_code == 0 and f"steps: 1 ({words})" in steps.stdout
+    assert "whole_trace" not in steps.stdout
+    one_line_error(run("trim", src, "--steps", "0:1", "-o", tmp_path / "o.json"), words)
+
+
 def test_trim_into_missing_folder(trace4, tmp_path):
     r = run("trim", trace4, "--steps", "0:1", "-o", tmp_path / "nope" / "o.json")
     one_line_error(r, "folder")

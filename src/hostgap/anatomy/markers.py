@@ -102,6 +102,16 @@ def step_markers(trace: Trace, step_marker: str | None = None) -> Markers:
     return Markers("whole_trace", np.zeros(0, dtype=np.int64))
 
 
+NO_MARKERS = "no step markers: the whole trace is one step"
+"""The words every command uses for a trace without step markers (family ``whole_trace``)."""
+
+
+def describe(family: str) -> str:
+    """What delimited the steps, in the words every command prints:
+    ``describe("vllm") == "vllm markers"``; ``describe("whole_trace") == NO_MARKERS``."""
+    return NO_MARKERS if family == "whole_trace" else f"{family} markers"
+
+
 def find_markers(trace: Trace, step_marker: str | None = None) -> tuple[str, np.ndarray]:
     """(family name, marker rows). Empty rows: the whole trace is one step."""
     m = step_markers(trace, step_marker)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hostgap.anatomy.markers import find_markers
+from hostgap.anatomy.markers import NO_MARKERS, find_markers
 from hostgap.errors import HostgapError
 from hostgap.events import GPU_OP_KINDS, Kind, Trace
 from hostgap.link import Links, link
@@ -43,7 +43,8 @@ def trim_rows(trace: Trace, a: int, b: int, step_marker: str | None = None,
     ev = trace.events
     _, markers = find_markers(trace, step_marker)
     if not len(markers):
-        raise HostgapError(trace.meta.path, "no step markers: nothing to trim by")
+        raise HostgapError(trace.meta.path, f"{NO_MARKERS}; nothing to trim by (--step-marker REGEX "
+                           "names the annotations that delimit steps)")
     starts = np.sort(ev.start_ns[markers])
     ends = ev.end_ns[markers][np.argsort(ev.start_ns[markers], kind="stable")]
     lo = starts[a]

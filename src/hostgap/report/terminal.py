@@ -10,6 +10,8 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from hostgap.anatomy.markers import describe
+
 
 def ms(ns) -> str:
     return "—" if ns is None else f"{ns / 1e6:.3f}"
@@ -145,7 +147,7 @@ def render_anatomy(doc: dict, con: Console) -> None:
     steps = doc.get("steps") or []
     label = ACTIVITY_LABEL.get(doc.get("activity"), "device-active")
     summ = doc["summary"]
-    con.print(f"[bold]steps[/bold]: {len(steps)} ({doc['marker_family']} markers); steady decode "
+    con.print(f"[bold]steps[/bold]: {len(steps)} ({describe(doc['marker_family'])}); steady decode "
               f"{summ['steady']['count']}, prefill {summ['prefill']['count']}, warm-up "
               f"{summ['warmup']['count']}, flagged (queued/partial) {summ['flagged']['count']}")
     groups = [(g, summ[g]) for g in ("steady", "prefill", "warmup", "flagged") if summ[g]["count"]]
