@@ -98,6 +98,29 @@ def test_steps_terminal(trace4):
     assert "ProfilerStep" in r.stdout or "steps of" in r.stdout
 
 
+@pytest.mark.parametrize("verb", ["steps", "analyze", "kernels"])
+def test_tables_carry_no_trailing_spaces(trace4, verb):
+    """rich pads each line to the table's width; copied output must not carry those blanks."""
+    r = run(verb, trace4)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert len(lines) > 3
+    assert [l for l in lines if l != l.rstrip()] == []
+
+
+def test_trimmed_lines_keep_colour_codes():
+    from hostgap.report.terminal import TrimmedLines
+
+    out = io.StringIO()
+    f = TrimmedLines(out)
+    f.write("a  \x1b[1mb\x1b[0m   \x1b[0m\nc ")
+    assert out.getvalue() == "a  \x1b[1mb\x1b[0m\x1b[0m\n"  # the open line waits for its end
+    f.write(" \n")
+    f.write("d  ")
+    f.flush()
+    assert out.getvalue() == "a  \x1b[1mb\x1b[0m\x1b[0m\nc\nd  "
+
+
 def test_steps_help_has_example():
     for verb in ("steps", "kernels", "trim"):
         r = run(verb, "--help")

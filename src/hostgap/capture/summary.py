@@ -112,8 +112,9 @@ def _anatomy_rows(r: dict) -> list[tuple[str, str, str]]:
     wall = (steady.get("wall_ns") or {}).get("median")
     a = r.get("agreement") or {}
     if hf is not None and wall is not None:
-        rows.append(("per-step anatomy (traced)", _in_range(hf, 0, 1, pct(hf)),
-                     f"median of {steady.get('count')} steady steps of {ms(wall)}"))
+        rows.append(("host fraction, traced anatomy", _in_range(hf, 0, 1, pct(hf)),
+                     f"host-exposed / wall, median of {steady.get('count')} steady traced steps "
+                     f"(median wall {ms(wall)})"))
     if a:
         word = "agree" if a.get("agree") else "DISAGREE"
         rows.append(("anatomy - differencing", f"{a['difference'] * 100:+.1f} pts",

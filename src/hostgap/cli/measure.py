@@ -49,8 +49,10 @@ def _stderr():
 def _stdout():
     from rich.console import Console
 
+    from hostgap.report.terminal import stdout_console
+
     probe = Console()
-    return Console(highlight=False, soft_wrap=False, width=probe.width if probe.is_terminal else 160)
+    return stdout_console(highlight=False, soft_wrap=False, width=probe.width if probe.is_terminal else 160)
 
 
 class _Bar:

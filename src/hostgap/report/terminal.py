@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import sys
 
 import msgspec
@@ -47,8 +48,46 @@ def _cell(v):
     return v
 
 
+_PADDING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+"""Spaces at the end of a line, before any closing colour codes."""
+
+
+class TrimmedLines(io.TextIOBase):
+    """A text stream that drops the spaces rich pads table lines with up to the table's width
+    (so copied output has no trailing blanks); whole lines only, the rest waits for its newline
+    or a flush."""
+
+    def __init__(self, file):
+        self._file = file
+        self._rest = ""
+
+    def write(self, s: str) -> int:
+        head, sep, self._rest = (self._rest + s).rpartition("\n")
+        if sep:
+            self._file.write(_PADDING.sub(r"\1", head) + "\n")
+        return len(s)
+
+    def flush(self) -> None:
+        if self._rest:
+            self._file.write(self._rest)
+            self._rest = ""
+        self._file.flush()
+
+    def isatty(self) -> bool:
+        return self._file.isatty()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._file, "encoding", "utf-8")
+
+
+def stdout_console(**kw) -> Console:
+    """A console on stdout whose lines carry no trailing spaces."""
+    return Console(file=TrimmedLines(sys.stdout), **kw)
+
+
 def console(quiet: bool = False) -> Console:
-    return Console(file=sys.stdout, quiet=quiet, width=max(140, Console().width))
+    return stdout_console(quiet=quiet, width=max(140, Console().width))
 
 
 def render_overview(doc: dict, con: Console) -> None:
