@@ -164,7 +164,9 @@ def _cpu_rows(d: dict) -> list[tuple[str, str, str]]:
                      "; ".join(flags) if flags else f"{d.get('attempts', 1)} attempt(s)"))
     if share is None:
         return rows
-    rows.append(("preempted runs", pct(share, 0), "wall - thread time > 5 %: other work on this CPU"))
+    how = ("other processes' CPU time > 5 % of the run's wall" if d.get("preempted_basis") == "other-cpu"
+           else "wall - thread time > 5 %: other work on this CPU")
+    rows.append(("preempted runs", pct(share, 0), how))
     if d.get("traced_preempted_share") is not None:
         rows.append(("preempted traced runs", pct(d["traced_preempted_share"], 0), ""))
     if d.get("thread_t_step_ns") is not None:
