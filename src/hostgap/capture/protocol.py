@@ -16,6 +16,9 @@ written the run directory. Order of work:
    contended is reported invalid rather than as a number;
 6. differencing (:mod:`hostgap.capture.differencing`) and the per-step anatomy of the first
    N2 trace (:func:`hostgap.anatomy.steps.analyze`), then the validity checks.
+
+Steps 1-5 live in :mod:`hostgap.capture.interleave`, which also runs them for several engines
+measured together (:func:`measure_together`: runs interleaved, one contention retry for all).
 """
 
 from __future__ import annotations
