@@ -49,6 +49,8 @@ tests_for() {
                            echo tests/test_link.py tests/test_load_*.py tests/test_anatomy_steps.py ;;
     src/hostgap/capture/differencing.py|src/hostgap/capture/validity.py)
                            echo tests/test_capture_differencing.py tests/test_capture_validity.py ;;
+    src/hostgap/capture/engine_diff.py|src/hostgap/capture/interleave.py)
+                           echo tests/test_capture_interleave.py tests/test_capture_validity.py ;;
     src/hostgap/capture/vllm_*.py|src/hostgap/capture/harvest.py) echo tests/test_vllm_*.py ;;
     src/hostgap/model/attribution.py) echo tests/test_attribution_*.py ;;
     src/hostgap/model/*)   echo tests/test_model_*.py ;;

@@ -89,6 +89,39 @@ def test_vllm_graph_taxbreak(vllm_graph):
     assert [bool(x) for x in k.i_lib] == [n.startswith("Cijk_") and not g for n, g in zip(names, k.graph)]
 
 
+def test_vllm_graph_launches_mean_eager_calls_everywhere(vllm_graph):
+    """One meaning of ``launches`` at step, step-TaxBreak and trace level: eager launch calls
+    (here 3 hipLaunchKernel + 1 hipExtModuleLaunchKernel); the hipGraphLaunch is counted apart
+    as ``graph_launches``. T_Orchestrate pays one floor per call of either kind (5)."""
+    t, a = vllm_graph
+    ev = t.events
+    (s,) = a.steps
+    names = [t.name_of(r) for r in np.flatnonzero(ev.kind == Kind.LAUNCH)]
+    eager = sum(n.startswith(("hipLaunchKernel", "hipExtModuleLaunchKernel")) for n in names)
+    assert eager == 4 == len(names)
+    step_tb, trace_tb = s["taxbreak"], a.taxbreak
+    assert s["launches"] == step_tb["launches"] == trace_tb["launches"] == 4
+    assert s["graph_launches"] == step_tb["graph_launches"] == trace_tb["graph_launches"] == 1
+    assert step_tb["kt_ns"] == trace_tb["kt_ns"] == round(5 * trace_tb["launch_floor_ns"])
+
+
+def test_steps_table_launches_column_agrees_with_json(vllm_graph):
+    from rich.console import Console
+
+    from hostgap.report.terminal import render_steps
+
+    t, a = vllm_graph
+    doc = a.to_dict()
+    con = Console(record=True, width=250)
+    render_steps(doc, con)
+    lines = con.export_text().splitlines()
+    head = next(l for l in lines if "launches" in l and "kernels" in l)
+    row = next(l for l in lines if l.lstrip("│ ").startswith("0 "))
+    cols = [c.strip() for c in head.split("┃")]
+    vals = [c.strip() for c in row.split("│")]
+    assert vals[cols.index("launches")] == "4" and vals[cols.index("graph launches")] == "1"
+
+
 # -- HF eager on H100 ------------------------------------------------------------------------
 
 

@@ -73,7 +73,7 @@ def test_graph_step_taxbreak_one_launch_no_per_kernel_terms(tmp_path):
     assert list(k.gpu_ops) == [2, 2]
     assert list(k.device_ns) == [19 * US, 79 * US]
     tb0 = a.steps[0]["taxbreak"]
-    assert tb0["launches"] == 1
+    assert tb0["launches"] == 0 and tb0["graph_launches"] == 1  # eager calls, graph calls apart
     assert tb0["kt_ns"] == 4500  # one floor per replay
     assert tb0["device_active_ns"] == 19 * US
     assert tb0["ct_ns"] == 0  # a graph launch is never a library launch
@@ -327,6 +327,21 @@ def test_sglang_step_markers(tmp_path):
     p, d = doc["steps"]
     assert p["kind"] == "prefill" and p["ctx_requests"] == 2
     assert d["kind"] == "decode" and d["gen_requests"] == 8
+
+
+def test_sglang_token_counts_fill_q(tmp_path):
+    """``toks=`` is the tokens processed in the step: Σq of the prefill (ctx_q) or of the
+    decode (gen_q); a mixed step's tokens cannot be split, so its fields stay null."""
+    t = Timeline()
+    t.annotation("step[forward_mode=EXTEND bs=8 toks=15360]", 0, 10)
+    t.annotation("step[forward_mode=DECODE bs=8 toks=8]", 20, 10)
+    t.annotation("step[forward_mode=EXTEND toks=512]", 40, 10)
+    t.annotation("step[forward_mode=MIXED bs=3 toks=40]", 60, 10)
+    p, d, p2, m = run(t, tmp_path)["steps"]
+    assert (p["kind"], p["ctx_requests"], p["ctx_q"], p["gen_requests"]) == ("prefill", 8, 15360, 0)
+    assert (d["kind"], d["gen_requests"], d["gen_q"], d["ctx_requests"]) == ("decode", 8, 8, 0)
+    assert (p2["ctx_requests"], p2["ctx_q"]) == (None, 512)
+    assert m["kind"] == "mixed" and m["ctx_q"] is None and m["gen_q"] is None
 
 
 def test_custom_step_marker_regex(tmp_path):

@@ -112,12 +112,15 @@ def test_show_gpu_run_has_hdbi_and_taxbreak(tmp_path):
     rows = {label: value for label, value, _ in step_rows(r) + check_rows(r)}
     assert rows["GPU-active"] == "11.000 ms" and rows["HDBI"] == "0.310"
     assert rows["TaxBreak host work / step"] == "FT 9.000 ms · CT 1.000 ms · KT 7.600 ms"
-    assert rows["per-step anatomy (traced)"] == "45.0 %"
+    assert rows["host fraction, traced anatomy"] == "45.0 %"  # a host fraction, and says so
+    basis = {label: b for label, _, b in step_rows(r)}["host fraction, traced anatomy"]
+    assert basis.startswith("host-exposed / wall, median of 61 steady traced steps") and "21.000 ms" in basis
     assert rows["copies per step"].startswith("2.00 (H2D 8 B, D2H 8 B)")
     with RunsDB(tmp_path / "db.sqlite") as d:
         d.add(r)
     out = run("show", "gpu-1", "--db", str(tmp_path / "db.sqlite")).output
     assert "NVIDIA H200" in out and "GPU-active" in out and "CPU compute" not in out
+    assert [l for l in out.splitlines() if l != l.rstrip()] == []  # no padding to the table width
 
 
 NO_TORCH = """

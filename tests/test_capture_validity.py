@@ -161,6 +161,22 @@ def test_contention_flags():
     assert c["preempted_share"] is None  # no thread times: not judged
 
 
+def test_contention_of_an_engine_in_other_processes():
+    """No thread times (vLLM: the decode runs in other processes): a run counts as disturbed
+    when other processes used more than 5 % of its wall in CPU time; 5 of 8 here (6 > 5 is
+    over, 5 is not)."""
+    walls = {1: [100, 100, 100, 100], 8: [800, 800, 800, 800]}
+    other = {1: [6, 6, 6, 5], 8: [41, 41, 0, 40]}
+    c = v.contention((walls, {}), other=other)
+    assert c["preempted_basis"] == "other-cpu" and c["preempted_share"] == pytest.approx(5 / 8)
+    assert c["flags"] == ["62% of untraced runs beside other work over 5 % of their wall (limit 50%)"]
+    assert v.contention((walls, {}), other={1: [0] * 4, 8: [0] * 4})["contended"] is False
+    # a missing figure for any run: not judged; thread times, where present, come first
+    assert v.contention((walls, {}), other={1: [0] * 4, 8: [0, 0, None, 0]})["preempted_share"] is None
+    quiet = {1: [99] * 4, 8: [790] * 4}
+    assert v.contention((walls, quiet), other=other)["preempted_basis"] == "thread"
+
+
 def test_agreement_tolerance_and_advice():
     a = v.agreement(0.60, 0.65)
     assert a["agree"] and a["difference"] == pytest.approx(0.05)

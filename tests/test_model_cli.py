@@ -38,6 +38,17 @@ def test_predict_gpu_and_device_alias_agree_and_tp_is_one_path():
     assert tp4["prediction"]["host_ns"] == w["what_ifs"][0]["scenario"]["host_ns"]
 
 
+def test_predict_states_its_basis_once():
+    """The table prints one ``basis:`` line; no ``note:`` repeating it (nor trailing blanks)."""
+    r = CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--gpu", "h100"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("no fitted model: default efficiencies") == 1
+    assert "basis: no fitted model" in r.stdout and "note:" not in r.output
+    assert [l for l in r.stdout.splitlines() if l != l.rstrip()] == []
+    j = CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--gpu", "h100", "--json"])
+    assert "no fitted model" in json.loads(j.stdout)["basis"] and "note: no fitted model" in j.stderr
+
+
 def test_memory_guard_warns_with_the_numbers():
     r = CliRunner().invoke(cli, ["predict", "llama-3.1-70b", "--gpu", "h100", "--json"])
     assert r.exit_code == 0

@@ -102,6 +102,16 @@ def step_markers(trace: Trace, step_marker: str | None = None) -> Markers:
     return Markers("whole_trace", np.zeros(0, dtype=np.int64))
 
 
+NO_MARKERS = "no step markers: the whole trace is one step"
+"""The words every command uses for a trace without step markers (family ``whole_trace``)."""
+
+
+def describe(family: str) -> str:
+    """What delimited the steps, in the words every command prints:
+    ``describe("vllm") == "vllm markers"``; ``describe("whole_trace") == NO_MARKERS``."""
+    return NO_MARKERS if family == "whole_trace" else f"{family} markers"
+
+
 def find_markers(trace: Trace, step_marker: str | None = None) -> tuple[str, np.ndarray]:
     """(family name, marker rows). Empty rows: the whole trace is one step."""
     m = step_markers(trace, step_marker)
@@ -163,8 +173,22 @@ def _kind(f: dict) -> str:
     return "unknown"
 
 
+SGLANG_TOKENS = ("toks", "tokens", "num_tokens", "extend_tokens", "input_tokens")
+"""Keys of an SGLang ``step[...]`` annotation that give the tokens processed in the step."""
+
+
 def _sglang(body: str) -> tuple[str, dict | None]:
-    """SGLang ``step[...]``: key=value pairs when present (forward mode, batch size)."""
+    """SGLang ``step[...]``: key=value pairs when present.
+
+    ``forward_mode``/``mode`` gives the kind; ``bs``/``batch_size``/``batch`` the requests; ``toks``
+    (or ``tokens``, ``num_tokens``, ``extend_tokens``, ``input_tokens``) the tokens processed this
+    step, Σq: ``ctx_q`` of a prefill (extend) step, ``gen_q`` of a decode step (where it defaults
+    to the batch size, one token per request). A mixed step's fields stay null (its tokens cannot
+    be split between prefill and decode), as do the sequence lengths, which the annotation lacks.
+
+    >>> _sglang("forward_mode=EXTEND bs=8 toks=15360")[1]["ctx_q"]
+    15360
+    """
     pairs = dict(re.findall(r"(\w+)\s*[=:]\s*([\w.]+)", body))
     mode = (pairs.get("forward_mode") or pairs.get("mode") or body).lower()
     kind = "unknown"
@@ -174,14 +198,22 @@ def _sglang(body: str) -> tuple[str, dict | None]:
         kind = "decode" if kind == "unknown" else "mixed"
     if "mixed" in mode:
         kind = "mixed"
-    bs = pairs.get("bs") or pairs.get("batch_size") or pairs.get("batch")
-    if bs and bs.isdigit() and kind in ("prefill", "decode"):
-        fields = dict.fromkeys(COMPOSITION_FIELDS, None)
-        pre = "ctx" if kind == "prefill" else "gen"
-        other = "gen" if pre == "ctx" else "ctx"
-        fields[f"{pre}_requests"] = int(bs)
-        fields[f"{other}_requests"] = 0
-        if kind == "decode":
-            fields["gen_q"] = int(bs)
-        return kind, fields
-    return kind, None
+    bs = _count(pairs, ("bs", "batch_size", "batch"))
+    toks = _count(pairs, SGLANG_TOKENS)
+    if kind not in ("prefill", "decode") or (bs is None and toks is None):
+        return kind, None
+    fields = dict.fromkeys(COMPOSITION_FIELDS, None)
+    pre, other = ("ctx", "gen") if kind == "prefill" else ("gen", "ctx")
+    fields[f"{pre}_requests"] = bs
+    fields[f"{other}_requests"] = 0
+    fields[f"{pre}_q"] = toks if toks is not None else (bs if kind == "decode" else None)
+    return kind, fields
+
+
+def _count(pairs: dict[str, str], keys: tuple[str, ...]) -> int | None:
+    """The first of ``keys`` whose value is a whole number, else None."""
+    for k in keys:
+        v = pairs.get(k)
+        if v is not None and v.isdigit():
+            return int(v)
+    return None

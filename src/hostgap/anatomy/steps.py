@@ -336,16 +336,20 @@ def _per_step_taxes(taxes, n) -> dict[str, np.ndarray]:
     """TaxBreak sums per step, all at once (bincount over the launch table)."""
     st = taxes.step
     fw = np.nan_to_num(taxes.dkt_fw_ns, nan=0.0)
-    launches = _sum_by(st, np.ones(len(st), dtype=np.int64), n)
+    graph = _sum_by(st, taxes.graph.astype(np.int64), n)
+    eager = _sum_by(st, (~taxes.graph).astype(np.int64), n)
     return {
         "ft_ns": _sum_by(st, taxes.dft_ns, n),
         "ct_ns": _sum_by(st, taxes.dct_ns, n),
-        "kt_ns": np.rint(launches * taxes.floor_ns).astype(np.int64),
+        # every launch call pays one floor: a graph launch once, however many kernels it replays
+        "kt_ns": np.rint((eager + graph) * taxes.floor_ns).astype(np.int64),
         "kt_fw_ns": _sum_by(st, fw, n),
         "py_ns": _sum_by(st, taxes.t_py_ns, n),
         "dispatch_ns": _sum_by(st, taxes.t_dispatch_ns, n),
         "sync_ns": _sum_by(st, taxes.sync_ns, n),
-        "launches": launches,
+        # the same meaning as the step's and the trace's keys: eager calls, graph calls apart
+        "launches": eager,
+        "graph_launches": graph,
     }
 
 

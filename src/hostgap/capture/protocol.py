@@ -16,12 +16,15 @@ written the run directory. Order of work:
    contended is reported invalid rather than as a number;
 6. differencing (:mod:`hostgap.capture.differencing`) and the per-step anatomy of the first
    N2 trace (:func:`hostgap.anatomy.steps.analyze`), then the validity checks.
+
+Steps 1-5 live in :mod:`hostgap.capture.interleave`, which also runs them for several engines
+measured together (:func:`measure_together`: runs interleaved, one contention retry for all).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import random
 import time
 import uuid
 from dataclasses import asdict, dataclass, replace
@@ -202,19 +205,72 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
 
     ``cfg`` may be unresolved (``device="auto"`` ...); it is validated and resolved first.
     """
-    validate(cfg)
-    run_root = Path(cfg.run_dir) if cfg.run_dir else None
-    rundir.check_writable(Path(cfg.run_dir).parent if cfg.run_dir else Path(cfg.out))
-    cfg = resolve(cfg)
+    return measure_together([cfg], progress, argv, engine_kw)[0]
+
+
+def measure_together(cfgs: list[MeasureConfig], progress: Progress | None = None,
+                     argv: list[str] | None = None, engine_kw: dict | None = None) -> list[dict]:
+    """Measure one workload on several engines (``cfgs`` differ in ``engine`` only), their runs
+    interleaved (:mod:`hostgap.capture.interleave`); one run directory and results dict per
+    engine. With two engines each results dict carries ``engine_difference``
+    (:func:`hostgap.capture.engine_diff.engine_difference`)."""
+    from hostgap.capture.interleave import Side, measure_until_quiet
+
+    for cfg in cfgs:
+        validate(cfg)
+        rundir.check_writable(Path(cfg.run_dir).parent if cfg.run_dir else Path(cfg.out))
+    if len(cfgs) > 1 and any(c.run_dir for c in cfgs):
+        raise HostgapError("run_dir", "several engines need one run directory each (use out)")
+    resolved = [resolve(c) for c in cfgs]
+    if len({(c.n1, c.n2, c.sweep, c.repeats, c.traced_repeats) for c in resolved}) > 1:
+        raise HostgapError("--engine", "engines measured together need the same token counts and repeats")
+    sides = []
+    try:
+        for cfg in resolved:
+            sides.append(_side(cfg, Side, engine_kw))
+        tally = _Tally(sum(s.plan["tokens"] for s in sides), progress)
+        with contextlib.ExitStack() as stack:
+            for s in sides:  # closed in reverse order, every one even when another fails
+                stack.callback(s.engine.close)
+            for s in sides:
+                tally.set_phase("build" if len(sides) == 1 else f"build [{s.cfg.engine}]")
+                t0 = time.perf_counter()
+                s.engine.prepare()
+                s.build_s = time.perf_counter() - t0
+            outs = _out_of_memory_is_user_error(resolved[0], lambda: measure_until_quiet(sides, tally))
+            described = [s.engine.describe() for s in sides]
+        tally.set_phase("analyse")
+        results = []
+        for s, (n2_trace, raw), describe in zip(sides, outs, described):
+            results.append(_finish(s, raw, _described_after_close(s.engine, describe), n2_trace, argv))
+        del outs
+        if len(results) == 2:
+            from hostgap.capture.engine_diff import engine_difference
+
+            diff = engine_difference(*results)
+            for r in results:
+                r["engine_difference"] = diff
+        for s, r in zip(sides, results):
+            s.run.write_json("results.json", r)
+            if s.cfg.keep_traces == "none":
+                s.run.remove_traces()  # the N2 trace was kept only for the anatomy
+    except BaseException:
+        for s in sides:
+            s.run.remove_if_incomplete()  # a failed or interrupted run leaves no half-written directory
+        raise
+    tally.set_phase("done")
+    return results
+
+
+def _side(cfg: MeasureConfig, side_cls, engine_kw: dict | None):
+    """Build one engine's side (engine constructed, not started; run directory created)."""
+    from hostgap.capture.workload import check_fits
+
     arch = make_arch(cfg)
+    run_root = Path(cfg.run_dir) if cfg.run_dir else None
     run_id = run_root.name if run_root else new_run_id(cfg)
     run_root = run_root or Path(cfg.out) / run_id
     work = make_workload(cfg, arch)
-    p = plan(cfg)
-    tally = _Tally(p["tokens"], progress)
-
-    from hostgap.capture.workload import check_fits
-
     cached = {}
     if cfg.engine == "hf" and engine_kw and engine_kw.get("model_cache"):
         from hostgap.capture.hf import cached_bytes
@@ -227,34 +283,18 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
         kw.setdefault("run_dir", str(run_root))  # vLLM's cache, config and log inside the run
     engine = load_engine(cfg.engine)(work, **kw)
     run = rundir.RunDir.create(run_root)
-    try:
-        run.write_json("config.json", {"schema_version": RESULTS_SCHEMA_VERSION, "run_id": run_id,
-                                       "config": cfg.to_dict(), "workload": work.to_dict()})
-        try:
-            tally.set_phase("build")
-            t0 = time.perf_counter()
-            engine.prepare()
-            build_s = time.perf_counter() - t0
-            n2_trace, raw = _out_of_memory_is_user_error(cfg, lambda: _measure_until_quiet(cfg, engine, p, tally, run))
-            describe = engine.describe()
-        finally:
-            engine.close()
-        describe = _described_after_close(engine, describe)
-        tally.set_phase("analyse")
-        from hostgap.capture import manifest as mf
+    run.write_json("config.json", {"schema_version": RESULTS_SCHEMA_VERSION, "run_id": run_id,
+                                   "config": cfg.to_dict(), "workload": work.to_dict()})
+    return side_cls(cfg=cfg, engine=engine, plan=plan(cfg), run=run, run_id=run_id, arch=arch)
 
-        run.write_json("manifest.json", mf.manifest(argv, extra={"engine": describe, "run_id": run_id}))
-        run.write_json("timings.json", raw)
-        results = _results(cfg, arch, run_id, raw, describe, run, build_s, n2_trace)
-        del n2_trace
-        run.write_json("results.json", results)
-        if cfg.keep_traces == "none":
-            run.remove_traces()  # the N2 trace was kept only for the anatomy
-    except BaseException:
-        run.remove_if_incomplete()  # a failed or interrupted run leaves no half-written directory
-        raise
-    tally.set_phase("done")
-    return results
+
+def _finish(s, raw: dict, describe: dict, n2_trace, argv) -> dict:
+    """Manifest, timings and the results dict of one side (results.json is written later)."""
+    from hostgap.capture import manifest as mf
+
+    s.run.write_json("manifest.json", mf.manifest(argv, extra={"engine": describe, "run_id": s.run_id}))
+    s.run.write_json("timings.json", raw)
+    return _results(s.cfg, s.arch, s.run_id, raw, describe, s.run, s.build_s, n2_trace)
 
 
 def _described_after_close(engine, before: dict) -> dict:
@@ -282,32 +322,16 @@ def _out_of_memory_is_user_error(cfg: MeasureConfig, fn):
         ) from None
 
 
-def _measure_until_quiet(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run):
-    """Run every phase; while the runs were contended, run them all again, at most
-    ``cfg.retries`` times. Returns what the last attempt returned, with ``attempts`` (each
-    attempt's contention flags) in the raw timings."""
-    attempts = []
-    while True:
-        n2_trace, raw = _run_phases(cfg, engine, p, tally, run)
-        cont = contention_of(cfg, raw)
-        attempts.append(cont)
-        if not cont["contended"] or len(attempts) > cfg.retries:
-            raw["attempts"] = attempts
-            return n2_trace, raw
-        del n2_trace
-        tally.total += p["tokens"]
-        tally.set_phase(f"machine busy, measuring again ({len(attempts) + 1}/{cfg.retries + 1})")
-        time.sleep(1.0)  # let a passing burst of other work end
-
-
 def contention_of(cfg: MeasureConfig, raw: dict) -> dict:
     """Contention flags of one attempt (:func:`hostgap.capture.validity.contention`); thread
-    times count only where the decode runs on the measuring thread."""
+    times count only where the decode runs on the measuring thread; elsewhere (an engine in
+    other processes, vLLM) the CPU time other processes used during each untraced run, when the
+    engine reports it, stands in for preemption."""
     from hostgap.capture.validity import contention
 
     walls = {n: v for n, v in raw["untraced_wall_ns"].items()}
     if not in_thread(cfg):
-        return contention((walls, {}))
+        return contention((walls, {}), other=raw.get("untraced_other_cpu_ns"))
     tr = raw.get("traced", {})
     traced = ({n: [s["wall_ns"] for s in v] for n, v in tr.items()},
               {n: [s.get("thread_ns", 0) for s in v] for n, v in tr.items()})
@@ -318,74 +342,6 @@ def in_thread(cfg: MeasureConfig) -> bool:
     """The whole decode runs on the measuring thread (CPU, in-process engine, one thread): only
     then does its CPU time stand for the run's undisturbed wall time."""
     return cfg.device == "cpu" and cfg.engine == "hf" and cfg.threads == 1
-
-
-def _run_phases(cfg: MeasureConfig, engine, p: dict, tally: _Tally, run):
-    """Run every phase; return (the loaded N2 trace, raw timings for ``timings.json``)."""
-    from hostgap.capture.results import trace_stats
-    from hostgap.load import load_trace
-
-    tally.set_phase("warm-up")
-    for n in p["warmup"]:
-        engine.generate(n)
-        tally.add(n)
-    tmp = run.path / "traces" / ".warmup"
-    _w, wpath = engine.generate_traced(2, tmp)
-    Path(wpath).unlink(missing_ok=True)
-    tmp.rmdir() if tmp.exists() and not any(tmp.iterdir()) else None
-    tally.add(2)
-
-    tally.set_phase("untraced W(N)")
-    order = list(p["untraced"])
-    random.Random(cfg.seed).shuffle(order)
-    untraced: dict[int, list[int]] = {n: [] for n in cfg.sweep}
-    thread: dict[int, list[int]] = {n: [] for n in cfg.sweep}
-    for n in order:
-        untraced[n].append(int(engine.generate(n)))
-        thread[n].append(int(getattr(engine, "last_thread_ns", 0)))
-        tally.add(n)
-    # Only where the decode runs on this thread: a device or a multi-process engine (vLLM) makes
-    # the thread sleep legitimately, and its CPU time says nothing about preemption.
-    extra = _top_up(cfg, engine, untraced, thread) if in_thread(cfg) else []
-
-    tally.set_phase("traced G(N), K(N)")
-    traced: dict[int, list[dict]] = {n: [] for n in cfg.sweep}
-    anatomy_trace = loaded_n2 = None
-    for n, r in p["traced"]:
-        wall, path = engine.generate_traced(n, run.path / "traces")
-        thread_ns = int(getattr(engine, "last_thread_ns", 0))
-        path = run.rename_trace(Path(path), f"trace_n{n}_r{r}")
-        loaded = load_trace(str(path))
-        st = trace_stats(path, loaded)
-        if n == cfg.n2 and r == 0:
-            loaded_n2 = loaded  # analysed after the runs, without loading it again
-        del loaded
-        keep = cfg.keep_traces == "all" or (cfg.keep_traces == "ends" and r == 0 and n in (cfg.n1, cfg.n2))
-        if n == cfg.n2 and r == 0:
-            anatomy_trace = path
-        st.update({"wall_ns": int(wall), "thread_ns": thread_ns, "trace": run.rel(path) if keep or path == anatomy_trace else None})
-        traced[n].append(st)
-        if not keep and path != anatomy_trace:
-            path.unlink(missing_ok=True)
-        tally.add(n)
-
-    stacks = None
-    if cfg.stacks:
-        tally.set_phase("py-spy stacks")
-        from hostgap.capture.stacks import sample_during
-
-        stacks = sample_during(lambda: engine.generate(cfg.n2), run.path / "stacks")
-        tally.add(cfg.n2)
-    return loaded_n2, {
-        "schema_version": RESULTS_SCHEMA_VERSION,
-        "untraced_wall_ns": {str(n): v for n, v in untraced.items()},
-        "untraced_thread_ns": {str(n): v for n, v in thread.items()},
-        "untraced_order": order + extra,
-        "untraced_extra": extra,
-        "traced": {str(n): v for n, v in traced.items()},
-        "anatomy_trace": run.rel(anatomy_trace) if anatomy_trace else None,
-        "stacks": stacks,
-    }
 
 
 def disturbed(wall_ns: int, thread_ns: int) -> bool:
@@ -405,23 +361,6 @@ def preempted_share(raw: dict) -> float | None:
     from hostgap.capture.validity import preempted_share as share
 
     return share(raw.get("untraced_wall_ns", {}), raw.get("untraced_thread_ns", {}))
-
-
-def _top_up(cfg: MeasureConfig, engine, untraced: dict, thread: dict) -> list[int]:
-    """On a CPU, repeat the N whose runs were mostly preempted (see :func:`disturbed`) until half
-    of its repeats are clean, at most ``repeats`` extra runs per N. Every run is kept; the
-    estimator sees them all (the minimum naturally prefers clean runs)."""
-    want = (cfg.repeats + 1) // 2
-    extra = []
-    for n in cfg.sweep:
-        for _ in range(cfg.repeats):
-            clean = sum(not disturbed(w, t) for w, t in zip(untraced[n], thread[n]))
-            if clean >= want:
-                break
-            untraced[n].append(int(engine.generate(n)))
-            thread[n].append(int(getattr(engine, "last_thread_ns", 0)))
-            extra.append(n)
-    return extra
 
 
 def series_from_raw(raw: dict) -> Series:

@@ -131,9 +131,7 @@ def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy:
     taxbreak = (anatomy or {}).get("taxbreak") if anatomy and "unavailable" not in anatomy else None
     steps = (anatomy or {}).get("steps") or []
     hdbi = _hdbi(taxbreak, activity)
-    cont = _contention(cfg, raw)
-    if not _in_thread(cfg):  # thread time says nothing about preemption there
-        cont.update(preempted_share=None, traced_preempted_share=None)
+    cont = _contention(cfg, raw)  # thread time only where the decode runs on this thread
     j = judge(d, cont, hdbi, activity, anatomy)
     k_n2 = raw["traced"][str(cfg.n2)][0]
     return {
@@ -191,6 +189,7 @@ def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy:
             "compute_share": d["compute_share"],
             "traced_g_step_ns": d["traced_g_step_ns"],
             "preempted_share": cont["preempted_share"],
+            "preempted_basis": cont.get("preempted_basis"),
             "traced_preempted_share": cont["traced_preempted_share"],
             "repeat_spread": cont["repeat_spread"],
             "contended": cont["contended"],
@@ -214,6 +213,7 @@ def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy:
         "engine_facts": describe,
         "build_s": round(build_s, 3),
         "stacks": raw.get("stacks"),
+        "interleaved": raw.get("interleaved"),  # measured together with other engines, runs alternating
         "anatomy_trace": raw.get("anatomy_trace"),
         "run_dir": run_dir,
     }

@@ -112,8 +112,9 @@ def _anatomy_rows(r: dict) -> list[tuple[str, str, str]]:
     wall = (steady.get("wall_ns") or {}).get("median")
     a = r.get("agreement") or {}
     if hf is not None and wall is not None:
-        rows.append(("per-step anatomy (traced)", _in_range(hf, 0, 1, pct(hf)),
-                     f"median of {steady.get('count')} steady steps of {ms(wall)}"))
+        rows.append(("host fraction, traced anatomy", _in_range(hf, 0, 1, pct(hf)),
+                     f"host-exposed / wall, median of {steady.get('count')} steady traced steps "
+                     f"(median wall {ms(wall)})"))
     if a:
         word = "agree" if a.get("agree") else "DISAGREE"
         rows.append(("anatomy - differencing", f"{a['difference'] * 100:+.1f} pts",
@@ -163,7 +164,9 @@ def _cpu_rows(d: dict) -> list[tuple[str, str, str]]:
                      "; ".join(flags) if flags else f"{d.get('attempts', 1)} attempt(s)"))
     if share is None:
         return rows
-    rows.append(("preempted runs", pct(share, 0), "wall - thread time > 5 %: other work on this CPU"))
+    how = ("other processes' CPU time > 5 % of the run's wall" if d.get("preempted_basis") == "other-cpu"
+           else "wall - thread time > 5 %: other work on this CPU")
+    rows.append(("preempted runs", pct(share, 0), how))
     if d.get("traced_preempted_share") is not None:
         rows.append(("preempted traced runs", pct(d["traced_preempted_share"], 0), ""))
     if d.get("thread_t_step_ns") is not None:

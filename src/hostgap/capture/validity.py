@@ -14,9 +14,10 @@ linearity
 profiler inflation
     traced / untraced wall - 1 <= :data:`INFLATION_LIMIT`.
 contention (:func:`contention`)
-    the share of runs preempted for more than 5 % of their wall (CPU, in-thread engine only)
-    <= :data:`PREEMPTED_LIMIT` in the untraced and in the traced runs; the median relative
-    spread of the untraced repeats (IQR / median per N) <= :data:`SPREAD_LIMIT`.
+    the share of runs preempted for more than 5 % of their wall <= :data:`PREEMPTED_LIMIT` in
+    the untraced and in the traced runs (CPU, in-thread engine: wall - thread time; an engine in
+    other processes, vLLM: the CPU time other processes used during the run, untraced runs);
+    the median relative spread of the untraced repeats (IQR / median per N) <= :data:`SPREAD_LIMIT`.
 
 The **agreement** check (:func:`agreement`) compares the differencing host fraction with the
 per-step anatomy's (median over steady decode steps of the traced N2 run); a difference above
@@ -78,20 +79,46 @@ def repeat_spread(walls: dict) -> float | None:
     return float(np.median(vals)) if vals else None
 
 
-def contention(untraced: tuple[dict, dict], traced: tuple[dict, dict] | None = None) -> dict:
+def busy_share(walls: dict, other_cpu: dict | None) -> float | None:
+    """Share of runs (all N) during which other processes used more than :data:`DISTURBED` of
+    the run's wall in CPU time: the preemption check of an engine that runs in other processes,
+    whose thread time says nothing; None without a figure for every run.
+
+    >>> busy_share({1: [100, 100]}, {1: [2, 30]})
+    0.5
+    """
+    if not other_cpu:
+        return None
+    w = [x for n in walls for x in walls[n]]
+    o = [x for n in walls for x in (other_cpu.get(n) or [])]
+    if not w or len(w) != len(o) or any(x is None for x in o):
+        return None
+    return float(np.mean(np.asarray(o, dtype=np.float64) > DISTURBED * np.asarray(w, dtype=np.float64)))
+
+
+def contention(untraced: tuple[dict, dict], traced: tuple[dict, dict] | None = None,
+               other: dict | None = None) -> dict:
     """Contention flags of one measurement: ``untraced``/``traced`` are (walls, thread times)
-    per N. ``contended`` is True when any flag is raised; ``flags`` names them."""
+    per N; ``other``: per N, the CPU time other processes used during each untraced run (an
+    engine in other processes), used when thread times are not. ``contended`` is True when any
+    flag is raised; ``flags`` names them; ``preempted_basis`` says how runs were judged
+    (``"thread"``, ``"other-cpu"`` or None)."""
     pu = preempted_share(*untraced)
+    basis = "thread" if pu is not None else None
+    if pu is None:
+        pu = busy_share(untraced[0], other)
+        basis = "other-cpu" if pu is not None else None
     pt = preempted_share(*traced) if traced else None
     spread = repeat_spread(untraced[0])
     flags = []
     if pu is not None and pu > PREEMPTED_LIMIT:
-        flags.append(f"{pu:.0%} of untraced runs preempted (limit {PREEMPTED_LIMIT:.0%})")
+        what = "preempted" if basis == "thread" else "beside other work over 5 % of their wall"
+        flags.append(f"{pu:.0%} of untraced runs {what} (limit {PREEMPTED_LIMIT:.0%})")
     if pt is not None and pt > PREEMPTED_LIMIT:
         flags.append(f"{pt:.0%} of traced runs preempted (limit {PREEMPTED_LIMIT:.0%})")
     if spread is not None and spread > SPREAD_LIMIT:
         flags.append(f"repeat spread {spread:.0%} (IQR/median; limit {SPREAD_LIMIT:.0%})")
-    return {"contended": bool(flags), "flags": flags, "preempted_share": pu,
+    return {"contended": bool(flags), "flags": flags, "preempted_share": pu, "preempted_basis": basis,
             "traced_preempted_share": pt, "repeat_spread": spread}
 
 

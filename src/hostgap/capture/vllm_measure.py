@@ -102,6 +102,7 @@ class VllmEngine(Engine):
         self.prompts = prompt_ids(w.arch.vocab, [w.prompt_len] * w.batch, w.seed)
         self.last_request_timing: list[dict] = []
         self.last_thread_ns = 0
+        self.last_other_cpu_ns: int | None = None
         self.calls: list[dict] = []
         self.split: dict | None = None
 
@@ -118,6 +119,7 @@ class VllmEngine(Engine):
         wall, outs = self.runtime.generate(self.prompts, [n_tokens] * len(self.prompts))
         self.last_thread_ns = time.thread_time_ns() - t_thread
         other = vw.other_cpu_ns(cpu0, vw.cpu_ticks(pids))
+        self.last_other_cpu_ns = other  # the protocol's contention check for an out-of-thread engine
         got = {len(o.outputs[0].token_ids) for o in outs}
         if got != {n_tokens}:
             raise HostgapError("vllm", f"asked for {n_tokens} tokens per request, got {sorted(got)}")

@@ -187,8 +187,10 @@ def register(cli: click.Group) -> None:
     @click.option("--step-marker", metavar="REGEX", help="Annotation names that delimit steps.")
     @click.option("--quiet", "-q", is_flag=True, help="No progress or notes on stderr.")
     def trim(trace, step_range, output, step_marker, quiet):
-        """Write a smaller valid trace holding only steps A:B and the GPU work they launched
-        (for fixtures and bug reports). Output is Kineto JSON whatever the input format.
+        """Write a smaller valid trace holding only steps A:B, the GPU work they launched and the
+        GPU work that ran inside them (for fixtures and bug reports); the last kept step ends
+        with its own work (docs/anatomy.md, "Trim"). Output is Kineto JSON whatever the input
+        format.
 
         \b
         Example:

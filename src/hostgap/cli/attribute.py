@@ -16,10 +16,10 @@ _STEPS_HELP = "STEPS: a harvest table or a generic CSV/Parquet (docs/attribution
 
 
 def _console():
-    from rich.console import Console
+    from hostgap.report.terminal import stdout_console
 
     # Tables are data: when piped, do not squeeze them into 80 columns.
-    return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
+    return stdout_console(width=None if sys.stdout.isatty() else 160)
 
 
 def _log(msg: str) -> None:

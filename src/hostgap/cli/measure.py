@@ -49,8 +49,10 @@ def _stderr():
 def _stdout():
     from rich.console import Console
 
+    from hostgap.report.terminal import stdout_console
+
     probe = Console()
-    return Console(highlight=False, soft_wrap=False, width=probe.width if probe.is_terminal else 160)
+    return stdout_console(highlight=False, soft_wrap=False, width=probe.width if probe.is_terminal else 160)
 
 
 class _Bar:
@@ -222,31 +224,37 @@ def register(cli: click.Group) -> None:
           hostgap measure -p tiny --engine hf,vllm          # engine host cost side by side
         """
         engines = _strs(opts["engine"]) or ("hf",)
+        if len(engines) > 2 or len(set(engines)) != len(engines):
+            raise HostgapError("--engine", f"one engine or two different ones (hf,vllm), got {opts['engine']!r}")
         base = _config_from(opts)
         from hostgap.capture.engine import load_engine
-        from hostgap.capture.protocol import measure, validate
+        from hostgap.capture import protocol
 
-        for name in engines:  # every engine must load before the first one runs
-            validate(replace(base, engine=name))
-            load_engine(name)
-        results = []
-        for name in engines:
-            cfg = replace(base, engine=name)
-            validate(cfg)
-            what = cfg.preset or cfg.model_path or "default workload"
-            with _Bar(f"measure {what} [{name}]", opts["quiet"]) as bar:
-                r = measure(cfg, progress=bar, argv=sys.argv[1:])
-            if not opts["no_db"]:
-                with _db(opts["db"]) as db:
+        cfgs = [replace(base, engine=name) for name in engines]
+        for cfg in cfgs:  # every engine must load before the first one runs
+            protocol.validate(cfg)
+            load_engine(cfg.engine)
+        what = base.preset or base.model_path or "default workload"
+        with _Bar(f"measure {what} [{','.join(engines)}]", opts["quiet"]) as bar:
+            if len(cfgs) == 1:
+                results = [protocol.measure(cfgs[0], progress=bar, argv=sys.argv[1:])]
+            else:  # both engines built first, then their runs interleaved
+                results = protocol.measure_together(cfgs, progress=bar, argv=sys.argv[1:])
+        if not opts["no_db"]:
+            with _db(opts["db"]) as db:
+                for r in results:
                     db.add(r)
-            results.append(r)
         if opts["as_json"]:
             click.echo(json.dumps(results[0] if len(results) == 1 else results, indent=2, default=str))
         else:
             for r in results:
                 render(r)
             if len(results) == 2:
-                _engine_difference(results)
+                from hostgap.capture.engine_diff import difference_line
+
+                diff = results[0]["engine_difference"]
+                _stdout().print("\n" + difference_line(diff), markup=False,
+                                style=None if diff["valid"] else "bold yellow")
         if not all(r.get("valid", True) for r in results):
             from hostgap.capture.validity import EXIT_INVALID
 
@@ -508,14 +516,3 @@ def _find_run(run: str, db_path) -> dict:
     if r is None:
         raise HostgapError(run, f"no such run in {where} (and not a run directory)")
     return r
-
-
-def _engine_difference(results: list[dict]) -> None:
-    a, b = results
-    da, db_ = a["differencing"], b["differencing"]
-    dh = db_["h_step_ns"] - da["h_step_ns"]
-    dt = db_["t_step_ns"] - da["t_step_ns"]
-    _stdout().print(
-        f"\n{b['engine']} - {a['engine']}: wall {dt / 1e6:+.3f} ms/step, host-exposed {dh / 1e6:+.3f} ms/step "
-        f"(the engine's own host cost beyond the in-process loop)"
-    )

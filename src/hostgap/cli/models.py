@@ -31,7 +31,7 @@ def _table(headers, rows) -> str:
     cols = [headers, *rows]
     widths = [max(len(str(r[i])) for r in cols) for i in range(len(headers))]
     fmt = lambda r: "  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
-    return "\n".join([fmt(headers), *(fmt(r) for r in rows)])
+    return "\n".join(fmt(r).rstrip() for r in (headers, *rows))
 
 
 def _ms(ns: float) -> str:
@@ -411,8 +411,8 @@ def predict_cmd(preset, batch, context, tp, dtype, engine, mode, device, device_
         basis += f"; kernels per step {np.median(ks):g} from {len(ks)} measured run(s)"
         base = whatif.predict(setup)
         wis = [whatif.run(setup, s) for s in what_ifs]
-    if not model_path or "default" in basis:
-        _log(f"note: {basis}")
+    if as_json and (not model_path or "default" in basis):
+        _log(f"note: {basis}")  # the table prints its basis line; JSON holds it out of sight
     mem = whatif.memory_check(setup.arch, setup.cell, setup.device)
     if not mem.fits:
         _log(f"warning: {mem.message(setup.device.name)}: this cell does not run as given (use --tp or a larger GPU)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import sys
 
 import msgspec
@@ -32,6 +33,8 @@ class StderrConsole:
         if StderrConsole._console is None:
             StderrConsole._console = Console(stderr=True)
         return getattr(StderrConsole._console, name)
+
+from hostgap.anatomy.markers import describe
 
 
 def ms(ns) -> str:
@@ -68,8 +71,46 @@ def _cell(v):
     return v
 
 
+_PADDING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+"""Spaces at the end of a line, before any closing colour codes."""
+
+
+class TrimmedLines(io.TextIOBase):
+    """A text stream that drops the spaces rich pads table lines with up to the table's width
+    (so copied output has no trailing blanks); whole lines only, the rest waits for its newline
+    or a flush."""
+
+    def __init__(self, file):
+        self._file = file
+        self._rest = ""
+
+    def write(self, s: str) -> int:
+        head, sep, self._rest = (self._rest + s).rpartition("\n")
+        if sep:
+            self._file.write(_PADDING.sub(r"\1", head) + "\n")
+        return len(s)
+
+    def flush(self) -> None:
+        if self._rest:
+            self._file.write(self._rest)
+            self._rest = ""
+        self._file.flush()
+
+    def isatty(self) -> bool:
+        return self._file.isatty()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._file, "encoding", "utf-8")
+
+
+def stdout_console(**kw) -> Console:
+    """A console on stdout whose lines carry no trailing spaces."""
+    return Console(file=TrimmedLines(sys.stdout), **kw)
+
+
 def console(quiet: bool = False) -> Console:
-    return Console(file=sys.stdout, quiet=quiet, width=max(140, Console().width))
+    return stdout_console(quiet=quiet, width=max(140, Console().width))
 
 
 def render_overview(doc: dict, con: Console) -> None:
@@ -168,7 +209,7 @@ def render_anatomy(doc: dict, con: Console) -> None:
     steps = doc.get("steps") or []
     label = ACTIVITY_LABEL.get(doc.get("activity"), "device-active")
     summ = doc["summary"]
-    con.print(f"[bold]steps[/bold]: {len(steps)} ({doc['marker_family']} markers); steady decode "
+    con.print(f"[bold]steps[/bold]: {len(steps)} ({describe(doc['marker_family'])}); steady decode "
               f"{summ['steady']['count']}, prefill {summ['prefill']['count']}, warm-up "
               f"{summ['warmup']['count']}, flagged (queued/partial) {summ['flagged']['count']}")
     groups = [(g, summ[g]) for g in ("steady", "prefill", "warmup", "flagged") if summ[g]["count"]]
@@ -215,15 +256,17 @@ def render_anatomy(doc: dict, con: Console) -> None:
 def render_steps(doc: dict, con: Console) -> None:
     label = ACTIVITY_LABEL.get(doc.get("activity"), "device-active")
     t = Table(title=f"steps of {doc['trace']} (ms)", title_justify="left")
+    # launches = eager launch calls, as in the JSON; graph launches get their own column
+    graph = any(s["graph_launches"] for s in doc["steps"])
     for c in ("#", "kind", "wall", label, "host-exposed", "host_wait", "host %", "kernels", "launches",
-              "HDBI", "flags"):
+              *(("graph launches",) if graph else ()), "HDBI", "flags"):
         t.add_column(c, justify="left" if c in ("kind", "flags") else "right")
     for s in doc["steps"]:
         flags = ",".join(f for f in ("queued", "partial") if s[f])
         tb = s.get("taxbreak") or {}
         t.add_row(str(s["index"]), s["kind"], ms(s["wall_ns"]), ms(s["gpu_active_ns"]), ms(s["host_exposed_ns"]),
-                  ms(s["host_wait_ns"]), pct(s["host_fraction"]), f"{s['kernel_count']:,}",
-                  f"{s['launches'] + s['graph_launches']:,}", _f(tb.get("hdbi")), flags)
+                  ms(s["host_wait_ns"]), pct(s["host_fraction"]), f"{s['kernel_count']:,}", f"{s['launches']:,}",
+                  *((f"{s['graph_launches']:,}",) if graph else ()), _f(tb.get("hdbi")), flags)
     con.print(t)
     render_anatomy({**doc, "top_ops": [], "top_frames": []}, con)
 

@@ -1,0 +1,198 @@
+"""The measuring phases for one engine or several measured together, interleaved.
+
+Engines compared side by side (``hostgap measure --engine hf,vllm``) must see the same machine:
+measured one after the other, a burst of other work or a slow drift lands on one engine only and
+shows up as a difference between them. So every engine is built and warmed up first, and then
+each untraced run is taken for every engine back to back, the engines' order alternating from
+one run to the next (A B, B A, A B, ...: a drift within a pair cancels over two pairs), over one
+shuffled order of token counts shared by all engines; the traced runs are interleaved the same
+way. Each engine's runs feed its own differencing, contention check and validity rules
+(:mod:`hostgap.capture.validity`), exactly as when it is measured alone; while any engine's runs
+were contended, all engines are measured again (``retries``).
+
+With one engine this is the protocol of :mod:`hostgap.capture.protocol` unchanged.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hostgap.capture.rundir import RunDir
+
+
+@dataclass
+class Side:
+    """One engine's part of a measurement: its resolved config, engine, plan
+    (:func:`hostgap.capture.protocol.plan`) and run directory."""
+
+    cfg: object  # MeasureConfig
+    engine: object  # Engine
+    plan: dict
+    run: RunDir
+    run_id: str
+    arch: object = None
+    build_s: float = 0.0
+    state: dict = field(default_factory=dict)  # the current attempt's runs
+
+
+def pair_order(k: int, i: int) -> list[int]:
+    """The order in which ``k`` engines take their run ``i``: rotated by one each run, so with
+    two engines A B, B A, A B ... (each engine goes first equally often).
+
+    >>> [pair_order(2, i) for i in range(3)]
+    [[0, 1], [1, 0], [0, 1]]
+    """
+    return [(j + i) % k for j in range(k)]
+
+
+def run_phases(sides: list[Side], tally) -> list[tuple[object, dict]]:
+    """Every phase for every side, interleaved; per side (its loaded N2 trace, raw timings)."""
+    from hostgap.capture.protocol import in_thread
+
+    for s in sides:
+        tally.set_phase("warm-up" if len(sides) == 1 else f"warm-up [{s.cfg.engine}]")
+        _warm_up(s, tally)
+    first = sides[0].cfg
+    order = list(sides[0].plan["untraced"])
+    random.Random(first.seed).shuffle(order)  # one shuffled order of N, shared by every engine
+    for s in sides:
+        s.state = {"untraced": {n: [] for n in s.cfg.sweep}, "thread": {n: [] for n in s.cfg.sweep},
+                   "other": {n: [] for n in s.cfg.sweep}, "traced": {n: [] for n in s.cfg.sweep},
+                   "anatomy_trace": None, "loaded_n2": None}
+    tally.set_phase("untraced W(N)")
+    schedule = []  # (engine, N) of every untraced run, in the order they ran
+    for i, n in enumerate(order):
+        for j in pair_order(len(sides), i):
+            _untraced(sides[j], n, tally)
+            schedule.append([sides[j].cfg.engine, n])
+    # Only where the decode runs on this thread: a device or a multi-process engine (vLLM) makes
+    # the thread sleep legitimately, and its CPU time says nothing about preemption.
+    extra = {id(s): (_top_up(s, tally) if in_thread(s.cfg) else []) for s in sides}
+    tally.set_phase("traced G(N), K(N)")
+    for i, (n, r) in enumerate(sides[0].plan["traced"]):
+        for j in pair_order(len(sides), i):
+            _traced(sides[j], n, r, tally)
+    out = []
+    for s in sides:
+        stacks = None
+        if s.cfg.stacks:
+            tally.set_phase("py-spy stacks" if len(sides) == 1 else f"py-spy stacks [{s.cfg.engine}]")
+            from hostgap.capture.stacks import sample_during
+
+            stacks = sample_during(lambda s=s: s.engine.generate(s.cfg.n2), s.run.path / "stacks")
+            tally.add(s.cfg.n2)
+        raw = _raw(s, order, extra[id(s)], stacks)
+        if len(sides) > 1:
+            raw["interleaved"] = {"engines": [x.cfg.engine for x in sides], "untraced_schedule": schedule}
+        out.append((s.state["loaded_n2"], raw))
+    return out
+
+
+def _raw(s: Side, order: list[int], extra: list[int], stacks) -> dict:
+    from hostgap.capture.protocol import RESULTS_SCHEMA_VERSION
+
+    st = s.state
+    raw = {
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "untraced_wall_ns": {str(n): v for n, v in st["untraced"].items()},
+        "untraced_thread_ns": {str(n): v for n, v in st["thread"].items()},
+        "untraced_order": order + extra,
+        "untraced_extra": extra,
+        "traced": {str(n): v for n, v in st["traced"].items()},
+        "anatomy_trace": s.run.rel(st["anatomy_trace"]) if st["anatomy_trace"] else None,
+        "stacks": stacks,
+    }
+    other = st["other"]
+    if all(len(v) == len(st["untraced"][n]) and all(x is not None for x in v) for n, v in other.items()):
+        raw["untraced_other_cpu_ns"] = {str(n): v for n, v in other.items()}
+    return raw
+
+
+def _warm_up(s: Side, tally) -> None:
+    for n in s.plan["warmup"]:
+        s.engine.generate(n)
+        tally.add(n)
+    tmp = s.run.path / "traces" / ".warmup"
+    _w, wpath = s.engine.generate_traced(2, tmp)
+    Path(wpath).unlink(missing_ok=True)
+    if tmp.exists() and not any(tmp.iterdir()):
+        tmp.rmdir()
+    tally.add(2)
+
+
+def _untraced(s: Side, n: int, tally) -> None:
+    st = s.state
+    st["untraced"][n].append(int(s.engine.generate(n)))
+    st["thread"][n].append(int(getattr(s.engine, "last_thread_ns", 0)))
+    other = getattr(s.engine, "last_other_cpu_ns", None)
+    st["other"][n].append(None if other is None else int(other))
+    tally.add(n)
+
+
+def _top_up(s: Side, tally) -> list[int]:
+    """On a CPU, repeat the N whose runs were mostly preempted until half of its repeats are
+    clean, at most ``repeats`` extra runs per N. Every run is kept; the estimator sees them all."""
+    from hostgap.capture.validity import disturbed
+
+    st, cfg = s.state, s.cfg
+    want = (cfg.repeats + 1) // 2
+    extra = []
+    for n in cfg.sweep:
+        for _ in range(cfg.repeats):
+            clean = sum(not disturbed(w, t) for w, t in zip(st["untraced"][n], st["thread"][n]))
+            if clean >= want:
+                break
+            _untraced(s, n, tally)  # a repair run, after the shared schedule
+            extra.append(n)
+    return extra
+
+
+def _traced(s: Side, n: int, r: int, tally) -> None:
+    from hostgap.capture.results import trace_stats
+    from hostgap.load import load_trace
+
+    cfg, st, run = s.cfg, s.state, s.run
+    wall, path = s.engine.generate_traced(n, run.path / "traces")
+    thread_ns = int(getattr(s.engine, "last_thread_ns", 0))
+    path = run.rename_trace(Path(path), f"trace_n{n}_r{r}")
+    loaded = load_trace(str(path))
+    stats = trace_stats(path, loaded)
+    first_n2 = n == cfg.n2 and r == 0
+    if first_n2:
+        st["loaded_n2"] = loaded  # analysed after the runs, without loading it again
+        st["anatomy_trace"] = path
+    del loaded
+    keep = cfg.keep_traces == "all" or (cfg.keep_traces == "ends" and r == 0 and n in (cfg.n1, cfg.n2))
+    stats.update({"wall_ns": int(wall), "thread_ns": thread_ns,
+                  "trace": run.rel(path) if keep or first_n2 else None})
+    st["traced"][n].append(stats)
+    if not keep and not first_n2:
+        path.unlink(missing_ok=True)
+    tally.add(n)
+
+
+def measure_until_quiet(sides: list[Side], tally) -> list[tuple[object, dict]]:
+    """Run every phase; while any side's runs were contended, run them all again (every side:
+    the comparison needs them measured together), at most ``retries`` times. Returns the last
+    attempt's per-side results, with ``attempts`` (each attempt's contention flags) in the raw
+    timings."""
+    from hostgap.capture.protocol import contention_of
+
+    retries = sides[0].cfg.retries
+    attempts: list[list[dict]] = [[] for _ in sides]
+    while True:
+        outs = run_phases(sides, tally)
+        conts = [contention_of(s.cfg, raw) for s, (_t, raw) in zip(sides, outs)]
+        for a, c in zip(attempts, conts):
+            a.append(c)
+        if not any(c["contended"] for c in conts) or len(attempts[0]) > retries:
+            for (_t, raw), a in zip(outs, attempts):
+                raw["attempts"] = a
+            return outs
+        del outs
+        tally.total += sum(s.plan["tokens"] for s in sides)
+        tally.set_phase(f"machine busy, measuring again ({len(attempts[0]) + 1}/{retries + 1})")
+        time.sleep(1.0)  # let a passing burst of other work end
