@@ -195,3 +195,26 @@ def test_cpu_split_needs_a_traced_wall_and_reports_its_share_interval():
     assert sp["g"].value == pytest.approx(0.25) and sp["ci_g"] is None and sp["ci_host_fraction"] is None
     gpu = split(t, g, "gpu")
     assert gpu["g"] is g and gpu["h"].value == pytest.approx(0.5) and gpu["share"] == pytest.approx(0.5)
+
+
+def test_intervals_are_cut_to_the_possible_range():
+    """A wide wall interval makes the MOVER bounds of h and the host fraction impossible
+    (h below 0, a fraction below 0 or above 1); the reported interval is cut to the range,
+    its other bound unchanged."""
+    from hostgap.capture.differencing import Slope, _interval, complement, mover_difference, mover_ratio, split
+
+    t, g = Slope(1.0, 0.2, 1.8), Slope(0.9, 0.8, 1.0)
+    raw_h = mover_difference(t, g)
+    raw_f = complement(mover_ratio(g, t))
+    assert raw_h.lo < 0 and raw_f.lo < 0  # the uncut bounds are impossible
+    sp = split(t, g, "gpu")
+    assert sp["ci_h"] == [0.0, pytest.approx(raw_h.hi)]
+    assert sp["ci_host_fraction"] == [0.0, pytest.approx(min(raw_f.hi, 1.0))]
+    lo, hi = sp["ci_share"]
+    assert 0.0 <= lo <= hi <= 1.0
+    # by hand: cut to [0, 1]; wholly outside -> None; a NaN bound -> None
+    assert _interval(Slope(0.5, -0.2, 1.3), 0.0, 1.0) == [0.0, 1.0]
+    assert _interval(Slope(0.5, 0.1, 0.4), 0.0, 1.0) == [0.1, 0.4]
+    assert _interval(Slope(-2.0, -3.0, -1.0), 0.0) is None
+    assert _interval(Slope(1.0, float("nan"), float("nan")), 0.0) is None
+    assert _interval(None) is None

@@ -346,8 +346,15 @@ def slope_with_interval(series: dict[int, list[int]], n1: int, n2: int, estimato
     return bootstrap_slope(series, n1, n2, est, n_boot, seed, level)
 
 
-def _interval(x: Slope | None) -> list[float] | None:
-    return [x.lo, x.hi] if x is not None else None
+def _interval(x: Slope | None, lo: float = -np.inf, hi: float = np.inf) -> list[float] | None:
+    """``[x.lo, x.hi]`` intersected with the quantity's possible range [lo, hi]: a time is never
+    negative and a share lies in [0, 1], so the true value is inside the range and cutting the
+    interval to it keeps its coverage while never showing an impossible bound. None when there
+    is no interval or it lies wholly outside the range."""
+    if x is None:
+        return None
+    a, b = max(x.lo, lo), min(x.hi, hi)
+    return [float(a), float(b)] if a <= b else None
 
 
 def split(t: Slope, g_traced: Slope, activity: str, traced_t: Slope | None = None) -> dict:
@@ -373,10 +380,10 @@ def split(t: Slope, g_traced: Slope, activity: str, traced_t: Slope | None = Non
     return {
         "g": g, "h": h, "share": share_value,
         "host_fraction": (1 - share_value) if share_value is not None else None,
-        "ci_g": _interval(g) if np.isfinite(g.lo) else None,
-        "ci_h": _interval(h) if np.isfinite(h.lo) else None,
-        "ci_host_fraction": _interval(frac),
-        "ci_share": _interval(share),
+        "ci_g": _interval(g, 0.0) if np.isfinite(g.lo) else None,
+        "ci_h": _interval(h, 0.0) if np.isfinite(h.lo) else None,
+        "ci_host_fraction": _interval(frac, 0.0, 1.0),
+        "ci_share": _interval(share, 0.0, 1.0),
     }
 
 
@@ -410,7 +417,7 @@ def difference(series: Series, n1: int, n2: int, *, estimator: str = "theil-sen"
         "method": method + "; g, h and the host fraction combined by MOVER",
         "repeats_untraced": [len(series.wall_ns[n1]), len(series.wall_ns[n2])],
         "repeats_traced": [len(series.busy_ns[n1]), len(series.busy_ns[n2])],
-        "t_step_ns": [t.lo, t.hi],
+        "t_step_ns": _interval(t, 0.0),
         "g_step_ns": sp["ci_g"],
         "h_step_ns": sp["ci_h"],
         "host_fraction": sp["ci_host_fraction"],
