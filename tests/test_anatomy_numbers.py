@@ -1,0 +1,77 @@
+"""More numbers of the step anatomy that a wrong operator would change (mutation audit,
+bench/mutation.sh): trace-level TaxBreak counts, step windows, marker choice and composition,
+the kernels table, idle causes and the verdict's pool, each on a hand-built timeline.
+
+Every expected value is worked out by hand in the docstring (µs; the builder's unit).
+"""
+
+from __future__ import annotations
+
+import pytest
+from anatomy_builders import H100, US, Timeline
+
+from hostgap.anatomy.markers import hostgap_step_name
+from hostgap.anatomy.steps import AnatomyConfig, analyze
+
+FLOOR = AnatomyConfig(launch_floor_ns=4500.0)
+
+
+def run(t: Timeline, tmp_path, config: AnatomyConfig = FLOOR) -> dict:
+    return analyze(t.load(tmp_path), config).to_dict()
+
+
+# -- trace-level kernel counts -------------------------------------------------------------------
+
+
+def prefill_then_partial_decode() -> Timeline:
+    """hostgap markers, 100 µs apart (markers 60 µs long)::
+
+        step 0 prefill   3 kernels
+        step 1 prefill   3 kernels
+        step 2 decode    1 kernel
+        step 3 decode    1 kernel + a launch with no GPU op (the capture ended): partial
+
+    kernels_per_step is the median over decode steps that are not partial: [1] -> 1 (with the
+    prefill or partial steps in the pool it would be median(3, 3, 1, 1) = 2). 8 kernels in 4
+    steps: 2 per token; one kernel name: unique ratio 1/8.
+    """
+    t = Timeline(props=H100)
+    kinds = ["prefill", "prefill", "decode", "decode"]
+    for i, kind in enumerate(kinds):
+        b0 = 100 * i
+        t.annotation(hostgap_step_name(i, kind, 1, 8 if kind == "prefill" else 1, 8 + i), b0, 60)
+        for j in range(3 if kind == "prefill" else 1):
+            t.launch_kernel(b0 + 2 + 10 * j, 2, "k", b0 + 5 + 10 * j, 4)
+    t.runtime("cudaLaunchKernel", 350, 2, corr=99)
+    return t
+
+
+def test_kernels_per_step_counts_complete_decode_steps_only(tmp_path):
+    doc = run(prefill_then_partial_decode(), tmp_path)
+    assert [s["partial"] for s in doc["steps"]] == [False, False, False, True]
+    assert [s["kernel_count"] for s in doc["steps"]] == [3, 3, 1, 1]
+    tb = doc["taxbreak"]
+    assert tb["kernels_per_step"] == 1.0
+    assert tb["total_kernels"] == 8 and tb["kernels_per_token"] == 2.0
+    assert tb["unique_kernels"] == 1 and tb["unique_ratio"] == pytest.approx(1 / 8)
+
+
+def test_anatomy_repr_leaves_out_the_launch_table(tmp_path):
+    """The per-launch table can hold millions of rows: the result's repr does not print it."""
+    a = analyze(prefill_then_partial_decode().load(tmp_path), FLOOR)
+    assert a.kernels is not None and len(a.kernels) == 9 - 1
+    assert "KernelTaxes" not in repr(a) and "launch_row" not in repr(a)
+
+
+def test_step_orchestrate_adds_all_three_terms(tmp_path):
+    """tests/test_anatomy_taxbreak.py::library_mix, one step: ΔFT 98, ΔCT 19 (library kernels),
+    ΔKT 7 launches x 4.5 = 31.5 µs; the step's T_Orchestrate = 148.5 µs, its HDBI
+    14 / (14 + 148.5) (kernels 7 x 2 µs)."""
+    from test_anatomy_taxbreak import library_mix
+
+    (s,) = run(library_mix(), tmp_path)["steps"]
+    tb = s["taxbreak"]
+    assert (tb["ft_ns"], tb["ct_ns"], tb["kt_ns"]) == (98 * US, 19 * US, 31_500)
+    assert tb["orchestrate_ns"] == 148_500
+    assert tb["device_active_ns"] == 14 * US
+    assert tb["hdbi"] == pytest.approx(14 / (14 + 148.5))
