@@ -75,3 +75,38 @@ def test_step_orchestrate_adds_all_three_terms(tmp_path):
     assert tb["orchestrate_ns"] == 148_500
     assert tb["device_active_ns"] == 14 * US
     assert tb["hdbi"] == pytest.approx(14 / (14 + 148.5))
+
+
+# -- TaxBreak: a library launch inside a framework wrapper ---------------------------------------
+
+
+def wrapped_library_launch() -> Timeline:
+    """No Python frames, one step [0, 100]::
+
+        aten::linear [10, 40]                      the unit (T_py from the step start: 10)
+          cudaStreamSynchronize [12, 15]           host blocked 3 µs inside the wrapper part
+          aten::addmm [20, 35]                     the innermost op: ΔCT starts here
+            cudaLaunchKernel [25, 27] -> cutlass kernel [30, 32]   (library: I_lib = 1)
+
+    T_dispatch = 25 - 10 - 3 (sync) = 12; wrapper = (20 - 10) - 3 = 7; no native kernel, so
+    T_dispatch_base = 0. ΔFT = T_py + wrapper + base = 10 + 7 = 17; ΔCT = 12 - 7 - 0 = 5;
+    sync 3.
+    """
+    from test_anatomy_taxbreak import CUTLASS
+
+    t = Timeline(props=H100)
+    t.annotation("ProfilerStep#1", 0, 100)
+    t.op("aten::linear", 10, 30)
+    t.runtime("cudaStreamSynchronize", 12, 3)
+    t.op("aten::addmm", 20, 15)
+    t.launch_kernel(25, 2, CUTLASS, 30, 2)
+    return t
+
+
+def test_library_launch_wrapper_time_is_framework_time_less_its_sync(tmp_path):
+    k = analyze(wrapped_library_launch().load(tmp_path), FLOOR).kernels
+    assert len(k) == 1 and bool(k.i_lib[0])
+    assert int(k.t_py_ns[0]) == 10 * US and int(k.t_dispatch_ns[0]) == 12 * US
+    assert int(k.t_wrapper_ns[0]) == 7 * US and int(k.sync_ns[0]) == 3 * US
+    assert k.dispatch_base_ns == 0.0
+    assert (int(k.dft_ns[0]), int(k.dct_ns[0])) == (17 * US, 5 * US)
