@@ -110,3 +110,61 @@ def test_library_launch_wrapper_time_is_framework_time_less_its_sync(tmp_path):
     assert int(k.t_wrapper_ns[0]) == 7 * US and int(k.sync_ns[0]) == 3 * US
     assert k.dispatch_base_ns == 0.0
     assert (int(k.dft_ns[0]), int(k.dct_ns[0])) == (17 * US, 5 * US)
+
+
+# -- the verdict's pool when most steps are queued ------------------------------------------------
+
+
+def vstep(i, wall, host, dep=0, queued=False, partial=False, kind="decode"):
+    causes = {"host_ns": host, "dependency_ns": dep, "outside_ns": 0, "unexplained_ns": 0}
+    return {"index": i, "kind": kind, "partial": partial, "queued": queued, "wall_ns": wall,
+            "host_wait_ns": host, "host_fraction": (wall - 10) / wall if wall else None, "idle_causes": causes}
+
+
+def test_verdict_pool_is_the_queued_steps_when_they_are_most():
+    """Two of three steps queued (2 x 2 > 3): the pool keeps all three. Host shares 0.05, 0.05,
+    0.5: median 0.05; dependency 0.3, 0.3, 0: median 0.3 >= 0.25 -> dependency-bound, the note
+    saying the host ran ahead first."""
+    from hostgap.anatomy.verdict import step_verdict
+
+    steps = [vstep(0, 100, 5, 30, queued=True), vstep(1, 100, 5, 30, queued=True), vstep(2, 100, 50)]
+    v = step_verdict(steps, [], None)
+    assert v["steps_used"] == 3 and v["host_wait_share"] == pytest.approx(0.05)
+    assert v["verdict"] == "dependency-bound"
+    assert v["note"].startswith("host ran ahead of the GPU (queued steps); GPU waiting on dependencies")
+    steps = [vstep(0, 100, 5, queued=True), vstep(1, 100, 5, queued=True), vstep(2, 100, 50)]
+    v = step_verdict(steps, [], None)
+    assert v["verdict"] == "device-bound"
+    assert v["note"] == "host ran ahead of the GPU (queued steps): the GPU rarely waited on the host"
+
+
+def test_verdict_queued_and_hidden_host_notes_join():
+    """Queued majority, device-bound, HDBI 0.3: both notes, joined by '; '."""
+    from hostgap.anatomy.verdict import step_verdict
+
+    steps = [vstep(0, 100, 5, queued=True), vstep(1, 100, 5, queued=True), vstep(2, 100, 5)]
+    v = step_verdict(steps, [], 0.3)
+    assert v["note"] == ("host ran ahead of the GPU (queued steps): the GPU rarely waited on the host; "
+                         "HDBI 0.30: host orchestration exceeds GPU time but is hidden behind it")
+
+
+def test_verdict_skips_zero_wall_steps_in_the_shares():
+    """A zero-wall step has no share: the medians are over the other step (host 30/100)."""
+    from hostgap.anatomy.verdict import step_verdict
+
+    v = step_verdict([vstep(0, 0, 0), vstep(1, 100, 30)], [], None)
+    assert v["host_wait_share"] == pytest.approx(0.3) and v["host_fraction"] == pytest.approx(0.9)
+    assert v["verdict"] == "host-bound" and v["steps_used"] == 2
+
+
+def test_verdict_warmup_and_partial_steps_leave_the_pool():
+    """Step 0 warm-up (host 0.9), step 1 partial (0.9), step 2 prefill (0.9) and step 3 decode
+    (0.05): only step 3 is used -> device-bound."""
+    from hostgap.anatomy.verdict import step_verdict
+
+    steps = [vstep(0, 100, 90), vstep(1, 100, 90, partial=True), vstep(2, 100, 90, kind="prefill"),
+             vstep(3, 100, 5)]
+    v = step_verdict(steps, [0], None)
+    assert (v["steps_used"], v["verdict"], v["host_wait_share"]) == (1, "device-bound", 0.05)
+    none = step_verdict([], [], None)
+    assert none["verdict"] is None and none["steps_used"] == 0
