@@ -1,0 +1,87 @@
+"""The paper-cell calibration's arithmetic (hostgap.model.calibrate) on tiny hand-made shapes and
+host models, every expected value worked out by hand in the comments (ns)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hostgap.errors import HostgapError
+from hostgap.model import calibrate
+from hostgap.model.calibrate import PaperCell, Row, Shape, device_scale, evaluate
+from hostgap.model.stepmodel import DEFAULT_HOST, HostModel
+
+H = HostModel(serial_ns=100, per_seq_ns=10, per_kernel_ns=5, launch_floor_ns=2, graph_launch_ns=50,
+              per_rank_ns=20, dispatch_ns=30)
+
+
+def test_shape_device_level_scaled_floored_or_measured():
+    """raw 1000, floor 1500, 4 kernels, batch 2, eager. serial = 100 + 10 x 2 = 120;
+    orchestration = 30 + 4 x ((5 - 2) + 2) = 50. Device: max(2 x 1000, 1500) = 2000 at scale 2,
+    the floor 1500 at scale 1, the measured 3000 when given."""
+    a = Shape(1000, 1500, 0, 4, 2, 1, "eager")
+    p = a.predict(H, 2.0)
+    assert (p.device_ns, p.serial_ns, p.orchestration_ns, p.total_ns) == (2000, 120, 50, 2120)
+    assert a.predict(H, 1.0).total_ns == 1620
+    assert Shape(1000, 1500, 0, 4, 2, 1, "eager", gpu_ns=3000).predict(H, 2.0).total_ns == 3120
+
+
+def cell(kind, *shapes):
+    return PaperCell("c", kind, "fit", {}, shapes, {}, "src")
+
+
+# B: raw 10 (scale 1), 100 kernels, batch 1: serial 110; eager orchestration 30 + 100 x 5 = 530,
+# total 110 + 530 = 640; graph: one launch 50, total 110 + max(50, 10) = 160.
+B = Shape(10, 0, 0, 100, 1, 1, "eager")
+B_GRAPH = Shape(10, 0, 0, 100, 1, 1, "graph")
+# C: the same at TP 2 with 5 ns of collectives: serial 100 + 10 + 20 = 130, total 130 + 530 = 660
+C = Shape(10, 0, 5, 100, 1, 2, "eager")
+
+
+def test_evaluate_each_kind():
+    assert evaluate(cell("step", B), H, 1.0) == {"wall_ms": pytest.approx(640e-6), "host_ms": pytest.approx(630e-6)}
+    assert evaluate(cell("graphs_gain", B, B_GRAPH), H, 1.0) == {"speedup": pytest.approx(4.0)}
+    assert evaluate(cell("tp_speedup", B, C), H, 1.0) == {"speedup": pytest.approx(640 / 660)}
+    assert evaluate(cell("fp8_speedup", C, B), H, 1.0) == {"speedup": pytest.approx(660 / 640)}
+    # spec_cycle: the host part of one verify step: 640 - GPU 10 = 630
+    assert evaluate(cell("spec_cycle", B), H, 1.0) == {"host_ms": pytest.approx(630e-6)}
+
+
+def test_device_scale_is_the_geometric_mean_over_the_scale_cells():
+    """Ratios 200/100 = 2 and 800/100 = 8: sqrt(16) = 4. A cell outside the ids (ratio 100) and
+    a shape without a measured time are ignored; no scale cell: 1."""
+    s = lambda g: Shape(100, 0, 0, 1, 1, 1, "eager", gpu_ns=g)  # noqa: E731
+    cells = [PaperCell("a", "step", "fit", {}, (s(200),), {}, ""),
+             PaperCell("b", "step", "fit", {}, (s(800), Shape(100, 0, 0, 1, 1, 1, "eager")), {}, ""),
+             PaperCell("z", "step", "fit", {}, (s(10_000),), {}, "")]
+    assert device_scale(cells, ("a", "b")) == pytest.approx(4.0)
+    assert device_scale(cells, ()) == 1.0
+
+
+def test_host_from_the_fitted_vector_keeps_the_floor_below_the_per_kernel_cost():
+    h = calibrate._host([1, 2, 3, 4, 5], 7.0, "src")
+    assert (h.serial_ns, h.per_seq_ns, h.per_rank_ns, h.dispatch_ns, h.per_kernel_ns) == (1, 2, 3, 4, 5)
+    assert h.launch_floor_ns == 5 and h.source == "src"
+    assert h.graph_launch_ns == DEFAULT_HOST["vllm"].graph_launch_ns
+    assert calibrate._host([1, 2, 3, 4, 5], 3.0, "").launch_floor_ns == 3
+
+
+def test_row_errors_are_relative_to_the_published_value():
+    r = Row("c", "wall_ms", "fit", 2.0, 3.0, 1.0)
+    assert (r.error, r.loo_error) == (0.5, -0.5)
+    d = r.to_dict()
+    assert (d["published"], d["default"], d["leave_one_out"], d["error"], d["loo_error"]) == (2.0, 3.0, 1.0, 0.5, -0.5)
+
+
+def test_unreadable_or_unknown_cells_are_user_errors(tmp_path):
+    with pytest.raises(HostgapError, match="cannot read the paper cells"):
+        calibrate.load_cells(str(tmp_path / "missing.json"))
+    doc = json.loads(calibrate.CELLS_FILE.read_text())
+    preset = doc["cells"][0]["preset"]
+    bad = {"defaults": doc["defaults"], "device_scale_cells": [],
+           "cells": [{"id": "x", "kind": "weird", "use": "fit", "published": {}, "source": "s", "preset": preset}]}
+    p = tmp_path / "cells.json"
+    p.write_text(json.dumps(bad))
+    with pytest.raises(HostgapError, match="cell x: unknown kind 'weird'"):
+        calibrate.load_cells(str(p))
