@@ -120,3 +120,21 @@ def test_host_api_steps(tmp_path):
     assert step[rows].tolist() == [NONE, 0, 1]
     other = np.setdiff1d(np.arange(len(tr.events)), rows)
     assert (step[other] == NONE).all()
+
+
+def test_before_first_launch_by_correlation_within_the_process():
+    """Host calls of process (link key) 1 start at correlation 5. GPU ops without a launch:
+    key 1 corr 3 (below 5: launched before the capture), key 1 corr 9 (no), key 2 (a process
+    with no host call in the trace: no), key 0 (no), key 1 without a correlation id (no)."""
+    from test_link_nesting import table
+
+    from hostgap.anatomy.windows import _before_first_launch
+    from hostgap.events import Kind
+
+    rows = [{"kind": Kind.LAUNCH, "start": 0, "dur": 1, "corr": 5, "key": 1},
+            {"kind": Kind.RUNTIME, "start": 1, "dur": 1, "corr": 7, "key": 1}]
+    rows += [{"kind": Kind.KERNEL, "start": 10 + i, "dur": 1, "corr": c, "key": k}
+             for i, (k, c) in enumerate([(1, 3), (1, 9), (2, 1), (0, 1), (1, NONE)])]
+    tr = table(rows)
+    assert _before_first_launch(tr, np.arange(2, 7)).tolist() == [True, False, False, False, False]
+    assert _before_first_launch(table(rows[2:]), np.arange(5)).tolist() == [False] * 5  # no host calls
