@@ -138,3 +138,9 @@ def test_before_first_launch_by_correlation_within_the_process():
     tr = table(rows)
     assert _before_first_launch(tr, np.arange(2, 7)).tolist() == [True, False, False, False, False]
     assert _before_first_launch(table(rows[2:]), np.arange(5)).tolist() == [False] * 5  # no host calls
+    # the first captured call is the lowest correlation id, not the earliest call: 5, not 7
+    rows = [{"kind": Kind.RUNTIME, "start": 0, "dur": 1, "corr": 7, "key": 1},
+            {"kind": Kind.LAUNCH, "start": 1, "dur": 1, "corr": 5, "key": 1},
+            {"kind": Kind.KERNEL, "start": 10, "dur": 1, "corr": 6, "key": 1},
+            {"kind": Kind.KERNEL, "start": 11, "dur": 1, "corr": 4, "key": 1}]
+    assert _before_first_launch(table(rows), np.array([2, 3])).tolist() == [False, True]
