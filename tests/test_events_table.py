@@ -36,8 +36,21 @@ def test_from_columns_sorts_rows_by_start_stably_and_casts():
 
 
 def test_from_columns_keeps_sorted_input_as_is():
-    t = EventTable.from_columns(columns([1, 2, 2, 5]))
+    c = columns([1, 2, 2, 5])
+    t = EventTable.from_columns(c)
     assert t.name.tolist() == [0, 1, 2, 3]
+    # already typed and sorted: the table holds the caller's arrays, no copy
+    assert np.shares_memory(t.start_ns, c["start_ns"]) and np.shares_memory(t.name, c["name"])
+    assert len(EventTable.from_columns(columns([]))) == 0
+
+
+def test_require_raises_only_when_the_condition_fails():
+    from hostgap.errors import HostgapError
+    from hostgap.events import require
+
+    require(True, "trace.json", "never raised")
+    with pytest.raises(HostgapError, match="trace.json.*no traceEvents"):
+        require(False, "trace.json", "no traceEvents")
 
 
 def test_from_columns_rejects_missing_and_unequal_columns():
