@@ -77,3 +77,16 @@ def test_launch_join_is_scoped_by_link_key():
     assert lk.launch_of[3:].tolist() == [1, 2, NONE, NONE]
     assert lk.gpu_ops_of_launch[:3].tolist() == [0, 1, 1]
     assert lk.unlinked_gpu_ops == 2
+
+
+def test_join_without_gpu_ops_or_without_host_calls():
+    """Only host calls, or only GPU ops: nothing is linked, every GPU op counts as unlinked."""
+    calls = [{"kind": Kind.LAUNCH, "start": 0, "dur": 1, "corr": 5, "key": 1}]
+    kernels = [{"kind": Kind.KERNEL, "start": 2, "dur": 1, "corr": 5, "key": 1},
+               {"kind": Kind.KERNEL, "start": 3, "dur": 1, "corr": 6, "key": 1}]
+    lk = link(table(calls))
+    assert lk.launch_of.tolist() == [NONE] and lk.gpu_ops_of_launch.tolist() == [0] and lk.unlinked_gpu_ops == 0
+    lk = link(table(kernels))
+    assert lk.launch_of.tolist() == [NONE, NONE] and lk.unlinked_gpu_ops == 2
+    lk = link(table([]))
+    assert len(lk.launch_of) == 0 and lk.unlinked_gpu_ops == 0

@@ -160,14 +160,14 @@ def link(trace: Trace) -> Links:
     launch_of = np.full(n, NONE, dtype=np.int64)
     gpu_rows = np.flatnonzero(gpu & (ev.correlation != NONE))
     api_rows = np.flatnonzero(api)
-    if len(gpu_rows) and len(api_rows):
-        order = np.lexsort((ev.correlation[api_rows], ev.link_key[api_rows]))
-        a_rows = api_rows[order]
-        a_key, a_corr = ev.link_key[a_rows], ev.correlation[a_rows]
-        g_key, g_corr = ev.link_key[gpu_rows], ev.correlation[gpu_rows]
-        pos = _search_pairs(a_key, a_corr, g_key, g_corr)
-        hit = pos >= 0
-        launch_of[gpu_rows[hit]] = a_rows[pos[hit]]
+    # (no GPU op or no host call: the join finds nothing, no guard needed)
+    order = np.lexsort((ev.correlation[api_rows], ev.link_key[api_rows]))
+    a_rows = api_rows[order]
+    a_key, a_corr = ev.link_key[a_rows], ev.correlation[a_rows]
+    g_key, g_corr = ev.link_key[gpu_rows], ev.correlation[gpu_rows]
+    pos = _search_pairs(a_key, a_corr, g_key, g_corr)
+    hit = pos >= 0
+    launch_of[gpu_rows[hit]] = a_rows[pos[hit]]
     counts = np.bincount(launch_of[launch_of >= 0], minlength=n) if n else np.zeros(0, np.int64)
 
     op_of = np.full(n, NONE, dtype=np.int64)
