@@ -85,3 +85,37 @@ def test_unreadable_or_unknown_cells_are_user_errors(tmp_path):
     p.write_text(json.dumps(bad))
     with pytest.raises(HostgapError, match="cell x: unknown kind 'weird'"):
         calibrate.load_cells(str(p))
+
+
+def test_cells_become_the_shapes_their_kind_compares(tmp_path):
+    """Each kind's shapes are the steps it compares: a step (with its measured GPU time), eager
+    vs graph, bf16 vs fp8, TP k vs TP k', and a speculative cycle = one verify step over
+    gamma + 1 tokens per sequence (context + gamma, every position's logits kept)."""
+    from hostgap.model.accounting import Cell
+    from hostgap.model.arch import get_preset
+    from hostgap.model.devices import find_device
+
+    defaults = {"device": "h100-sxm", "engine": "vllm", "mode": "eager", "dtype": "bfloat16", "batch": 2,
+                "context": 1000, "tp": 1}
+    common = {"preset": "llama-3.1-8b", "use": "check", "source": "s", "published": {"x": 1.0}}
+    doc = {"defaults": defaults, "device_scale_cells": [], "cells": [
+        {"id": "step", "kind": "step", "gpu_ms": 5.0, **common},
+        {"id": "graphs", "kind": "graphs_gain", **common},
+        {"id": "fp8", "kind": "fp8_speedup", **common},
+        {"id": "tp", "kind": "tp_speedup", "tp_to": 4, **common},
+        {"id": "spec", "kind": "spec_cycle", "gamma": 3, "mode": "graph", **common}]}
+    p = tmp_path / "cells.json"
+    p.write_text(json.dumps(doc))
+    cells, scale_ids, device = calibrate.load_cells(str(p))
+    assert scale_ids == () and device == "h100-sxm"
+    arch, dev = get_preset("llama-3.1-8b"), find_device("h100-sxm")
+    base = Cell(batch=2, context=1000)
+    shape = lambda cell, mode, gpu_ms=None: calibrate._shape(arch, cell, dev, mode, gpu_ms)  # noqa: E731
+    by = {c.id: c for c in cells}
+    assert by["step"].shapes == (shape(base, "eager", 5.0),) and by["step"].shapes[0].gpu_ns == 5e6
+    assert by["graphs"].shapes == (shape(base, "eager"), shape(base, "graph"))
+    assert by["fp8"].shapes == (shape(base, "eager"), shape(Cell(batch=2, context=1000, dtype="fp8"), "eager"))
+    assert by["tp"].shapes == (shape(base, "eager"), shape(Cell(batch=2, context=1000, tp=4), "eager"))
+    verify = Cell(batch=2, q_tokens=4, context=1003, logits_kept=8)
+    assert by["spec"].shapes == (shape(verify, "graph"),) and by["spec"].gamma == 3
+    assert by["spec"].setting["mode"] == "graph" and by["step"].setting["mode"] == "eager"
