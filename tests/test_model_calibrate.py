@@ -119,3 +119,23 @@ def test_cells_become_the_shapes_their_kind_compares(tmp_path):
     verify = Cell(batch=2, q_tokens=4, context=1003, logits_kept=8)
     assert by["spec"].shapes == (shape(verify, "graph"),) and by["spec"].gamma == 3
     assert by["spec"].setting["mode"] == "graph" and by["step"].setting["mode"] == "eager"
+
+
+def test_regime_cells_host_fraction_from_the_published_numbers():
+    """Straight from paper_cells.json: f = host / wall, or host / (host + measured GPU) when the
+    wall is not published; only step cells with a host figure."""
+    from hostgap.anatomy.verdict import classify
+
+    doc = json.loads(calibrate.CELLS_FILE.read_text())
+    want = {}
+    for c in doc["cells"]:
+        p = c["published"]
+        if c["kind"] != "step" or "host_ms" not in p or not ("wall_ms" in p or c.get("gpu_ms")):
+            continue
+        wall = p["wall_ms"] if "wall_ms" in p else p["host_ms"] + c["gpu_ms"]
+        want[f"published:{c['id']}"] = p["host_ms"] / wall
+    got = {r.run_id: r for r in calibrate.regime_cells()}
+    assert set(got) == set(want) and len(want) >= 2
+    for k, f in want.items():
+        assert got[k].host_fraction == pytest.approx(f, rel=1e-12)
+        assert got[k].regime == classify(f)
