@@ -139,3 +139,31 @@ def test_regime_cells_host_fraction_from_the_published_numbers():
     for k, f in want.items():
         assert got[k].host_fraction == pytest.approx(f, rel=1e-12)
         assert got[k].regime == classify(f)
+
+
+def test_leave_one_out_refits_without_the_cell_and_check_cells_are_never_fitted(tmp_path):
+    """Two fit cells and one check cell (published wall times): a fit cell's held-out value is
+    the model refitted on the other cells only (recomputed here from the parts); a check cell's
+    is its default prediction (the fit never saw it)."""
+    from hostgap.model.devices import find_device, launch_floor_ns
+
+    defaults = {"device": "h100-sxm", "engine": "vllm", "mode": "eager", "dtype": "bfloat16", "batch": 1,
+                "context": 1024, "tp": 1}
+    cell = lambda i, use, batch, wall: {"id": i, "kind": "step", "preset": "llama-3.1-8b", "use": use,  # noqa: E731
+                                        "batch": batch, "source": "s", "published": {"wall_ms": wall}}
+    doc = {"defaults": defaults, "device_scale_cells": [],
+           "cells": [cell("a", "fit", 1, 9.0), cell("b", "fit", 8, 11.0), cell("c", "check", 4, 10.0)]}
+    p = tmp_path / "cells.json"
+    p.write_text(json.dumps(doc))
+    host, scale, rows = calibrate.paper_fit(str(p))
+    assert scale == 1.0 and [r.cell for r in rows] == ["a", "b", "c"]
+    cells, _, _ = calibrate.load_cells(str(p))
+    floor, _ = launch_floor_ns(find_device("h100-sxm"))
+    for r, c in zip(rows, cells):
+        assert r.default == pytest.approx(evaluate(c, host, 1.0)["wall_ms"])
+        if c.use == "fit":
+            rest = [x for x in cells if x.id != c.id]
+            alone = calibrate.fit_paper(rest, 1.0, floor)
+            assert r.loo == pytest.approx(evaluate(c, alone, 1.0)["wall_ms"])
+        else:
+            assert r.loo == r.default
