@@ -46,7 +46,7 @@ tests_for() {
     src/hostgap/load/*)    echo tests/test_load_*.py tests/test_kineto_fuzz.py tests/test_corpus.py ;;
     src/hostgap/anatomy/*) echo tests/test_anatomy_*.py tests/test_timeline*.py tests/test_cpu_compute.py ;;
     src/hostgap/link.py|src/hostgap/events.py)
-                           echo tests/test_link.py tests/test_load_*.py tests/test_anatomy_steps.py ;;
+                           echo tests/test_link*.py tests/test_events_*.py tests/test_load_*.py tests/test_anatomy_steps.py ;;
     src/hostgap/capture/differencing.py|src/hostgap/capture/validity.py)
                            echo tests/test_capture_differencing.py tests/test_capture_validity.py ;;
     src/hostgap/capture/engine_diff.py|src/hostgap/capture/interleave.py)

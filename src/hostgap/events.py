@@ -110,7 +110,8 @@ class EventTable:
     @staticmethod
     def from_columns(columns: dict[str, np.ndarray]) -> EventTable:
         """Build a table from column arrays, casting to the declared dtypes and sorting rows
-        by start time. Raises ``ValueError`` on missing columns or unequal lengths."""
+        by start time. Raises ``ValueError`` on missing columns or unequal lengths. Columns that
+        already have their dtype and order are used as they are (no copy: traces are large)."""
         missing = set(COLUMNS) - set(columns)
         if missing:
             raise ValueError(f"missing event columns: {sorted(missing)}")
@@ -119,7 +120,7 @@ class EventTable:
         if len(lengths) > 1:
             raise ValueError(f"event columns have unequal lengths: {sorted(lengths)}")
         order = np.argsort(cast["start_ns"], kind="stable")
-        if len(order) and not np.all(order[1:] > order[:-1]):
+        if not np.all(order[1:] > order[:-1]):  # (True when empty)
             cast = {c: v[order] for c, v in cast.items()}
         return EventTable(**cast)
 

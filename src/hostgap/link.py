@@ -160,14 +160,14 @@ def link(trace: Trace) -> Links:
     launch_of = np.full(n, NONE, dtype=np.int64)
     gpu_rows = np.flatnonzero(gpu & (ev.correlation != NONE))
     api_rows = np.flatnonzero(api)
-    if len(gpu_rows) and len(api_rows):
-        order = np.lexsort((ev.correlation[api_rows], ev.link_key[api_rows]))
-        a_rows = api_rows[order]
-        a_key, a_corr = ev.link_key[a_rows], ev.correlation[a_rows]
-        g_key, g_corr = ev.link_key[gpu_rows], ev.correlation[gpu_rows]
-        pos = _search_pairs(a_key, a_corr, g_key, g_corr)
-        hit = pos >= 0
-        launch_of[gpu_rows[hit]] = a_rows[pos[hit]]
+    # (no GPU op or no host call: the join finds nothing, no guard needed)
+    order = np.lexsort((ev.correlation[api_rows], ev.link_key[api_rows]))
+    a_rows = api_rows[order]
+    a_key, a_corr = ev.link_key[a_rows], ev.correlation[a_rows]
+    g_key, g_corr = ev.link_key[gpu_rows], ev.correlation[gpu_rows]
+    pos = _search_pairs(a_key, a_corr, g_key, g_corr)
+    hit = pos >= 0
+    launch_of[gpu_rows[hit]] = a_rows[pos[hit]]
     counts = np.bincount(launch_of[launch_of >= 0], minlength=n) if n else np.zeros(0, np.int64)
 
     op_of = np.full(n, NONE, dtype=np.int64)
@@ -177,17 +177,16 @@ def link(trace: Trace) -> Links:
     # never the framework op that encloses a launch
     ops = Nesting.build(trace, (ev.kind == Kind.CPU_OP) & ~trace.name_mask(PROFILER_STEP.match))
     host_api = np.flatnonzero(ev.of_kind(*HOST_API_KINDS))
-    if len(ops.rows) and len(host_api):
-        pos = ops.innermost(ev.tid[host_api], ev.start_ns[host_api], ev.end_ns[host_api])
-        hit = pos >= 0
-        op_of[host_api[hit]] = ops.rows[pos[hit]]
-        top_op_of[host_api[hit]] = ops.rows[ops.root[pos[hit]]]
+    # (innermost finds nothing when either side is empty: no guards needed)
+    pos = ops.innermost(ev.tid[host_api], ev.start_ns[host_api], ev.end_ns[host_api])
+    hit = pos >= 0
+    op_of[host_api[hit]] = ops.rows[pos[hit]]
+    top_op_of[host_api[hit]] = ops.rows[ops.root[pos[hit]]]
     frames = Nesting.build(trace, ev.kind == Kind.PYTHON)
-    if len(frames.rows) and len(ops.rows):
-        top = ops.rows[ops.parent < 0]
-        pos = frames.innermost(ev.tid[top], ev.start_ns[top], ev.end_ns[top])
-        hit = pos >= 0
-        frame_of[top[hit]] = frames.rows[pos[hit]]
+    top = ops.rows[ops.parent < 0]
+    pos = frames.innermost(ev.tid[top], ev.start_ns[top], ev.end_ns[top])
+    hit = pos >= 0
+    frame_of[top[hit]] = frames.rows[pos[hit]]
     return Links(
         launch_of=launch_of,
         gpu_ops_of_launch=counts,

@@ -171,7 +171,7 @@ def combine(states: list[DeviceStates]) -> DeviceStates:
     code = np.full(len(cuts), UNEXPLAINED, dtype=np.int8)
     for d in states:
         code = np.minimum(code, d.code[np.searchsorted(d.start, cuts, side="right") - 1])
-    end = np.append(cuts[1:], max(int(d.end[-1]) for d in states))
+    end = np.append(cuts[1:], int(states[0].end[-1]))  # every device's timeline ends at the same hi
     return DeviceStates(NONE, cuts, end, code)
 
 

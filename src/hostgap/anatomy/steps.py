@@ -110,7 +110,8 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
     ops = device_ops(trace, links, activity, op_rows, first)
     n_steps = len(first)
     parts = _step_parts(ops, n_steps)
-    last = int(parts.gpu.last_ns[-1]) if n_steps and parts.gpu.last_ns[-1] != INT_MIN else None
+    # a last step without ops has INT_MIN here: with_wall_end's max leaves its marker end
+    last = int(parts.gpu.last_ns[-1]) if n_steps else None
     win = with_wall_end(first, last)
     idle = attribute(trace, links, ops, win, config.gap_threshold_ns)
 

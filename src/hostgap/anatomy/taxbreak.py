@@ -192,7 +192,7 @@ def kernel_taxes(
     # ... and whether that previous unit started in the same step
     u_step = np.searchsorted(step_start_ns, ev.start_ns[au], side="right") - 1
     same_step_of_row = np.zeros(len(ev), dtype=bool)
-    same_step_of_row[au] = same_thread & np.concatenate(([False], u_step[1:] == u_step[:-1]))
+    same_step_of_row[au[1:]] = same_thread[1:] & (u_step[1:] == u_step[:-1])
 
     # frame start: innermost Python frame, else the step's CPU start
     frame = np.where(orphan, NONE, links.frame_of[np.maximum(top, 0)])
