@@ -32,6 +32,11 @@ def cluster(tmp_path_factory):
     port = _free_port()
     tmp = tmp_path_factory.mktemp("ray")
     exe = Path(sys.executable).with_name("ray")
+    # the cluster is this test's own: no token authentication, whatever a ~/.ray/auth_token or
+    # RAY_AUTH_* variable left by other Ray use on the machine says (both sides must agree)
+    saved = {k: os.environ.pop(k) for k in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH") if k in os.environ}
+    saved_mode = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     head = subprocess.Popen(
         [str(exe), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
@@ -61,6 +66,11 @@ def cluster(tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()
+        os.environ.update(saved)
+        if saved_mode is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved_mode
 
 
 def _cells(out, batches):
