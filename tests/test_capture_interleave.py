@@ -239,3 +239,20 @@ def test_difference_interval_covers_at_its_level(noise, drift):
         hits += d.lo <= tb - ta <= d.hi
     cover = hits / draws
     assert (0.93 <= cover <= 1.0) if drift else (0.90 <= cover <= 0.99), cover
+
+
+def test_the_engine_learns_which_trace_is_analysed_in_the_attempt_kept(stands, tmp_path, monkeypatch):
+    """An engine that derives more from the analysed trace (vLLM's per-process split) is told
+    which trace that is: the first traced N2 run of the attempt whose results are kept, not of
+    an earlier, contended attempt."""
+    _attempts(monkeypatch)
+    chosen: dict[str, list[tuple[int, Path]]] = {}
+    monkeypatch.setattr(_Stand, "chose_anatomy_trace",
+                        lambda self, path: chosen.setdefault(self.name, []).append((self.attempt, Path(path))),
+                        raising=False)
+    StandB.busy = (1,)
+    a, b = measure_together(_cfgs(tmp_path, retries=1))
+    for r in (a, b):
+        calls = chosen[r["engine"]]
+        assert [attempt for attempt, _ in calls] == [1, 2]  # told once per attempt, the kept one last
+        assert calls[-1][1] == Path(r["run_dir"]) / r["anatomy_trace"]

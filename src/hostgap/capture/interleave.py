@@ -164,6 +164,9 @@ def _traced(s: Side, n: int, r: int, tally) -> None:
     if first_n2:
         st["loaded_n2"] = loaded  # analysed after the runs, without loading it again
         st["anatomy_trace"] = path
+        chose = getattr(s.engine, "chose_anatomy_trace", None)
+        if chose is not None:  # an engine that derives more from the analysed trace (vLLM's split)
+            chose(path)
     del loaded
     keep = cfg.keep_traces == "all" or (cfg.keep_traces == "ends" and r == 0 and n in (cfg.n1, cfg.n2))
     stats.update({"wall_ns": int(wall), "thread_ns": thread_ns,

@@ -141,9 +141,13 @@ class VllmEngine(Engine):
         src = got[0]
         dst = trace_dir / f"vllm_n{n_tokens}_{time.time_ns()}.json.gz"
         shutil.move(str(src), dst)
-        if n_tokens == self.workload.max_new_tokens and self.split is None:
-            self.split = _split_of(dst)  # the N2 run: the per-process split of its decode steps
         return wall, dst
+
+    def chose_anatomy_trace(self, path: Path) -> None:
+        """The protocol analyses ``path`` (the first traced N2 run of the attempt it keeps): the
+        per-process split comes from the same trace, so the two describe the same steps even
+        when a busy machine made the protocol measure again."""
+        self.split = _split_of(Path(path))
 
     def close(self) -> None:
         if self.shared:
