@@ -34,9 +34,7 @@ def outcome(path: str) -> str:
     return "ok"
 
 
-# seed 101 draws the many-window inputs (~20,000 step markers) that take ~10x the others: it runs
-# with the slow tests (CI runs both), seed 202 in the fast suite
-@pytest.mark.parametrize("seed", [pytest.param(101, marks=pytest.mark.slow), 202])
+@pytest.mark.parametrize("seed", [101, 202])
 def test_fixed_seed_budget(tmp_path, seed):
     seen = {"ok": 0, "hostgap error": 0}
     for kind, path, size in fuzz.cases(BUDGET, seed, str(tmp_path)):

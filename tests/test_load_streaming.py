@@ -325,3 +325,53 @@ def test_a_long_prefix_is_read_in_pieces_up_to_its_bound(tmp_path, monkeypatch, 
     assert fell_back is falls_back
     assert_same(streamed, whole)
     assert [d.name for d in streamed.meta.devices] == ["GPU-0"]
+
+
+def test_the_tail_tries_only_brackets_that_can_end_the_list(tmp_path, monkeypatch, whole_path_calls):
+    """The end of traceEvents follows an event's "}" (or the list's own "["): the "]" of the
+    3,000 nested lists and the "}]" inside a string in the last events are not tried as its end,
+    so the tail is decoded a few times, not once per bracket (a fuzzed 2 MB document with
+    thousands of nested brackets took 12 s instead of 0.1 s)."""
+    ev = events(20)
+    ev[-1]["args"]["shapes"] = [[i] for i in range(3000)]
+    ev[-2]["name"] = "ends like a list }] here"
+    path = write(tmp_path, json.dumps({"traceEvents": ev, "traceName": "t"}).encode())
+    calls = []
+
+    def counting(view):
+        calls.append(len(view))
+        return kstream._RAWS.decode(view)
+
+    monkeypatch.setattr(kstream, "CHUNK", 1 << 20)  # one buffer: the whole text is the tail
+    assert sum(len(b) for b in kstream.EventStream(path, decode=counting)) == 40
+    # the candidates: "}]" in the string (truncated there) and the true end
+    assert len(calls) <= 3
+    streamed, whole, fell_back = load_both(path, monkeypatch, whole_path_calls, chunk=1 << 20)
+    assert not fell_back
+    assert_same(streamed, whole)
+    assert "ends like a list }] here" in streamed.names
+
+
+def test_a_tail_malformed_before_its_end_falls_back_without_trying_every_bracket(tmp_path, monkeypatch,
+                                                                               whole_path_calls):
+    """Bytes that do not decode before a candidate "]" lie before every later one: the stream
+    stops at the first such candidate and the whole-text path gives the file's own error."""
+    body = json.dumps(events(6))
+    text = body[:-1] + ", {\"ph\": \"X\", \"cat\": \"kernel\", \"ts\": 1, x}" + "".join(
+        ', {"ph": "X", "args": {}}' for _ in range(200)) + "]"
+    path = write(tmp_path, ('{"traceEvents": %s}' % text).encode())
+    calls = []
+
+    def counting(view):
+        calls.append(len(view))
+        return kstream._RAWS.decode(view)
+
+    monkeypatch.setattr(kstream, "CHUNK", 1 << 20)
+    with pytest.raises(kstream.NotStreamable):
+        list(kstream.EventStream(path, decode=counting))
+    # the usual cut's tries, then one in the tail (the 200 events after "x" hold 200 more "]")
+    assert len(calls) <= kstream.CUT_TRIES + 2
+    for streaming in (True, False):
+        monkeypatch.setattr(kineto, "STREAMING", streaming)
+        with pytest.raises(HostgapError, match="invalid JSON"):
+            load_trace(path)

@@ -173,10 +173,20 @@ class EventStream:
             if q < 0:
                 break
             start = q + 1
+            # the list's end follows an event's "}" or its own "[": a "]" after anything else
+            # (a nested list, a string) cannot end it, and trying each one decodes the tail
+            # once per bracket
+            if buf[max(0, q - 4096) : q].rstrip(_WS)[-1:] not in (b"}", b"["):
+                continue
             try:
                 events = self.decode(memoryview(buf)[: q + 1])
-            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-                continue
+            except msgspec.DecodeError as e:
+                if "truncated" in str(e):  # the "]" lies inside an event: read on
+                    continue
+                # malformed before this "]": the same bytes lie before every later one
+                raise NotStreamable("the events before the end of traceEvents do not decode") from None
+            except (msgspec.ValidationError, RecursionError):
+                raise NotStreamable("the events before the end of traceEvents do not decode") from None
             try:
                 after = _TOP.decode(b'{"":0' + bytes(buf[q + 1 :]))
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
