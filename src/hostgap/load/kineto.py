@@ -30,6 +30,7 @@ file.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from itertools import compress, repeat
 from operator import attrgetter, eq
 from typing import Annotated, Any
@@ -471,7 +472,7 @@ def _columns(events: list[_Event], skipped: SkipCounter, codes: dict[str, int]):
     ph = list(map(_PH, events))
     phases = Counter(ph)
     flows = sum(phases[p] for p in _FLOW_PHASES)
-    processes = _process_names(events) if phases["M"] else {}
+    processes = _process_names(compress(events, map(eq, ph, repeat("M")))) if phases["M"] else {}
     skipped.add("instant or other non-duration events", len(events) - phases["X"] - flows - phases["M"])
     if phases["X"] != len(events):
         ev = list(compress(events, map(eq, ph, repeat("X"))))
@@ -561,10 +562,10 @@ def _intern(ev: list[_Event], codes: dict) -> np.ndarray:
     """Name codes (int32) into ``codes`` (new names appended in order of first appearance; a
     missing name is the key None, read back as "")."""
     names = list(map(_NAME, ev))
-    for n in dict.fromkeys(names):
-        if n not in codes:
-            codes[n] = len(codes)
-    return np.fromiter(map(codes.__getitem__, names), dtype=np.int32, count=len(names))
+    out = np.fromiter(map(codes.get, names, repeat(-1)), dtype=np.int32, count=len(names))
+    for i in np.flatnonzero(out < 0).tolist():  # names not seen before, in order
+        out[i] = codes.setdefault(names[i], len(codes))
+    return out
 
 
 def _ids(ev: list[_Event], field: str) -> np.ndarray:
@@ -617,7 +618,7 @@ def _args_columns(ev: list[_Event], skipped: SkipCounter) -> list[np.ndarray]:
     return out
 
 
-def _process_names(events: list[_Event]) -> dict[int, str]:
+def _process_names(events: Iterable[_Event]) -> dict[int, str]:
     out = {}
     for e in events:
         if e.ph == "M" and e.name == "process_name" and isinstance(e.pid, int) and e.args is not None:
