@@ -71,7 +71,7 @@ def _scale(digits: np.ndarray, decimals: np.ndarray) -> tuple[np.ndarray, np.nda
     mag = np.abs(digits)  # -2**63 stays negative here: out of range below
     up = np.clip(3 - decimals, 0, 18)  # scale up: integers and 1-2 decimals
     down = np.clip(decimals - 3, 0, 18)  # scale down: sub-ns decimals
-    limit = MAX_ABS_NS // _POW10[up]
+    limit = -(-MAX_ABS_NS // _POW10[up])  # the least magnitude whose ns reach MAX_ABS_NS
     out = (mag < 0) | (mag >= np.where(down > 0, _INT64_MAX, limit))
     div = _POW10[down]
     q, r = np.divmod(mag, div)
@@ -84,7 +84,7 @@ def _scale(digits: np.ndarray, decimals: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 _INT64_MAX = np.int64(2**63 - 1)
-_INT_LIMIT = MAX_ABS_NS // 1000
+_INT_LIMIT = -(-MAX_ABS_NS // 1000)
 """Integer µs at or beyond this (in magnitude) are out of range (:func:`_scale` with no decimals)."""
 
 
