@@ -94,7 +94,8 @@ MALFORMED_ARGS = "malformed args (event kept)"
 
 def batch_columns(events: list[Event], skipped: SkipCounter, codes: dict[str, int]):
     """Classify one batch of events and build its columns (one pass per field); name codes
-    index ``codes``, shared by every batch. Name-based refinements wait for :func:`refine` (on the joined columns)."""
+    index ``codes``, shared by every batch. Name-based refinements wait for :func:`refine`,
+    on the joined columns."""
     # map/attrgetter/compress keep the per-event loops in C
     ph = list(map(_PH, events))
     phases = Counter(ph)
