@@ -21,6 +21,7 @@ here, column-wise:
 
 from __future__ import annotations
 
+import decimal
 
 import numpy as np
 
@@ -97,8 +98,6 @@ def _each(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
 def _one(t: bytes) -> tuple[int, int]:
     """One JSON value text: absent/null → MISSING; non-numbers → MALFORMED; numbers through
     Decimal (exact), rounded half to even to whole ns."""
-    import decimal  # only for the rare batches that need it
-
     if not t or t == b"null":
         return 0, MISSING
     if not (t[:1] == b"-" or t[:1].isdigit()):
