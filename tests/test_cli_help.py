@@ -106,3 +106,26 @@ def test_kernels_prints_a_table_unless_csv_or_json_is_asked(tmp_path):
     import json
 
     assert len(json.loads(CliRunner().invoke(cli, ["kernels", trace, "--json", "-q"]).output)) == 6
+
+
+def test_each_command_is_found_in_the_module_named_for_it():
+    """The lazy group imports ``COMMANDS[name]`` to find ``name``: every module's ``register``
+    must add exactly the commands the table names for it, or a verb would be missing."""
+    import importlib
+
+    from hostgap.cli import COMMAND_MODULES, COMMANDS
+
+    for module in COMMAND_MODULES:
+        group = click.Group()
+        importlib.import_module(f"hostgap.cli.{module}").register(group)
+        assert set(dict.keys(group.commands)) == {c for c, m in COMMANDS.items() if m == module}, module
+
+
+def test_a_command_imports_only_its_module():
+    import subprocess
+    import sys
+
+    code = ("import sys; from hostgap.cli import cli; cli.commands.get('steps'); "
+            "print(sorted(m for m in sys.modules if m.startswith('hostgap.cli.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['hostgap.cli.analyze']"

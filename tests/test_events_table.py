@@ -119,3 +119,14 @@ def test_skip_counter_ignores_zero_counts():
     s.add("bad ts", 2)
     s.add("no name", 0)
     assert dict(s) == {"bad ts": 3}
+
+
+def test_end_ns_is_computed_once_and_cannot_be_changed():
+    cols = {c: np.zeros(3, dtype=dt) for c, dt in COLUMNS.items()}
+    cols["start_ns"] = np.array([0, 5, 10], dtype=np.int64)
+    cols["dur_ns"] = np.array([2, 0, 7], dtype=np.int64)
+    t = EventTable(**cols)
+    assert t.end_ns.tolist() == [2, 5, 17]
+    assert t.end_ns is t.end_ns
+    with pytest.raises(ValueError):
+        t.end_ns[0] = 99

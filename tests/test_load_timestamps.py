@@ -100,3 +100,32 @@ def test_matches_exact_rational_arithmetic(texts, with_null):
             assert (v, s) == (want, OK), t
         else:
             assert s == OUT_OF_RANGE, t
+
+
+def test_batches_of_one_shape_take_their_shortcuts_exactly():
+    # integers only (scaled by 1000) and %.3f only (the digits are the ns): range ends included
+    ns, status = ns_from_text([b"4611686018427387", b"-4611686018427387", b"4611686018427388", b"0", b"-0"])
+    assert ns.tolist() == [4611686018427387000, -4611686018427387000, 0, 0, 0]  # 2**62 = 4611686018427387904
+    assert status.tolist() == [OK, OK, OUT_OF_RANGE, OK, OK]
+    # one and two decimals are scaled up: the same end, and the per-value path agrees
+    for texts in ([b"4611686018427387.9", b"4611686018427387.90", b"4611686018427388.0", b"4611686018427387.91"],
+                  [b"4611686018427387.9", b"4611686018427387.90", b"4611686018427388.0", b"4611686018427387.91",
+                   b"null"]):
+        ns, status = ns_from_text(texts)
+        assert ns[:4].tolist() == [4611686018427387900, 4611686018427387900, 0, 0]
+        assert status[:4].tolist() == [OK, OK, OUT_OF_RANGE, OUT_OF_RANGE]
+    ns, status = ns_from_text([b"4611686018427387.903", b"-4611686018427387.903", b"4611686018427387.904",
+                               b"-4611686018427387.904", b"-0.000", b"0.001", b"1661203462598772.123"])
+    assert ns.tolist() == [MAX_ABS_NS - 1, -(MAX_ABS_NS - 1), 0, 0, 0, 1, 1661203462598772123]
+    assert status.tolist() == [OK, OK, OUT_OF_RANGE, OUT_OF_RANGE, OK, OK, OK]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["", "-"]), st.integers(0, 9_999_999_999_999_999), st.integers(0, 999)),
+                min_size=1, max_size=30), st.booleans())
+def test_one_shape_batches_match_exact_arithmetic(values, three_decimals):
+    texts = [f"{s}{w}.{f:03d}" if three_decimals else f"{s}{w}" for s, w, f in values]
+    ns, status = ns_from_text([t.encode() for t in texts])
+    for t, v, s in zip(texts, ns.tolist(), status.tolist()):
+        want = reference(t)
+        assert (v, s) == ((want, OK) if abs(want) < MAX_ABS_NS else (0, OUT_OF_RANGE)), t

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -95,9 +96,13 @@ class EventTable:
     def __len__(self) -> int:
         return len(self.kind)
 
-    @property
+    @cached_property
     def end_ns(self) -> np.ndarray:
-        return self.start_ns + self.dur_ns
+        """``start_ns + dur_ns``, computed once per table (the analysis asks for it dozens of
+        times) and read-only, so no caller can change what the next one reads."""
+        end = self.start_ns + self.dur_ns
+        end.flags.writeable = False
+        return end
 
     def take(self, index: np.ndarray) -> EventTable:
         """Rows selected by an index array or boolean mask (order kept)."""

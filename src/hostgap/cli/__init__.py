@@ -1,7 +1,9 @@
 """The ``hostgap`` command line: thin wrappers over the library.
 
 Each pipeline stage registers its verbs from its own module (``analyze``, ``measure``,
-``models``, ``attribute``, ``vllm``, ``report``). Data goes to stdout, logs and progress to
+``models``, ``attribute``, ``vllm``, ``report``), imported when one of its verbs is first looked
+up (:data:`COMMANDS`): ``hostgap analyze`` does not import the capture and model commands.
+Listing the commands (``--help``) imports them all. Data goes to stdout, logs and progress to
 stderr; a user error is one line naming the input, exit status 2.
 """
 
@@ -17,10 +19,81 @@ import click
 from hostgap import __version__
 from hostgap.errors import HostgapError
 
-COMMAND_MODULES = ("analyze", "measure", "models", "attribute", "vllm", "report")
+COMMANDS = {
+    "analyze": "analyze", "steps": "analyze", "kernels": "analyze", "trim": "analyze",
+    "measure": "measure", "presets": "measure", "floor": "measure", "runs": "measure", "show": "measure",
+    "sweep": "measure",
+    "account": "models", "fit": "models", "predict": "models", "regimes": "models",
+    "attribute": "attribute",
+    "harvest": "vllm",
+    "report": "report", "compare": "report", "overlay": "report",
+}
+"""Each top-level command and the module (``hostgap.cli.<module>``) whose ``register`` adds it."""
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
+
+
+class _Commands(dict):
+    """A group's commands, registered module by module on first use: looking one up imports
+    its module (an unknown name imports them all, so click's error sees every command);
+    listing them imports every module."""
+
+    def __init__(self, group: click.Group):
+        super().__init__()
+        self._group = group
+        self._loaded: set[str] = set()
+
+    def _load(self, *modules: str) -> None:
+        for module in modules:
+            if module not in self._loaded:
+                self._loaded.add(module)
+                importlib.import_module(f"hostgap.cli.{module}").register(self._group)
+                for command in dict.values(self):
+                    _add_quiet(command)
+
+    def _load_for(self, name) -> None:
+        self._load(*((COMMANDS[name],) if name in COMMANDS else COMMAND_MODULES))
+
+    def get(self, name, default=None):
+        self._load_for(name)
+        return super().get(name, default)
+
+    def __getitem__(self, name):
+        self._load_for(name)
+        return super().__getitem__(name)
+
+    def __contains__(self, name) -> bool:
+        self._load_for(name)
+        return super().__contains__(name)
+
+    def _all(self) -> None:
+        self._load(*COMMAND_MODULES)
+
+    def __iter__(self):
+        self._all()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._all()
+        return super().__len__()
+
+    def keys(self):
+        self._all()
+        return super().keys()
+
+    def values(self):
+        self._all()
+        return super().values()
+
+    def items(self):
+        self._all()
+        return super().items()
 
 
 class _Group(click.Group):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands(self)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -62,11 +135,6 @@ def cli(max_trace_bytes: str | None = None) -> None:
         os.environ["HOSTGAP_MAX_TRACE_BYTES"] = max_trace_bytes
 
 
-for _name in COMMAND_MODULES:
-    _mod = importlib.import_module(f"hostgap.cli.{_name}")
-    _mod.register(cli)
-
-
 def _add_quiet(command: click.Command) -> None:
     """Give every command a ``-q/--quiet`` flag. Commands that take one handle it themselves;
     for the others it silences their notes and progress on stderr (errors still print)."""
@@ -91,10 +159,6 @@ def _add_quiet(command: click.Command) -> None:
                 sys.stderr = saved
 
     command.callback = functools.update_wrapper(quiet_callback, callback)
-
-
-for _command in cli.commands.values():
-    _add_quiet(_command)
 
 
 def main() -> None:

@@ -6,9 +6,11 @@ epoch timestamp in ns (it is a 256 ns grid there), and the double a 19-digit dec
 is already off, so the loader keeps the values' JSON text (``msgspec.Raw``) and converts it
 here, column-wise:
 
-- a batch of plain numbers (``-?digits(.digits)?``, 18 digits at most): the digits without
-  the point are read as one integer each (``int`` of bytes, in C), then scaled column-wise
-  by the number of decimals: exact up to three decimals, half to even beyond;
+- a batch of plain numbers (``-?digits(.digits)?`` that fit int64 without the point): the
+  points are dropped from the batch's joined text at once and the digits read as one integer
+  each (``int`` of bytes, in C), then scaled column-wise by the number of decimals (found
+  from the points' positions): exact up to three decimals, half to even beyond. Integers
+  and Kineto's ``%.3f`` (the digits are then the ns) skip the scaling;
 - any other batch (an exponent, a longer number, a null, a string): value by value, numbers
   through :class:`decimal.Decimal` (exact), same rounding;
 - absent or ``null``: missing; strings, booleans, objects, arrays: malformed.
@@ -20,7 +22,6 @@ here, column-wise:
 from __future__ import annotations
 
 import decimal
-from itertools import repeat
 
 import numpy as np
 
@@ -43,20 +44,25 @@ def ns_from_text(texts: list) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int8)
     # JSON value text never holds a NUL byte (raw control characters are invalid JSON)
     joined = b"\x00".join(texts)
-    parts = joined.split(b"\x00")
+    dots = np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) == ord("."))
     try:
         # the digits without the point, as one integer each (int() of bytes runs in C)
-        digits = np.fromiter(map(int, map(bytes.replace, parts, repeat(b"."), repeat(b""))),
+        digits = np.fromiter(map(int, (joined.replace(b".", b"") if len(dots) else joined).split(b"\x00")),
                              dtype=np.int64, count=n)
     except (ValueError, OverflowError):  # null, absent, strings, exponents, > 18 digits
-        return _each(parts)
-    if b"." not in joined:
-        return _scale(digits, np.zeros(n, dtype=np.int64))
-    # a byte matrix (19 digits, a sign and a point fit in 24 columns) gives lengths and points
-    u = np.array(parts, dtype="S24").view(np.uint8).reshape(n, -1)
-    lens = np.count_nonzero(u, axis=1)
-    dot = u == ord(".")
-    decimals = np.where(dot.any(axis=1), lens - 1 - dot.argmax(axis=1), 0)
+        return _each(joined.split(b"\x00"))
+    if not len(dots):  # integer µs: ns = µs * 1000 below the range limit
+        out = (digits <= -_INT_LIMIT) | (digits >= _INT_LIMIT)
+        return np.where(out, 0, digits * 1000), out.astype(np.int8) * np.int8(OUT_OF_RANGE)
+    # each value is a JSON number here, so it holds one point at most: its decimals are the
+    # bytes between the point and the value's end
+    ends = np.append(np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) == 0), len(joined))
+    at = np.searchsorted(ends, dots)
+    if len(dots) == n and np.array_equal(ends - dots, np.full(n, 4)):  # all "%.3f": digits are ns
+        out = (digits <= -MAX_ABS_NS) | (digits >= MAX_ABS_NS)
+        return np.where(out, 0, digits), out.astype(np.int8) * np.int8(OUT_OF_RANGE)
+    decimals = np.zeros(n, dtype=np.int64)
+    decimals[at] = ends[at] - dots - 1
     return _scale(digits, decimals)
 
 
@@ -65,7 +71,7 @@ def _scale(digits: np.ndarray, decimals: np.ndarray) -> tuple[np.ndarray, np.nda
     mag = np.abs(digits)  # -2**63 stays negative here: out of range below
     up = np.clip(3 - decimals, 0, 18)  # scale up: integers and 1-2 decimals
     down = np.clip(decimals - 3, 0, 18)  # scale down: sub-ns decimals
-    limit = MAX_ABS_NS // _POW10[up]
+    limit = -(-MAX_ABS_NS // _POW10[up])  # the least magnitude whose ns reach MAX_ABS_NS
     out = (mag < 0) | (mag >= np.where(down > 0, _INT64_MAX, limit))
     div = _POW10[down]
     q, r = np.divmod(mag, div)
@@ -78,6 +84,8 @@ def _scale(digits: np.ndarray, decimals: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 _INT64_MAX = np.int64(2**63 - 1)
+_INT_LIMIT = -(-MAX_ABS_NS // 1000)
+"""Integer µs at or beyond this (in magnitude) are out of range (:func:`_scale` with no decimals)."""
 
 
 def _each(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,8 @@ timestamps with ns precision and integer-µs ones, ``baseTimeNanoseconds``,
 Speed and memory: the text is read and (gzip) inflated chunk by chunk and never held whole
 (:mod:`hostgap.load.kineto_stream`): each chunk of complete events is decoded in one msgspec
 pass straight into typed structs holding only the fields hostgap uses, and batches of
-:data:`BATCH` events become numpy columns, kept as pieces and joined once at the end. So the
+:data:`BATCH` events become numpy columns (:mod:`hostgap.load.kineto_events`: the schema and
+the columns), kept as pieces and joined once at the end. So the
 peak memory is the columns plus a few chunks, whatever the size of the text. A chunk whose
 events do not all fit the typed schema (a string where a number belongs, ...) is split into raw
 spans and decoded again leniently, event by event; the misfits are skipped and counted by
@@ -29,120 +30,44 @@ file.
 
 from __future__ import annotations
 
-from collections import Counter
-from itertools import compress, repeat
-from operator import attrgetter, eq
-from typing import Annotated, Any
-
 import msgspec
 import numpy as np
 
 from hostgap.errors import HostgapError
-from hostgap.events import (
-    NONE,
-    CopyKind,
-    DeviceInfo,
-    EventTable,
-    Kind,
-    SkipCounter,
-    Trace,
-    TraceMeta,
+from hostgap.events import CopyKind, DeviceInfo, EventTable, Kind, SkipCounter, Trace, TraceMeta
+from hostgap.load.kineto_events import (
+    ABSENT,
+    MALFORMED_ARGS,
+    Args,
+    Event,
+    EventLooseArgs,
+    batch_columns,
+    int_or_none,
+    refine,
 )
-from hostgap.load.apis import classify_api, copy_kind_from_name
 from hostgap.load.kineto_stream import EventStream, NotStreamable
-from hostgap.load.decimal_ns import MALFORMED, MISSING, OUT_OF_RANGE, ns_from_text
 from hostgap.load.text import fence_control_char, fence_lone_surrogates, read_trace_text
-
-I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-"""An integer that fits the int64 columns (JSON allows any size; a larger one is a misfit)."""
-_ABSENT = msgspec.Raw(b"")
-
-
-# Numeric args may arrive as strings (ROCm writes ``"bytes": "9216"`` on hipMemcpyAsync): they are
-# accepted here and converted in :func:`_arg`, so such files keep the fast typed path.
-IntArg = I64 | str | None
-
-
-class _Args(msgspec.Struct, gc=False):
-    # absent args default to NONE (not None) so the six columns convert to int64 in one call
-    correlation: IntArg = NONE
-    external_id: IntArg = msgspec.field(default=NONE, name="External id")
-    external_id_legacy: IntArg = msgspec.field(default=NONE, name="external id")
-    device: IntArg = NONE
-    stream: IntArg = NONE
-    bytes: IntArg = NONE
-    name: Any = None  # metadata events: {"name": "<process name>"}
-
-
-_ARG_NAMES = ("correlation", "external_id", "external_id_legacy", "device", "stream", "bytes")
-_EMPTY_ARGS = _Args()
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str | None = None
-    name: str | None = None
-    ts: msgspec.Raw = _ABSENT  # JSON text: converted to ns exactly (decimal_ns)
-    dur: msgspec.Raw = _ABSENT
-    pid: I64 | str | None = NONE
-    tid: I64 | str | None = NONE
-    args: _Args | None = None
-
-
-class _EventLooseArgs(_Event, gc=False):
-    """An event whose args did not fit :class:`_Args`: they are salvaged one by one."""
-
-    args: msgspec.Raw = _ABSENT  # type: ignore[assignment]
-
 
 class _RawDoc(msgspec.Struct):
     traceEvents: list[msgspec.Raw] | None = None
-    baseTimeNanoseconds: msgspec.Raw = _ABSENT  # metadata is decoded leniently (_meta_value)
-    deviceProperties: msgspec.Raw = _ABSENT
-    distributedInfo: msgspec.Raw = _ABSENT
+    baseTimeNanoseconds: msgspec.Raw = ABSENT  # metadata is decoded leniently (_meta_value)
+    deviceProperties: msgspec.Raw = ABSENT
+    distributedInfo: msgspec.Raw = ABSENT
 
 
 BATCH = 4096
 """Events decoded into structs at a time (bounds the memory beyond the JSON text itself)."""
 
-_EVENTS = msgspec.json.Decoder(list[_Event])
-_EVENT = msgspec.json.Decoder(_Event)
-_EVENT_LOOSE_ARGS = msgspec.json.Decoder(_EventLooseArgs)
+_EVENTS = msgspec.json.Decoder(list[Event])
+_EVENT = msgspec.json.Decoder(Event)
+_EVENT_LOOSE_ARGS = msgspec.json.Decoder(EventLooseArgs)
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 SKIPPED_AT_KEEP = 5
 """Indices (in ``traceEvents``) kept per skip reason for malformed events."""
-MAX_REASON_TEXT = 80
-"""A category or name quoted in a skip reason is cut to this many characters."""
 
 
 class _LooseDoc(msgspec.Struct):
-    traceEvents: msgspec.Raw = _ABSENT
-
-
-# Category (current and legacy) → kind. Runtime/driver categories are refined by API name.
-_CATEGORY_KIND: dict[str, Kind | None] = {
-    "kernel": Kind.KERNEL,
-    "Kernel": Kind.KERNEL,
-    "gpu_memcpy": Kind.MEMCPY,
-    "Memcpy": Kind.MEMCPY,
-    "gpu_memset": Kind.MEMSET,
-    "Memset": Kind.MEMSET,
-    "cuda_runtime": Kind.RUNTIME,
-    "cuda_driver": Kind.RUNTIME,
-    "Runtime": Kind.RUNTIME,
-    "Driver": Kind.RUNTIME,
-    "cpu_op": Kind.CPU_OP,
-    "Operator": Kind.CPU_OP,
-    "operator": Kind.CPU_OP,
-    "python_function": Kind.PYTHON,
-    "user_annotation": Kind.ANNOTATION,
-    "gpu_user_annotation": Kind.GPU_ANNOTATION,
-}
-# Categories that are known but not timeline work: skipped, counted under "ignored: <cat>".
-_IGNORED_CATEGORIES = {"Trace", "cuda_sync", "cpu_instant_event", "overhead", "Overhead"}
-_FLOW_PHASES = {"s", "f", "t"}
-_PH, _CAT, _NAME = attrgetter("ph"), attrgetter("cat"), attrgetter("name")
-_TS, _DUR = attrgetter("ts"), attrgetter("dur")
+    traceEvents: msgspec.Raw = ABSENT
 
 
 STREAMING = True
@@ -197,7 +122,7 @@ def _trace(path: str, builder: _Builder, top: dict) -> Trace:
     meta = TraceMeta(
         path=path,
         format="kineto",
-        base_time_ns=_int_or_none(top["baseTimeNanoseconds"]),
+        base_time_ns=int_or_none(top["baseTimeNanoseconds"]),
         devices=_devices(top["deviceProperties"], table),
         rank=_dist(top["distributedInfo"], "rank"),
         world_size=_dist(top["distributedInfo"], "world_size"),
@@ -263,9 +188,9 @@ class _Builder:
         self.pieces: dict[str, list[np.ndarray]] = {}
         self.processes: dict[int, str] = {}
         self.flows = self.metadata = self.n_input = 0
-        self.carry: list[_Event] = []
+        self.carry: list[Event] = []
 
-    def decode_list(self, text: bytes) -> list[_Event]:
+    def decode_list(self, text: bytes) -> list[Event]:
         """The events of ``text``, a JSON list of events, in one pass when they all fit the
         typed schema; else span by span (misfits skipped and counted at their index). Raises
         msgspec's errors when ``text`` is not a JSON list (the stream then cuts elsewhere)."""
@@ -277,7 +202,7 @@ class _Builder:
         self.n_input += len(events)
         return events
 
-    def decode_spans(self, batch: list[msgspec.Raw]) -> list[_Event]:
+    def decode_spans(self, batch: list[msgspec.Raw]) -> list[Event]:
         """The events of one batch of raw spans (the lenient path for those that fail)."""
         try:
             events = _EVENTS.decode(b"[" + b",".join(batch) + b"]")
@@ -286,7 +211,7 @@ class _Builder:
         self.n_input += len(batch)
         return events
 
-    def add(self, events: list[_Event]) -> None:
+    def add(self, events: list[Event]) -> None:
         if self.carry:
             need = BATCH - len(self.carry)
             self.carry.extend(events[:need])
@@ -299,8 +224,8 @@ class _Builder:
             self._columns(events[i : i + BATCH])
         self.carry = events[full:]
 
-    def _columns(self, events: list[_Event]) -> None:
-        cols, procs, n_flows, n_meta = _columns(events, self.skipped, self.codes)
+    def _columns(self, events: list[Event]) -> None:
+        cols, procs, n_flows, n_meta = batch_columns(events, self.skipped, self.codes)
         for c, v in cols.items():
             self.pieces.setdefault(c, []).append(v)
         self.processes.update(procs)
@@ -319,7 +244,7 @@ class _Builder:
         for c in list(self.pieces):
             columns[c] = _join(self.pieces.pop(c))[order]
             _release_freed_memory()  # the pieces' memory, before the next column is built
-        return _finish(columns, names), names
+        return refine(columns, names), names
 
 
 def _release_freed_memory() -> None:
@@ -378,9 +303,9 @@ def _decode_loose(path: str, raw) -> _RawDoc:
 
 
 class _LooseMeta(msgspec.Struct):
-    baseTimeNanoseconds: msgspec.Raw = _ABSENT
-    deviceProperties: msgspec.Raw = _ABSENT
-    distributedInfo: msgspec.Raw = _ABSENT
+    baseTimeNanoseconds: msgspec.Raw = ABSENT
+    deviceProperties: msgspec.Raw = ABSENT
+    distributedInfo: msgspec.Raw = ABSENT
 
 
 def _located(reason: str, at: list[int] | None, n: int) -> str:
@@ -404,7 +329,7 @@ UNDECODABLE = "undecodable event (invalid UTF-8, lone surrogate, control charact
 
 
 def _events_one_by_one(batch: list[msgspec.Raw], base: int, skipped: SkipCounter,
-                       skipped_at: dict[str, list[int]]) -> list[_Event]:
+                       skipped_at: dict[str, list[int]]) -> list[Event]:
     """Slow path for a batch that did not decode as a whole: each event on its own; those
     that do not fit are skipped and counted with their index in ``traceEvents``."""
     out = []
@@ -427,29 +352,27 @@ def _events_one_by_one(batch: list[msgspec.Raw], base: int, skipped: SkipCounter
             _skip(MALFORMED_FIELDS, base + k, skipped, skipped_at)
             continue
         skipped.add(MALFORMED_ARGS)
-        out.append(_Event(loose.ph, loose.cat, loose.name, loose.ts, loose.dur, loose.pid, loose.tid,
+        out.append(Event(loose.ph, loose.cat, loose.name, loose.ts, loose.dur, loose.pid, loose.tid,
                           _salvage_args(loose.args)))
     return out
 
 
-def _salvage_args(raw: msgspec.Raw) -> _Args:
+def _salvage_args(raw: msgspec.Raw) -> Args:
     """The integer args that are well-formed; the rest dropped."""
     try:
         args = msgspec.json.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return _Args()
+        return Args()
     clean = {}
     if isinstance(args, dict):
         for k, field_name in _ARG_FIELDS.items():
             v = args.get(k)
             if isinstance(v, str):
-                v = _int_or_none(v)
+                v = int_or_none(v)
             if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63:
                 clean[field_name] = v
-    return _Args(**clean)
+    return Args(**clean)
 
-
-MALFORMED_ARGS = "malformed args (event kept)"
 
 _ARG_FIELDS = {
     "correlation": "correlation",
@@ -459,171 +382,6 @@ _ARG_FIELDS = {
     "stream": "stream",
     "bytes": "bytes",
 }
-
-
-# -- columns ---------------------------------------------------------------------------
-
-
-def _columns(events: list[_Event], skipped: SkipCounter, codes: dict[str, int]):
-    """Classify one batch of events and build its columns (one pass per field); name codes
-    index ``codes``, shared by every batch. Name-based refinements wait for :func:`_finish`."""
-    # map/attrgetter/compress keep the per-event loops in C
-    ph = list(map(_PH, events))
-    phases = Counter(ph)
-    flows = sum(phases[p] for p in _FLOW_PHASES)
-    processes = _process_names(events) if phases["M"] else {}
-    skipped.add("instant or other non-duration events", len(events) - phases["X"] - flows - phases["M"])
-    if phases["X"] != len(events):
-        ev = list(compress(events, map(eq, ph, repeat("X"))))
-    else:
-        ev = events
-    del ph
-
-    cats = list(map(_CAT, ev))
-    kind = np.fromiter(map(_CATEGORY_KIND.get, cats, repeat(-1)), dtype=np.int16, count=len(cats))
-    unknown = kind < 0
-    if unknown.any():
-        for c, n in Counter(cats[i] for i in np.flatnonzero(unknown)).items():
-            skipped.add(_category_reason(c), n)
-
-    # ts/dur arrive as JSON text: exact ns, and a status per value (decimal_ns)
-    ts, ts_st = ns_from_text(list(map(_TS, ev)))
-    dur, dur_st = ns_from_text(list(map(_DUR, ev)))
-    known = ~unknown
-    missing = known & ((ts_st == MISSING) | (dur_st == MISSING))
-    skipped.add("missing ts or dur", int(missing.sum()))
-    malformed = known & ~missing & ((ts_st == MALFORMED) | (dur_st == MALFORMED))
-    skipped.add("ts or dur not a number", int(malformed.sum()))
-    huge = known & ~missing & ~malformed & ((ts_st == OUT_OF_RANGE) | (dur_st == OUT_OF_RANGE))
-    skipped.add("timestamp out of range", int(huge.sum()))
-    neg = known & ~missing & ~malformed & ~huge & (dur < 0)
-    skipped.add("negative duration", int(neg.sum()))
-    sel = np.flatnonzero(~(unknown | missing | malformed | huge | neg))
-    if len(sel) < len(ev):  # the kept events only, so skipped ones cannot add malformed-arg counts
-        ev = [ev[i] for i in sel]
-    kind = kind[sel].astype(np.int8)
-    start_ns, dur_ns = ts[sel], dur[sel]
-
-    name = _intern(ev, codes)
-
-    pid = _ids(ev, "pid")
-    tid = _ids(ev, "tid")
-    correlation, ext, ext_legacy, arg_device, arg_stream, nbytes = _args_columns(ev, skipped)
-    external_id = np.where(ext != NONE, ext, ext_legacy)
-    gpu_side = kind <= Kind.GPU_ANNOTATION
-    # Kineto puts a GPU op on pid = device, tid = stream; args say so too when present.
-    device = np.where(gpu_side, np.where(arg_device != NONE, arg_device, pid), NONE)
-    stream = np.where(gpu_side, np.where(arg_stream != NONE, arg_stream, tid), NONE)
-    is_copy = kind == Kind.MEMCPY
-    columns = {
-        "kind": kind,
-        "start_ns": start_ns,
-        "dur_ns": dur_ns,
-        "pid": pid,
-        "tid": tid,
-        "device": device,
-        "stream": stream,
-        "correlation": correlation,
-        # one Kineto file is one process's CUPTI session: correlation ids are unique in it
-        "link_key": np.zeros(len(ev), dtype=np.int64),
-        "external_id": external_id,
-        "name": name,
-        "bytes": np.where(is_copy | (kind == Kind.MEMSET), np.maximum(nbytes, 0), 0),
-        "copy_kind": np.zeros(len(ev), dtype=np.int8),
-    }
-    return columns, processes, flows, phases["M"]
-
-
-def _finish(columns: dict[str, np.ndarray], names: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """Refinements decided once per distinct name: runtime calls → LAUNCH / GRAPH_LAUNCH /
-    RUNTIME, memcpy → direction."""
-    kind, name = columns["kind"], columns["name"]
-    runtime = kind == Kind.RUNTIME
-    if runtime.any():
-        api_kind = np.array([int(classify_api(s)) for s in names], dtype=np.int8)
-        kind[runtime] = api_kind[name[runtime]]
-    is_copy = kind == Kind.MEMCPY
-    if is_copy.any():
-        ck = np.array([int(copy_kind_from_name(s)) for s in names], dtype=np.int8)
-        columns["copy_kind"][is_copy] = ck[name[is_copy]]
-    return columns
-
-
-def _category_reason(cat) -> str:
-    """Skip reason for an unmapped category, quoting at most :data:`MAX_REASON_TEXT` characters
-    of it (a hostile 100 kB category must not become a 100 kB reason)."""
-    c = str(cat)
-    c = c if len(c) <= MAX_REASON_TEXT else c[:MAX_REASON_TEXT] + f"... ({len(c)} characters)"
-    return f"ignored category: {c}" if cat in _IGNORED_CATEGORIES else f"unknown category: {c}"
-
-
-def _intern(ev: list[_Event], codes: dict) -> np.ndarray:
-    """Name codes (int32) into ``codes`` (new names appended in order of first appearance; a
-    missing name is the key None, read back as "")."""
-    names = list(map(_NAME, ev))
-    for n in dict.fromkeys(names):
-        if n not in codes:
-            codes[n] = len(codes)
-    return np.fromiter(map(codes.__getitem__, names), dtype=np.int32, count=len(names))
-
-
-def _ids(ev: list[_Event], field: str) -> np.ndarray:
-    """pid/tid column: ints kept; strings ("Spans", "stream 7 ...") mapped to stable negatives
-    below -1 so they never collide with a real id or with NONE."""
-    try:
-        return np.fromiter(map(attrgetter(field), ev), dtype=np.int64, count=len(ev))  # all ints
-    except (ValueError, TypeError, OverflowError):
-        pass
-    mapping: dict[str, int] = {}
-
-    def code(v) -> int:
-        if v is None:
-            return NONE
-        s = str(v)
-        n = _small_int(s) if s.isascii() and s.isdigit() else None
-        return n if n is not None else mapping.setdefault(s, -2 - len(mapping))
-
-    return np.array([v if type(v) is int else code(v) for v in map(attrgetter(field), ev)], dtype=np.int64)
-
-
-def _small_int(s: str) -> int | None:
-    # 19 digits at most: int() of a long digit string is slow and, past 4300 digits, refused
-    n = int(s) if len(s) <= 19 else 2**63
-    return n if n < 2**63 else None
-
-
-def _args_columns(ev: list[_Event], skipped: SkipCounter) -> list[np.ndarray]:
-    """The six int64 arg columns (rows of :data:`_ARG_NAMES`); NONE where absent. Strings that
-    hold an integer are converted; other strings and nulls count as malformed args (the event is
-    kept, the arg ignored)."""
-    args = [a if a is not None else _EMPTY_ARGS for a in map(attrgetter("args"), ev)]
-    try:
-        return [np.fromiter(map(attrgetter(f), args), dtype=np.int64, count=len(args)) for f in _ARG_NAMES]
-    except (ValueError, OverflowError, TypeError):  # strings or nulls among them
-        pass
-    rows = [attrgetter(*_ARG_NAMES)(a) for a in args]
-    out = np.empty((len(_ARG_NAMES), len(rows)), dtype=np.int64)
-    for i, row in enumerate(rows):
-        for j, v in enumerate(row):
-            if v is None:  # an explicit JSON null
-                v = NONE
-            elif isinstance(v, str):
-                n = _int_or_none(v)
-                if n is None or not -(2**63) <= n < 2**63:
-                    skipped.add(MALFORMED_ARGS)
-                    n = NONE
-                v = n
-            out[j, i] = v
-    return out
-
-
-def _process_names(events: list[_Event]) -> dict[int, str]:
-    out = {}
-    for e in events:
-        if e.ph == "M" and e.name == "process_name" and isinstance(e.pid, int) and e.args is not None:
-            if isinstance(e.args.name, str):
-                out[e.pid] = e.args.name
-    return out
 
 
 def _devices(props: list | None, table: EventTable) -> tuple[DeviceInfo, ...]:
@@ -659,16 +417,6 @@ def _dist(info, key: str) -> int | None:
         v = info.get(key)
         if isinstance(v, int) and not isinstance(v, bool):
             return v
-    return None
-
-
-def _int_or_none(v) -> int | None:
-    """An int64 from an int or a decimal string; None otherwise (bools, floats, out of range)."""
-    if isinstance(v, str):
-        t = v.strip()
-        v = int(t) if t.isascii() and 0 < len(t) <= 20 and t.lstrip("+-").isdigit() else None
-    if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63:
-        return v
     return None
 
 

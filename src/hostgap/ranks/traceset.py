@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 
@@ -51,6 +49,8 @@ def expand(paths: list[str]) -> tuple[list[str], bool]:
     for p in paths:
         if os.path.isdir(p):
             had_dir = True
+            from pathlib import Path  # imported only here: a single file's analysis skips it
+
             found = sorted(str(f) for f in Path(p).iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
             if not found:
                 raise HostgapError(p, "directory holds no trace files (.json, .json.gz, .sqlite)")
@@ -145,6 +145,8 @@ def analyse_files(files: list[str], opts: Options, jobs: int | None = None, back
         if jobs <= 1:
             results = [analyse_file(f, opts) for f in files]
         else:
+            from concurrent.futures import ProcessPoolExecutor
+
             with ProcessPoolExecutor(max_workers=jobs) as pool:
                 results = list(pool.map(analyse_file, files, [opts] * len(files)))
     for r in results:
@@ -158,7 +160,7 @@ def is_trace_set(analysed: list[tuple[str, list[dict]]], had_dir: bool) -> bool:
     parts = [d for _, docs in analysed for d in docs]
     if had_dir or any(len(docs) > 1 for _, docs in analysed):
         return True
-    return len(parts) > 1 and all(d["_rank"]["meta_rank"] is not None or RANK_IN_NAME.search(Path(f).name)
+    return len(parts) > 1 and all(d["_rank"]["meta_rank"] is not None or RANK_IN_NAME.search(os.path.basename(f))
                                   for f, docs in analysed for d in docs)
 
 
@@ -168,7 +170,7 @@ def assign_ranks(analysed: list[tuple[str, list[dict]]]) -> tuple[list[tuple[int
     parts = [(f, d) for f, docs in analysed for d in docs]
     notes: list[str] = []
     meta = [d["_rank"]["meta_rank"] for _, d in parts]
-    named = [RANK_IN_NAME.search(Path(f).name) for f, _ in parts]
+    named = [RANK_IN_NAME.search(os.path.basename(f)) for f, _ in parts]
     if any(len(docs) > 1 for _, docs in analysed):
         ranks, source = list(range(len(parts))), "process"
     elif all(m is not None for m in meta):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import io
 import re
 import sys
@@ -59,6 +58,8 @@ def write_csv(rows: list[dict], out=None) -> None:
         for k in r:
             if k not in keys:
                 keys.append(k)
+    import csv
+
     w = csv.DictWriter(out, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in rows:
