@@ -219,7 +219,7 @@ def render_anatomy(doc: dict, con: Console) -> None:
               f"{summ['warmup']['count']}, flagged (queued/partial) {summ['flagged']['count']}")
     groups = [(g, summ[g]) for g in ("steady", "prefill", "warmup", "flagged") if summ[g]["count"]]
     if groups:
-        t = Table(title=f"per step, median [p10–p90] (ms); {label}", title_justify="left")
+        t = Table(title=f"per step, median \\[p10–p90] (ms); {label}", title_justify="left")
         for c in ("group", "steps", "wall", label, "host-exposed", "host_wait", "host fraction", "kernels"):
             t.add_column(c, justify="left" if c == "group" else "right")
         for g, s in groups:
@@ -266,7 +266,7 @@ def _render_comm(doc: dict, groups: list, label: str, con: Console) -> None:
     comm = doc.get("communication") or {}
     if not comm.get("comm_count") or not groups:
         return
-    t = Table(title=f"communication per step, median [p10–p90] (ms); {label} = compute + comm − overlap",
+    t = Table(title=f"communication per step, median \\[p10–p90] (ms); {label} = compute + comm − overlap",
               title_justify="left")
     for c in ("group", "steps", "compute", "comm", "overlap", "comm ops"):
         t.add_column(c, justify="left" if c == "group" else "right")
