@@ -168,7 +168,7 @@ def cell_key(cfg: MeasureConfig) -> str:
     return "|".join(str(x) for x in (
         what, cfg.engine, cfg.device, cfg.mode, f"b{cfg.batch}", f"L{cfg.prompt_len}", cfg.dtype,
         f"t{cfg.threads}" if cfg.device == "cpu" else "t-", f"n{cfg.n1}-{cfg.n2}",
-    ))
+    ) + ((f"tp{cfg.tp}",) if cfg.tp > 1 else ()))
 
 
 # -- the run ------------------------------------------------------------------------------

@@ -147,7 +147,8 @@ def _config_from(opts: dict):
         warmup=opts["warmup"], estimator=opts["estimator"], seed=opts["seed"],
         stacks=opts.get("stacks", False), keep_traces=opts["keep_traces"],
         trace_gzip=opts["gzip"], floor_file=opts.get("floor_file"), out=opts.get("out_old") or opts["out"],
-        kv_cache_gib=opts.get("kv_cache_gib"), retries=opts.get("retries", 2), tp=opts.get("tp") or 1,
+        kv_cache_gib=opts.get("kv_cache_gib"), retries=opts.get("retries", 2),
+        tp=1 if opts.get("tp") is None else opts["tp"],
     )
 
 
