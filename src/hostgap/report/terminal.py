@@ -317,6 +317,9 @@ def render_steps(doc: dict, con: Console) -> None:
     render_anatomy({**doc, "top_ops": [], "top_frames": []}, con)
 
 
+CLASS_LABEL = {"communication": "comm"}
+"""Launch classes as the launch table shows them (the JSON and CSV spell them out)."""
+
 KERNEL_TABLE_MAX = 1000
 """Launches shown in the terminal table of ``hostgap kernels``; --csv/--json give every row."""
 
@@ -330,9 +333,10 @@ def render_kernels(rows: list[dict], con: Console, trace: str | None = None) -> 
     t = Table(title=f"launches of {trace or 'the trace'} (µs; ΔKT = launch floor per launch)", title_justify="left")
     for c in ("step", "launch API", "kernel", "class", "op", "device", "T_py", "T_dispatch", "T_launch", "ΔFT",
               "ΔCT", "ΔKT", "ΔKT_fw", "queued"):
-        t.add_column(c, justify="left" if c in ("launch API", "kernel", "class", "op") else "right")
+        t.add_column(c, justify="left" if c in ("launch API", "kernel", "class", "op") else "right",
+                     min_width=16 if c == "launch API" else None)
     for r in shown:
-        t.add_row(str(r["step"]), r["launch_api"], _trim(r["kernel"], 48), r["class"],
+        t.add_row(str(r["step"]), r["launch_api"], _trim(r["kernel"], 48), CLASS_LABEL.get(r["class"], r["class"]),
                   _trim(r["op"] or r["inner_op"], 28),
                   _us(r["device_ns"]), _us(r["t_py_ns"]), _us(r["t_dispatch_ns"]), _us(r["t_launch_ns"]),
                   _us(r["dft_ns"]), _us(r["dct_ns"]), _us(r["dkt_ns"]), _us(r["dkt_fw_ns"]),
