@@ -169,3 +169,15 @@ def test_real_nccl_trace_terminal(nccl):
     assert out.exit_code == 0, out.output
     assert "communication per step" in out.output and "by launch class, per step" in out.output
     assert "device 0 busy = compute" in out.output
+
+
+def test_real_nccl_trace_report_classes_the_top_kernels(nccl, tmp_path):
+    path, _, _ = nccl
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(cli, ["report", path, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    html = out.read_text()
+    table = html[html.index("top kernels (whole trace)"):]
+    table = table[:table.index("</table>")]
+    # the all-reduce kernel is the top one; the broadcast is not in the top 10
+    assert table.count("<td>communication</td>") == 1 and table.count("<td>compute</td>") == 9
