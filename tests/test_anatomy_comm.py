@@ -158,6 +158,11 @@ def test_real_nccl_trace_taxbreak_and_launch_rows(nccl):
     by = a.to_dict()["taxbreak"]["by_class"]
     assert by["communication"]["launches"] == len(comm_ops) and by["mixed"]["graph_launches"] == 0
     assert by["communication"]["device_ns"] == sum(e - s for s, e in comm_ops)
+    tax = a.to_dict()["taxbreak"]
+    assert tax["ct_ns"] > 0  # cuDNN/cuBLAS launches: the classes' sums are checked on every term
+    for key in ("ft_ns", "ct_ns", "orchestrate_ns"):
+        assert sum(v[key] for v in by.values()) == tax[key]
+    assert by["compute"]["launches"] + by["communication"]["launches"] == tax["launches"]
     rows = [r for r in kernel_rows(trace, a) if r["step"] >= 0]
     assert sum(r["class"] == "communication" for r in rows) == len(comm_ops)
     assert all(r["kernel"].startswith("nccl") == (r["class"] == "communication") for r in rows)
