@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from hostgap.anatomy.steps import Anatomy
 from hostgap.events import Trace
+from hostgap.ranks.comm import CLASSES
 
 
 def kernel_rows(trace: Trace, anatomy: Anatomy) -> list[dict]:
-    """Rows for CSV/JSON. Empty for CPU-only traces (no launches)."""
+    """Rows for CSV/JSON. Empty for CPU-only traces (no launches). ``class``: what the launch
+    enqueued, ``compute``, ``communication`` or ``mixed`` (:func:`hostgap.ranks.comm.launch_classes`)."""
     k = anatomy.kernels
     if k is None:
         return []
@@ -27,6 +29,7 @@ def kernel_rows(trace: Trace, anatomy: Anatomy) -> list[dict]:
             "launch_api": name(lr),
             "graph": bool(k.graph[i]),
             "kernel": name(gr) if not k.graph[i] else f"graph replay ({int(k.gpu_ops[i])} ops)",
+            "class": CLASSES[int(anatomy.launch_class[i])],
             "gpu_ops": int(k.gpu_ops[i]),
             "device_ns": int(k.device_ns[i]),
             "op": name(int(k.unit_row[i])) if int(k.unit_row[i]) != lr else "",

@@ -11,6 +11,7 @@ from dataclasses import asdict
 import numpy as np
 
 from hostgap import SCHEMA_VERSION
+from hostgap.anatomy.intervals import union_ns
 from hostgap.anatomy.timeline import (
     DEFAULT_GAP_THRESHOLD_NS,
     gpu_times,
@@ -21,6 +22,7 @@ from hostgap.anatomy.timeline import (
 )
 from hostgap.events import GPU_OP_KINDS, Kind, Trace
 from hostgap.link import Links, link
+from hostgap.ranks.comm import comm_of_name
 
 
 def overview(trace: Trace, links: Links | None = None, gap_threshold_ns: int = DEFAULT_GAP_THRESHOLD_NS,
@@ -30,6 +32,7 @@ def overview(trace: Trace, links: Links | None = None, gap_threshold_ns: int = D
     ev = trace.events
     gpu_rows = np.flatnonzero(ev.of_kind(*GPU_OP_KINDS))
     names = {d.index: d for d in trace.meta.devices}
+    is_comm_name = comm_of_name(trace)
     devices = []
     for dev in np.unique(ev.device[gpu_rows]):
         rows = gpu_rows[ev.device[gpu_rows] == dev]
@@ -41,6 +44,7 @@ def overview(trace: Trace, links: Links | None = None, gap_threshold_ns: int = D
             "start_ns": int(ev.start_ns[rows].min()),
             "end_ns": int(ev.end_ns[rows].max()),
             **gpu_times(trace, rows).to_dict(),
+            **_comm_split(trace, rows, is_comm_name),
             "streams": int(len(np.unique(ev.stream[rows]))),
             "idle_gaps": idle_gaps(trace, links, rows, gap_threshold_ns).to_dict(),
             "top_kernels": top_kernels(trace, rows, top),
@@ -77,3 +81,14 @@ def overview(trace: Trace, links: Links | None = None, gap_threshold_ns: int = D
         "idle_gap_threshold_ns": int(gap_threshold_ns),
         "skipped": dict(sorted(trace.meta.skipped.items())),
     }
+
+
+def _comm_split(trace: Trace, rows: np.ndarray, is_comm_name: np.ndarray) -> dict:
+    """The device's GPU ops split into compute and communication over the whole trace (the
+    per-step keys of the same names, docs/multirank.md): unions and their overlap."""
+    ev = trace.events
+    comm = is_comm_name[ev.name[rows]] if len(is_comm_name) else np.zeros(len(rows), bool)
+    s, e = ev.start_ns[rows], ev.start_ns[rows] + ev.dur_ns[rows]
+    compute, comm_u = union_ns(s[~comm], e[~comm]), union_ns(s[comm], e[comm])
+    return {"compute_active_ns": compute, "comm_active_ns": comm_u,
+            "comm_overlap_ns": compute + comm_u - union_ns(s, e), "comm_count": int(comm.sum())}

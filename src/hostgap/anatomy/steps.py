@@ -40,6 +40,7 @@ from hostgap.anatomy.windows import (
 )
 from hostgap.events import HOST_API_KINDS, NONE, CopyKind, Kind, Trace
 from hostgap.link import Links, link
+from hostgap.ranks.comm import CLASSES, StepComm, launch_classes, split_ops
 
 SYNC_API = tb.SYNC_API
 
@@ -71,6 +72,8 @@ class Anatomy:
     kernels: tb.KernelTaxes | None = field(default=None, repr=False)
     idle_causes: dict = field(default_factory=dict)
     marker_note: str = ""
+    comm: StepComm | None = field(default=None, repr=False)  # compute / communication split
+    launch_class: np.ndarray | None = field(default=None, repr=False)  # per kernels row: CLASSES index
 
     def to_dict(self) -> dict:
         return {
@@ -82,6 +85,7 @@ class Anatomy:
             "steps": self.steps,
             "summary": self.summary,
             "idle_causes": self.idle_causes,
+            "communication": self.comm.totals() if self.comm is not None else None,
             "taxbreak": self.taxbreak,
             "verdict": self.verdict,
             "top_ops": self.top_ops,
@@ -110,6 +114,7 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
     ops = device_ops(trace, links, activity, op_rows, first)
     n_steps = len(first)
     parts = _step_parts(ops, n_steps)
+    comm = split_ops(trace, ops, n_steps)
     # a last step without ops has INT_MIN here: with_wall_end's max leaves its marker end
     last = int(parts.gpu.last_ns[-1]) if n_steps else None
     win = with_wall_end(first, last)
@@ -144,6 +149,7 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
     steps = []
     for i in range(n_steps):
         row = _step_row(i, win, parts, idle, step_device[i], api_idle[i])
+        row.update(comm.step_dict(i))
         row.update({"launches": int(launches[i]), "graph_launches": int(graph_launches[i]),
                     "queued": bool(queued[i]), "queued_reason": queued_reason[i],
                     "partial": bool(partial[i]), "partial_reason": partial_reason[i]})
@@ -156,7 +162,8 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
         steps.append(row)
 
     summary = _summary(steps, config.warmup_steps)
-    trace_tax = _trace_taxbreak(trace, taxes, floor, steps, ops, unattributed)
+    launch_class = launch_classes(trace, links, taxes.launch_row) if taxes is not None else None
+    trace_tax = _trace_taxbreak(trace, taxes, floor, steps, ops, unattributed, launch_class)
     v = step_verdict(steps, summary["warmup"]["indices"], trace_tax.get("hdbi"))
     if taxes is not None:
         top_ops = _top(trace, taxes, "op", n_steps, config.top)
@@ -183,6 +190,8 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
             "gpu_ops_before_capture": int(np.sum(ops.outside)),
         },
         kernels=taxes,
+        comm=comm,
+        launch_class=launch_class,
     )
 
 
@@ -365,7 +374,8 @@ def _step_taxbreak(per_step: dict, i: int, device_active: int, unattributed: int
 # -- summary, verdict, rankings -------------------------------------------------------------
 
 SUMMARY_KEYS = ("wall_ns", "gpu_active_ns", "host_exposed_ns", "host_wait_ns", "host_fraction",
-                "kernel_sum_ns", "kernel_union_ns", "kernel_count", "launches")
+                "kernel_sum_ns", "kernel_union_ns", "kernel_count", "launches", "compute_active_ns",
+                "comm_active_ns", "comm_overlap_ns", "comm_count")
 
 
 def _stats(values: list) -> dict | None:
@@ -401,7 +411,7 @@ def _summary(steps: list[dict], warmup: int) -> dict:
     return out
 
 
-def _trace_taxbreak(trace, taxes, floor, steps, ops: DeviceOps, unattributed) -> dict:
+def _trace_taxbreak(trace, taxes, floor, steps, ops: DeviceOps, unattributed, launch_class) -> dict:
     ev = trace.events
     n_steps = len(steps)
     kernel_rows = ops.rows[ops.is_kernel & (ops.step >= 0)]
@@ -422,7 +432,7 @@ def _trace_taxbreak(trace, taxes, floor, steps, ops: DeviceOps, unattributed) ->
                                        "dispatch_ns", "sync_ns", "unattributed_ns", "device_active_ns",
                                        "orchestrate_ns", "hdbi", "launches", "graph_launches",
                                        "library_launches", "queued_launches", "dispatch_base_ns",
-                                       "launch_floor_ns", "floor_source")})
+                                       "launch_floor_ns", "floor_source", "by_class")})
         base["note"] = "no device activity: GPU terms (TaxBreak, HDBI, launch floor) do not apply"
         return base
     sel = taxes.step >= 0
@@ -439,8 +449,18 @@ def _trace_taxbreak(trace, taxes, floor, steps, ops: DeviceOps, unattributed) ->
         "queued_launches": int(np.sum(taxes.queued[sel])),
         "dispatch_base_ns": taxes.dispatch_base_ns,
         "launch_floor_ns": floor.ns, "floor_source": floor.source,
+        "by_class": {c: _class_taxes(taxes, sel & (launch_class == j)) for j, c in enumerate(CLASSES)},
     })
     return base
+
+
+def _class_taxes(taxes, sel) -> dict:
+    """TaxBreak of one launch class (compute, communication, mixed): its launches, host terms
+    and the kernel time those launches enqueued."""
+    s = tb.sums(taxes, sel)
+    return {"launches": int(np.sum(~taxes.graph[sel])), "graph_launches": int(np.sum(taxes.graph[sel])),
+            "ft_ns": s.ft_ns, "ct_ns": s.ct_ns, "kt_ns": s.kt_ns, "orchestrate_ns": s.ft_ns + s.ct_ns + s.kt_ns,
+            "device_ns": int(taxes.device_ns[sel].sum())}
 
 
 def _top(trace, taxes, by: str, n_steps: int, top: int) -> list[dict]:

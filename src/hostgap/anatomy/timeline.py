@@ -220,9 +220,12 @@ def top_kernels(trace: Trace, rows: np.ndarray, n: int = 10) -> list[dict]:
     count = np.bincount(inv)
     grand = max(int(total.sum()), 1)
     order = np.argsort(-total)[:n]
+    from hostgap.ranks.comm import is_comm
+
     return [
-        {"name": trace.names[codes[i]], "count": int(count[i]), "total_ns": int(total[i]),
-         "mean_ns": float(total[i] / count[i]), "share": float(total[i] / grand)}
+        {"name": trace.names[codes[i]], "class": "communication" if is_comm(trace.names[codes[i]]) else "compute",
+         "count": int(count[i]), "total_ns": int(total[i]), "mean_ns": float(total[i] / count[i]),
+         "share": float(total[i] / grand)}
         for i in order
     ]
 

@@ -16,6 +16,7 @@ With one engine this is the protocol of :mod:`hostgap.capture.protocol` unchange
 from __future__ import annotations
 
 import random
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,7 +158,10 @@ def _traced(s: Side, n: int, r: int, tally) -> None:
     cfg, st, run = s.cfg, s.state, s.run
     wall, path = s.engine.generate_traced(n, run.path / "traces")
     thread_ns = int(getattr(s.engine, "last_thread_ns", 0))
+    ranks = getattr(s.engine, "rank_traces", {}).pop(str(path), None)  # tensor parallel: every rank's trace
     path = run.rename_trace(Path(path), f"trace_n{n}_r{r}")
+    if ranks is not None:
+        ranks = _rename_ranks(Path(ranks), path.name.split(".")[0])
     loaded = load_trace(str(path))
     stats = trace_stats(path, loaded)
     first_n2 = n == cfg.n2 and r == 0
@@ -171,10 +175,24 @@ def _traced(s: Side, n: int, r: int, tally) -> None:
     keep = cfg.keep_traces == "all" or (cfg.keep_traces == "ends" and r == 0 and n in (cfg.n1, cfg.n2))
     stats.update({"wall_ns": int(wall), "thread_ns": thread_ns,
                   "trace": run.rel(path) if keep or first_n2 else None})
+    if ranks is not None:
+        stats["rank_traces"] = run.rel(ranks) if keep or first_n2 else None
     st["traced"][n].append(stats)
     if not keep and not first_n2:
         path.unlink(missing_ok=True)
+        if ranks is not None:
+            shutil.rmtree(ranks, ignore_errors=True)
     tally.add(n)
+
+
+def _rename_ranks(ranks: Path, stem: str) -> Path:
+    """Move a traced run's rank traces to ``traces/ranks/<stem>/`` (the stem of its rank-0
+    trace), replacing what an earlier attempt left there."""
+    dst = ranks.parent / stem
+    if dst != ranks:
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.move(ranks, dst)
+    return dst
 
 
 def measure_until_quiet(sides: list[Side], tally) -> list[tuple[object, dict]]:

@@ -72,6 +72,7 @@ class MeasureConfig:
     run_dir: str | None = None  # exact run directory (overrides out)
     n_boot: int = 2000
     kv_cache_gib: float | None = None  # vLLM engine: KV-cache space (GiB); None: the engine's default
+    tp: int = 1  # vLLM engine: tensor-parallel ranks (one Worker and one trace per rank)
     retries: int = 2  # re-measurements when the machine was busy (contention)
 
     def to_dict(self) -> dict:
@@ -95,6 +96,10 @@ def validate(cfg: MeasureConfig) -> None:
         raise HostgapError("--estimator", f"use one of {', '.join(ESTIMATORS)}")
     if cfg.retries < 0:
         raise HostgapError("--retries", f"must be >= 0, got {cfg.retries}")
+    if cfg.tp < 1:
+        raise HostgapError("--tp", f"must be >= 1, got {cfg.tp}")
+    if cfg.tp > 1 and cfg.engine != "vllm":
+        raise HostgapError("--tp", f"tensor parallel runs on the vllm engine only, not {cfg.engine}")
     if cfg.preset and cfg.model_path:
         raise HostgapError("--model", "give either a preset or --model PATH, not both")
     if cfg.preset:
@@ -145,7 +150,8 @@ def make_workload(cfg: MeasureConfig, arch: Arch) -> Workload:
         device=cfg.device, mode=cfg.mode, dtype=cfg.dtype, threads=cfg.threads,
         model_path=cfg.model_path, seed=cfg.seed, max_new_tokens=cfg.n2,
         extra={"trace_gzip": cfg.trace_gzip,
-               **({"kv_cache_gib": cfg.kv_cache_gib} if cfg.kv_cache_gib is not None else {})},
+               **({"kv_cache_gib": cfg.kv_cache_gib} if cfg.kv_cache_gib is not None else {}),
+               **({"tp": cfg.tp} if cfg.tp > 1 else {})},
     )
 
 
@@ -162,7 +168,7 @@ def cell_key(cfg: MeasureConfig) -> str:
     return "|".join(str(x) for x in (
         what, cfg.engine, cfg.device, cfg.mode, f"b{cfg.batch}", f"L{cfg.prompt_len}", cfg.dtype,
         f"t{cfg.threads}" if cfg.device == "cpu" else "t-", f"n{cfg.n1}-{cfg.n2}",
-    ))
+    ) + ((f"tp{cfg.tp}",) if cfg.tp > 1 else ()))
 
 
 # -- the run ------------------------------------------------------------------------------

@@ -147,7 +147,7 @@ def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy:
         "device_name": describe.get("device_name", cfg.device),
         "mode": cfg.mode,
         "engine": cfg.engine,
-        "tp": 1,  # tensor-parallel degree: measure runs one GPU (fit and predict group by it)
+        "tp": cfg.tp,  # tensor-parallel degree (fit and predict group by it); 1 but for vLLM --tp
         "batch": cfg.batch,
         "prompt_len": cfg.prompt_len,
         "dtype": cfg.dtype,

@@ -130,6 +130,7 @@ class VllmOptions:
     seed: int = 0
     log_level: str = "WARNING"  # vLLM's own log level (VLLM_LOGGING_LEVEL)
     startup_timeout_s: float | None = None  # None: derived (startup_deadline_s)
+    tensor_parallel_size: int = 1  # > 1: one Worker per rank (multiprocessing executor)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -56,7 +56,7 @@ class VllmEngine(Engine):
     timestamps of the last call are in ``last_request_timing``. Traced calls profile the
     Worker and return its trace, whose steps carry vLLM's ``execute_...`` annotations.
 
-    Options come from ``workload.extra`` (``kv_cache_gib``, ``max_num_seqs``,
+    Options come from ``workload.extra`` (``kv_cache_gib``, ``tp``, ``max_num_seqs``,
     ``vllm_dtype``) or keyword arguments.
     """
 
@@ -81,7 +81,7 @@ class VllmEngine(Engine):
             max_model_len=tokens + 16,
             max_num_seqs=max(int(extra.get("max_num_seqs", 0)), w.batch, 1),
             max_num_batched_tokens=max(w.batch * w.prompt_len, 2048),
-            chunked_prefill=True, seed=w.seed,
+            chunked_prefill=True, seed=w.seed, tensor_parallel_size=int(extra.get("tp", 1)),
         )
         validate_options(w.arch, self.opts, w.batch * tokens,
                          kv_source=f"vLLM KV cache ({self.opts.kv_cache_gib:g} GiB)")
@@ -95,6 +95,7 @@ class VllmEngine(Engine):
             self.run_dir = Path(run_dir) / "vllm" if run_dir else Path(tempfile.mkdtemp(prefix="hostgap-vllm-"))
         self._own_dir = runtime is None and not run_dir
         self._trace_dirs: list[Path] = []
+        self.rank_traces: dict[str, Path] = {}  # tensor parallel: rank-0 trace -> its run's rank traces
         # a failed run's directory is removed: its engine log is kept beside it
         failed = self.run_dir.parent.with_name(self.run_dir.parent.name + ".failed") if run_dir else None
         self.runtime = runtime or VllmRuntime(w.arch, self.opts, self.run_dir, profile=True,
@@ -138,9 +139,18 @@ class VllmEngine(Engine):
         self._trace_dirs.append(trace_dir)
         with self.runtime.profiling() as got:
             wall = self._run(n_tokens, traced=True)
-        src = got[0]
-        dst = trace_dir / f"vllm_n{n_tokens}_{time.time_ns()}.json.gz"
-        shutil.move(str(src), dst)
+        stamp = time.time_ns()
+        if len(got) > 1 and not trace_dir.name.startswith("."):  # tensor parallel: every rank's trace
+            ranks = trace_dir / "ranks" / f"n{n_tokens}_{stamp}"
+            ranks.mkdir(parents=True)
+            for r, p in enumerate(got):
+                shutil.copyfile(p, ranks / f"rank{r}.json.gz")
+        dst = trace_dir / f"vllm_n{n_tokens}_{stamp}.json.gz"
+        if len(got) > 1 and not trace_dir.name.startswith("."):
+            self.rank_traces[str(dst)] = ranks
+        shutil.move(str(got[0]), dst)  # the protocol analyses rank 0
+        for p in got[1:]:
+            Path(p).unlink(missing_ok=True)
         return wall, dst
 
     def chose_anatomy_trace(self, path: Path) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import re
 import shutil
 import sys
 import time
@@ -94,6 +95,8 @@ class VllmRuntime:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         model_dir = write_model_dir(self.arch, self.run_dir / "model", self.opts.dtype)
         env = engine_env(self.run_dir, self.opts.log_level)
+        if self.opts.tensor_parallel_size > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = rank_cores(self.opts.tensor_parallel_size)
         kw = self._llm_kwargs(model_dir)
         self.shm_before = shm_entries()
         self.watch = vw.Watchdog(log_path=self.log_path)
@@ -149,6 +152,8 @@ class VllmRuntime:
             kv_cache_memory_bytes=int(o.kv_cache_gib * 2**30), seed=o.seed,
             worker_extension_cls=STEP_RECORDER,
         )
+        if o.tensor_parallel_size > 1:
+            kw.update(tensor_parallel_size=o.tensor_parallel_size, distributed_executor_backend="mp")
         if o.max_num_batched_tokens is not None:
             kw["max_num_batched_tokens"] = o.max_num_batched_tokens
         elif not o.chunked_prefill:
@@ -256,7 +261,8 @@ class VllmRuntime:
                      key=os.path.getmtime)
         if not new:
             raise HostgapError(str(self.profile_dir), "the vLLM Worker wrote no trace")
-        got.append(Path(new[-1]))
+        # one trace per Worker (rank): the newest of each, rank 0 first
+        got.extend(Path(p) for p in sorted(new[-self.opts.tensor_parallel_size:], key=_rank_of))
 
     # -- shutdown --------------------------------------------------------------------------
     def close(self) -> None:
@@ -398,6 +404,23 @@ def work_deadline_s(arch: Arch, tokens: int) -> float:
     """How long model work over ``tokens`` tokens may take: 60 s + 2 x active params x tokens
     / :data:`MIN_FLOPS` (a floor far below any real engine, so only a hang reaches it)."""
     return 60.0 + 2.0 * arch.param_count(active=True) * max(int(tokens), 1) / MIN_FLOPS
+
+
+def rank_cores(ranks: int) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for ``ranks`` Workers: the cores this process may use,
+    dealt out in turn, one list per rank (``"0|1"`` for two ranks on two cores).
+
+    >>> import os; cores = sorted(os.sched_getaffinity(0)); rank_cores(1) == ",".join(map(str, cores))
+    True
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    return "|".join(",".join(str(c) for c in cores[r::ranks]) or str(cores[r % len(cores)]) for r in range(ranks))
+
+
+def _rank_of(path: str) -> int:
+    """The rank in a Worker's trace name (``rank1.<ns>.pt.trace.json.gz``); 0 when it has none."""
+    m = re.match(r"rank(\d+)\.", os.path.basename(path))
+    return int(m.group(1)) if m else 0
 
 
 def _role(p: vw.Proc) -> str:

@@ -148,6 +148,7 @@ def _config_from(opts: dict):
         stacks=opts.get("stacks", False), keep_traces=opts["keep_traces"],
         trace_gzip=opts["gzip"], floor_file=opts.get("floor_file"), out=opts.get("out_old") or opts["out"],
         kv_cache_gib=opts.get("kv_cache_gib"), retries=opts.get("retries", 2),
+        tp=1 if opts.get("tp") is None else opts["tp"],
     )
 
 
@@ -176,6 +177,9 @@ def _common(f):
         click.option("--floor-file", type=click.Path(), default=None, help="launch floor JSON (hostgap floor)"),
         click.option("--kv-cache-gib", type=float, default=None,
                      help="vLLM engine: KV-cache space in GiB [1 on CPU]"),
+        click.option("--tp", type=int, default=1, show_default=True,
+                     help="vLLM engine: tensor-parallel ranks; each traced run keeps every rank's trace "
+                          "in traces/ranks/ (docs/multirank.md)"),
         click.option("-o", "--output", "out", default="runs", show_default=True,
                      help="folder the run directories are written in (relative: to the current folder)"),
         click.option("--out", "out_old", default=None, hidden=True, help="former name of --output, kept working"),

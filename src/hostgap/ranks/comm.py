@@ -30,7 +30,7 @@ import numpy as np
 from hostgap.anatomy.intervals import grouped_union
 from hostgap.anatomy.markers import step_markers
 from hostgap.anatomy.timeline import activity_rows
-from hostgap.anatomy.windows import device_ops, marker_windows
+from hostgap.anatomy.windows import DeviceOps, device_ops, marker_windows
 from hostgap.events import Trace
 from hostgap.link import Links, link
 
@@ -102,30 +102,37 @@ class StepComm:
     coll_dur_ns: np.ndarray
 
     def step_dict(self, i: int) -> dict:
-        """The per-step keys added to a rank's step row."""
+        """The per-step keys of a step row."""
         return {"compute_active_ns": int(self.compute_active_ns[i]), "comm_active_ns": int(self.comm_active_ns[i]),
                 "comm_overlap_ns": int(self.comm_overlap_ns[i]), "comm_count": int(self.comm_count[i])}
+
+    def totals(self) -> dict:
+        """The trace's ``communication`` object: the per-step keys summed over the steps, and
+        the communication ops launched in steps by collective type."""
+        by_type = np.bincount(self.coll_type, minlength=len(TYPES))
+        return {"compute_active_ns": int(self.compute_active_ns.sum()), "comm_active_ns": int(self.comm_active_ns.sum()),
+                "comm_overlap_ns": int(self.comm_overlap_ns.sum()), "comm_count": int(self.comm_count.sum()),
+                "by_type": {t: int(c) for t, c in zip(TYPES, by_type) if c}}
+
+
+def comm_of_name(trace: Trace) -> np.ndarray:
+    """Per name code of ``trace``: whether the name is a communication op (:func:`is_comm`)."""
+    return np.fromiter((is_comm(s) for s in trace.names), dtype=bool, count=len(trace.names))
 
 
 def op_classes(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(is communication, collective type index) of each of ``rows``, evaluated once per name."""
-    comm_of_name = np.fromiter((is_comm(s) for s in trace.names), dtype=bool, count=len(trace.names))
+    if not len(trace.names):
+        return np.zeros(len(rows), bool), np.zeros(len(rows), np.int64)
     type_of_name = np.fromiter((TYPES.index(collective_type(s)) for s in trace.names), dtype=np.int64,
                                count=len(trace.names))
     codes = trace.events.name[rows]
-    if not len(trace.names):
-        return np.zeros(len(rows), bool), np.zeros(len(rows), np.int64)
-    return comm_of_name[codes], type_of_name[codes]
+    return comm_of_name(trace)[codes], type_of_name[codes]
 
 
-def step_comm(trace: Trace, step_marker: str | None = None, links: Links | None = None) -> StepComm:
-    """The compute / communication split of every step of ``trace`` (steps as in
-    :func:`hostgap.anatomy.steps.analyze` with the same ``step_marker``)."""
-    links = links if links is not None else link(trace)
-    activity, op_rows = activity_rows(trace)
-    windows = marker_windows(trace, step_markers(trace, step_marker).rows)
-    ops = device_ops(trace, links, activity, op_rows, windows)
-    n = len(windows)
+def split_ops(trace: Trace, ops: DeviceOps, n: int) -> StepComm:
+    """The compute / communication split of ``n`` steps from the device-op table ``ops``
+    (:func:`hostgap.anatomy.windows.device_ops`; ``ops.step`` < 0: outside every step)."""
     comm, ctype = op_classes(trace, ops.rows)
     st, s, e = ops.step, ops.start_ns, ops.end_ns
     none = np.full(len(st), -1, dtype=st.dtype)
@@ -136,6 +143,33 @@ def step_comm(trace: Trace, step_marker: str | None = None, links: Links | None 
     count = np.bincount(st[in_step], minlength=n)[:n].astype(np.int64) if n else np.zeros(0, np.int64)
     return StepComm(compute, comm_u, compute + comm_u - both, count, *_collectives(st[in_step], ctype[in_step],
                                                                                      s[in_step], e[in_step]))
+
+
+def step_comm(trace: Trace, step_marker: str | None = None, links: Links | None = None) -> StepComm:
+    """The compute / communication split of every step of ``trace`` (steps as in
+    :func:`hostgap.anatomy.steps.analyze` with the same ``step_marker``, which reports it too)."""
+    links = links if links is not None else link(trace)
+    activity, op_rows = activity_rows(trace)
+    windows = marker_windows(trace, step_markers(trace, step_marker).rows)
+    return split_ops(trace, device_ops(trace, links, activity, op_rows, windows), len(windows))
+
+
+CLASSES = ("compute", "communication", "mixed")
+"""Launch classes: what a launch enqueued. ``mixed``: a graph launch replaying both kinds."""
+
+
+def launch_classes(trace: Trace, links: Links, launch_rows: np.ndarray) -> np.ndarray:
+    """Per launch row: index into :data:`CLASSES` of the GPU ops it enqueued (ops linked to it by
+    ``links.launch_of``); a launch whose ops are all communication is ``communication``, one
+    with both ``mixed``, any other ``compute``."""
+    ev = trace.events
+    gpu = np.flatnonzero(links.launch_of >= 0)
+    comm = comm_of_name(trace)[ev.name[gpu]] if len(trace.names) else np.zeros(len(gpu), bool)
+    owner = links.launch_of[gpu]
+    n_comm = np.bincount(owner[comm], minlength=len(ev))
+    n_other = np.bincount(owner[~comm], minlength=len(ev))
+    c, o = n_comm[launch_rows], n_other[launch_rows]
+    return np.where(c > 0, np.where(o > 0, 2, 1), 0).astype(np.int64)
 
 
 def _collectives(step, ctype, start, end):

@@ -184,7 +184,7 @@ def render_cross_steps(doc: dict, con: Console, limit: int = 200) -> None:
         for j, p in enumerate(s["per_rank"]):
             star = "*" if p["rank"] == s["straggler_rank"] else ""
             first = j == 0
-            t.add_row(s["name"] if first else "", f"{p['rank']}{star}", ms(p["wall_ns"]), ms(p["gpu_active_ns"]),
+            t.add_row(_short(s["name"]) if first else "", f"{p['rank']}{star}", ms(p["wall_ns"]), ms(p["gpu_active_ns"]),
                       ms(p["host_wait_ns"]), ms(p["compute_active_ns"]), ms(p["comm_active_ns"]),
                       ms(p["collective_wait_ns"]), ms(p["own_ns"]),
                       (s["cause"] or "—") if star else "", ms(s["spread_ns"]) if first else "")
@@ -197,6 +197,19 @@ def render_cross_steps(doc: dict, con: Console, limit: int = 200) -> None:
         why = ", ".join(f"{c}: {n}" for c, n in sm["cause_counts"].items()) or "none"
         con.print(f"  straggler steps by rank: {who}; causes: {why}; median spread "
                   f"{ms(sm['median_spread_ns'])} ms")
+
+
+def _short(name: str, n: int = 34) -> str:
+    """A step name cut in the middle to ``n`` characters: vLLM's step annotations run to 70 and
+    differ at their ends (``…sq1sk130sqsq1sqsk130)``).
+
+    >>> _short("ProfilerStep#551"), _short("execute_1_context_0(sq0sk0sqsq0sqsk0)_generation_1(sq1sk130sqsq1sqsk130)")
+    ('ProfilerStep#551', 'execute_1_cont…1sk130sqsq1sqsk130)')
+    """
+    if len(name) <= n:
+        return name
+    tail = (n - 1) * 3 // 5
+    return name[:n - 1 - tail] + "…" + name[-tail:]
 
 
 def cross_rank_csv_rows(doc: dict) -> list[dict]:

@@ -95,23 +95,19 @@ def split_processes(trace: Trace) -> list[tuple[int | None, Trace]]:
 
 
 def part_document(trace: Trace, opts: Options, pid: int | None = None) -> dict:
-    """The single-trace ``hostgap analyze`` document, communication split included, plus the
+    """The single-trace ``hostgap analyze`` document (communication split included), plus the
     private ``_rank`` facts the trace set needs (removed before output)."""
     from hostgap.anatomy.overview import overview
     from hostgap.anatomy.steps import AnatomyConfig, analyze
     from hostgap.link import link
-    from hostgap.ranks.comm import TYPES, step_comm
 
     links = link(trace)
     doc = overview(trace, links, gap_threshold_ns=opts.gap_threshold_ns, top=opts.top)
     cfg = AnatomyConfig(step_marker=opts.step_marker, launch_floor_ns=opts.launch_floor_ns,
                         floor_file=opts.floor_file, gap_threshold_ns=opts.gap_threshold_ns, top=opts.top)
-    a = analyze(trace, cfg, links).to_dict()
-    doc.update({k: v for k, v in a.items() if k not in ("schema_version", "trace")})
-    comm = step_comm(trace, opts.step_marker, links)
-    for i, s in enumerate(doc["steps"]):
-        s.update(comm.step_dict(i))
-    doc["communication"] = _totals(doc["steps"], comm, TYPES)
+    anatomy = analyze(trace, cfg, links)
+    doc.update({k: v for k, v in anatomy.to_dict().items() if k not in ("schema_version", "trace")})
+    comm = anatomy.comm
     ev = trace.events
     doc["_rank"] = {
         "pid": pid, "meta_rank": trace.meta.rank, "meta_world_size": trace.meta.world_size,
@@ -120,14 +116,6 @@ def part_document(trace: Trace, opts: Options, pid: int | None = None) -> dict:
         "coll": {k: getattr(comm, f"coll_{k}") for k in ("step", "type", "ordinal", "start_ns", "dur_ns")},
     }
     return doc
-
-
-def _totals(steps: list[dict], comm, types) -> dict:
-    """Trace-level communication totals over the steps, and the ops by collective type."""
-    keys = ("compute_active_ns", "comm_active_ns", "comm_overlap_ns", "comm_count")
-    by_type = np.bincount(comm.coll_type, minlength=len(types))
-    return {**{k: int(sum(s[k] for s in steps)) for k in keys},
-            "by_type": {t: int(c) for t, c in zip(types, by_type) if c}}
 
 
 # -- the set ---------------------------------------------------------------------------------

@@ -358,7 +358,8 @@ def top_kernels(inp: Input) -> list[dict]:
     merged: dict[str, dict] = {}
     for d in ov.get("devices") or []:
         for k in d.get("top_kernels") or []:
-            m = merged.setdefault(k["name"], {"name": k["name"], "count": 0, "total_ns": 0})
+            m = merged.setdefault(k["name"], {"name": k["name"], "class": k.get("class", "compute"), "count": 0,
+                                              "total_ns": 0})
             m["count"] += k["count"]
             m["total_ns"] += k["total_ns"]
     rows = sorted(merged.values(), key=lambda r: -r["total_ns"])[:10]

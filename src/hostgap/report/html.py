@@ -295,6 +295,8 @@ def _name_table(rows: list[dict], cols: list[tuple[str, str]], title: str) -> st
             val = r.get(key)
             if key == "name":
                 cells.append(f"<td class='name'>{esc(str(val))}</td>")
+            elif key == "class":
+                cells.append(f"<td>{esc(str(val))}</td>")
             elif key == "share":
                 cells.append(_num(key, val, f"{100 * val:.1f}%"))
             elif key.endswith("_ns") or key == "host_ns_per_step":
@@ -310,8 +312,9 @@ def _section(i: int, inp: Input, d: dict, figs: dict) -> str:
     counts = d["summary_counts"]
     meta = (f"{esc(d['kind'])} · {esc(str(d['source']))} · {d['steps']} steps (steady {counts['steady']}, "
             f"prefill {counts['prefill']}, warm-up {counts['warmup']}, flagged {counts['flagged']})")
-    kern = _name_table(d["top_kernels"], [("name", "kernel"), ("count", "count"), ("total_ns", "total ms"),
-                                          ("share", "share of kernel time")], "top kernels (whole trace)")
+    kern = _name_table(d["top_kernels"], [("name", "kernel"), ("class", "class"), ("count", "count"),
+                                          ("total_ns", "total ms"), ("share", "share of kernel time")],
+                       "top kernels (whole trace)")
     cpu = d["activity"] != "gpu"
     host_col = ("framework ms/step" if cpu else "ΔFT+ΔCT ms/step")
     calls = "op calls" if cpu else "launches"

@@ -130,6 +130,11 @@ def render_overview(doc: dict, con: Console) -> None:
                       ms(d["memcpy_ns"]), f"{d['memcpy_bytes']:,}", ms(d["memset_ns"]))
         con.print(t)
         for d in doc["devices"]:
+            if d.get("comm_count"):
+                con.print(f"  device {d['device']} busy = compute {ms(d['compute_active_ns'])} ms + communication "
+                          f"{ms(d['comm_active_ns'])} ms ({d['comm_count']:,} ops) − overlap "
+                          f"{ms(d['comm_overlap_ns'])} ms")
+        for d in doc["devices"]:
             g = d["idle_gaps"]
             parts = ", ".join(f"{k} {g['count'][k]:,} gaps / {ms(g['total_ns'][k])} ms" for k in g["count"])
             n = d.get("streams")
@@ -139,10 +144,10 @@ def render_overview(doc: dict, con: Console) -> None:
                       f"{parts}")
             if d["top_kernels"]:
                 t = Table(title=f"top kernels, device {d['device']}", title_justify="left")
-                for c in ("kernel", "count", "total ms", "mean µs", "share"):
-                    t.add_column(c, justify="left" if c == "kernel" else "right")
+                for c in ("kernel", "class", "count", "total ms", "mean µs", "share"):
+                    t.add_column(c, justify="left" if c in ("kernel", "class") else "right")
                 for k in d["top_kernels"]:
-                    t.add_row(_trim(k["name"], 70), f"{k['count']:,}", ms(k["total_ns"]),
+                    t.add_row(_trim(k["name"], 70), k["class"], f"{k['count']:,}", ms(k["total_ns"]),
                               f"{k['mean_ns'] / 1e3:.2f}", pct(k["share"]))
                 con.print(t)
     if doc["windows"]:
@@ -215,7 +220,7 @@ def render_anatomy(doc: dict, con: Console) -> None:
               f"{summ['warmup']['count']}, flagged (queued/partial) {summ['flagged']['count']}")
     groups = [(g, summ[g]) for g in ("steady", "prefill", "warmup", "flagged") if summ[g]["count"]]
     if groups:
-        t = Table(title=f"per step, median [p10–p90] (ms); {label}", title_justify="left")
+        t = Table(title=f"per step, median \\[p10–p90] (ms); {label}", title_justify="left")
         for c in ("group", "steps", "wall", label, "host-exposed", "host_wait", "host fraction", "kernels"):
             t.add_column(c, justify="left" if c == "group" else "right")
         for g, s in groups:
@@ -223,6 +228,7 @@ def render_anatomy(doc: dict, con: Console) -> None:
                       _band(s["host_exposed_ns"]), _band(s["host_wait_ns"]),
                       _pband(s["host_fraction"]), _nband(s["kernel_count"]))
         con.print(t)
+    _render_comm(doc, groups, label, con)
     tax = doc["taxbreak"]
     if tax.get("applicable"):
         n = max(len(steps), 1)
@@ -236,6 +242,7 @@ def render_anatomy(doc: dict, con: Console) -> None:
         con.print(f"  kernels per step {_f(tax['kernels_per_step'], 1)}, per token {_f(tax['kernels_per_token'], 1)}; "
                   f"unique {tax['unique_kernels']} ({pct(tax['unique_ratio'])}); launches {tax['launches']:,}, "
                   f"graph launches {tax['graph_launches']:,}, library {tax['library_launches']:,}")
+        _render_tax_classes(tax, n, con)
     else:
         con.print(f"[bold]TaxBreak[/bold]: not applicable ({tax.get('note', '')})")
     v = doc["verdict"]
@@ -254,23 +261,65 @@ def render_anatomy(doc: dict, con: Console) -> None:
             con.print(t)
 
 
+def _render_comm(doc: dict, groups: list, label: str, con: Console) -> None:
+    """Per step group: compute-active, communication-active and their overlap (only when the
+    trace has communication ops in its steps)."""
+    comm = doc.get("communication") or {}
+    if not comm.get("comm_count") or not groups:
+        return
+    t = Table(title=f"communication per step, median \\[p10–p90] (ms); {label} = compute + comm − overlap",
+              title_justify="left")
+    for c in ("group", "steps", "compute", "comm", "overlap", "comm ops"):
+        t.add_column(c, justify="left" if c == "group" else "right")
+    for g, s in groups:
+        t.add_row(g, str(s["count"]), _band(s["compute_active_ns"]), _band(s["comm_active_ns"]),
+                  _band(s["comm_overlap_ns"]), _nband(s["comm_count"]))
+    con.print(t)
+    types = ", ".join(f"{k} {v:,}" for k, v in comm["by_type"].items())
+    con.print(f"  communication ops in steps: {comm['comm_count']:,} ({types})")
+
+
+def _render_tax_classes(tax: dict, n: int, con: Console) -> None:
+    """TaxBreak of the communication launches (and graph launches mixing both) apart, when any."""
+    by = tax.get("by_class") or {}
+    if not any(by.get(c, {}).get("launches") or by.get(c, {}).get("graph_launches")
+               for c in ("communication", "mixed")):
+        return
+    parts = []
+    for c, v in by.items():
+        launches = v["launches"] + v["graph_launches"]
+        if not launches:
+            continue
+        parts.append(f"{c} {launches:,} launches, T_Orchestrate {ms(v['orchestrate_ns'] / n)} ms "
+                     f"({pct(v['orchestrate_ns'] / tax['orchestrate_ns'] if tax['orchestrate_ns'] else None)}), "
+                     f"device {ms(v['device_ns'] / n)} ms")
+    con.print("  by launch class, per step: " + "; ".join(parts))
+
+
 def render_steps(doc: dict, con: Console) -> None:
     label = ACTIVITY_LABEL.get(doc.get("activity"), "device-active")
     t = Table(title=f"steps of {doc['trace']} (ms)", title_justify="left")
     # launches = eager launch calls, as in the JSON; graph launches get their own column
     graph = any(s["graph_launches"] for s in doc["steps"])
+    comm = any(s.get("comm_count") for s in doc["steps"])
     for c in ("#", "kind", "wall", label, "host-exposed", "host_wait", "host %", "kernels", "launches",
-              *(("graph launches",) if graph else ()), "HDBI", "flags"):
+              *(("graph launches",) if graph else ()), *(("compute", "comm", "overlap") if comm else ()),
+              "HDBI", "flags"):
         t.add_column(c, justify="left" if c in ("kind", "flags") else "right")
     for s in doc["steps"]:
         flags = ",".join(f for f in ("queued", "partial") if s[f])
         tb = s.get("taxbreak") or {}
         t.add_row(str(s["index"]), s["kind"], ms(s["wall_ns"]), ms(s["gpu_active_ns"]), ms(s["host_exposed_ns"]),
                   ms(s["host_wait_ns"]), pct(s["host_fraction"]), f"{s['kernel_count']:,}", f"{s['launches']:,}",
-                  *((f"{s['graph_launches']:,}",) if graph else ()), _f(tb.get("hdbi")), flags)
+                  *((f"{s['graph_launches']:,}",) if graph else ()),
+                  *((ms(s["compute_active_ns"]), ms(s["comm_active_ns"]), ms(s["comm_overlap_ns"])) if comm else ()),
+                  _f(tb.get("hdbi")), flags)
     con.print(t)
     render_anatomy({**doc, "top_ops": [], "top_frames": []}, con)
 
+
+CLASS_LABEL = {"communication": "comm"}
+"""Launch classes as the launch table shows them (the JSON and CSV spell them out)."""
 
 KERNEL_TABLE_MAX = 1000
 """Launches shown in the terminal table of ``hostgap kernels``; --csv/--json give every row."""
@@ -283,11 +332,13 @@ def render_kernels(rows: list[dict], con: Console, trace: str | None = None) -> 
         return
     shown = rows[:KERNEL_TABLE_MAX]
     t = Table(title=f"launches of {trace or 'the trace'} (µs; ΔKT = launch floor per launch)", title_justify="left")
-    for c in ("step", "launch API", "kernel", "op", "device", "T_py", "T_dispatch", "T_launch", "ΔFT", "ΔCT",
-              "ΔKT", "ΔKT_fw", "queued"):
-        t.add_column(c, justify="left" if c in ("launch API", "kernel", "op") else "right")
+    for c in ("step", "launch API", "kernel", "class", "op", "device", "T_py", "T_dispatch", "T_launch", "ΔFT",
+              "ΔCT", "ΔKT", "ΔKT_fw", "queued"):
+        t.add_column(c, justify="left" if c in ("launch API", "kernel", "class", "op") else "right",
+                     min_width=16 if c == "launch API" else None)
     for r in shown:
-        t.add_row(str(r["step"]), r["launch_api"], _trim(r["kernel"], 48), _trim(r["op"] or r["inner_op"], 28),
+        t.add_row(str(r["step"]), r["launch_api"], _trim(r["kernel"], 48), CLASS_LABEL.get(r["class"], r["class"]),
+                  _trim(r["op"] or r["inner_op"], 28),
                   _us(r["device_ns"]), _us(r["t_py_ns"]), _us(r["t_dispatch_ns"]), _us(r["t_launch_ns"]),
                   _us(r["dft_ns"]), _us(r["dct_ns"]), _us(r["dkt_ns"]), _us(r["dkt_fw_ns"]),
                   "yes" if r["queued"] else "")
