@@ -14,6 +14,6 @@ status=0
 .venv/bin/python -m pytest -p no:cacheprovider -m "not vllm" "$@" || status=$?
 if [ "${HOSTGAP_TEST_VLLM:-${CI:-}}" ] && [ "${HOSTGAP_TEST_VLLM:-1}" != 0 ]; then
   bash scripts/install-vllm.sh
-  .venv-vllm/bin/python -m pytest -p no:cacheprovider -q -m vllm tests/test_vllm_integration.py || status=$?
+  .venv-vllm/bin/python -m pytest -p no:cacheprovider -q -m vllm tests/test_vllm_integration.py tests/test_vllm_tp_integration.py || status=$?
 fi
 exit $status
