@@ -170,6 +170,21 @@ def test_graphs_gain_where_host_bound_and_none_where_device_bound():
     assert hf.per_token_speedup >= 1.5  # one form, both engines
 
 
+def test_graph_split_per_engine_and_capture_by_hand():
+    """vLLM 8B piecewise: 33 pieces, 32 + 32 + 1 + 6 = 71 eager; full: 1 graph, LM head + 6
+    sampling = 7; transformers 1B (full forward captured): 1 graph, its 12 sampling kernels."""
+    from hostgap.model.accounting import account, graph_split
+
+    a8 = get_preset("llama-3.1-8b")
+    acc = account(a8, Cell(batch=1, context=2048))
+    assert graph_split(acc, a8.layers) == (33.0, 71.0, "piecewise")
+    assert graph_split(acc, a8.layers, "full") == (1.0, 7.0, "full")
+    a1 = get_preset("llama-3.2-1b")
+    assert graph_split(account(a1, Cell(batch=1, context=2048, engine="hf")), a1.layers) == (1.0, 12.0, "full")
+    with pytest.raises(HostgapError, match="hf has no 'piecewise' CUDA graph capture"):
+        graph_split(account(a1, Cell(engine="hf")), a1.layers, "piecewise")
+
+
 def test_graphs_gain_keeps_what_vllm_graphs_do_not_capture(paper):
     """vLLM piecewise graphs keep the dispatch, one launch per layer piece and the attention,
     LM head and sampling launches: the 1B gain stays below 3x (the published grid peak is
