@@ -87,6 +87,7 @@ GRAPH_CAPTURE: dict[str, dict[str, tuple]] = {  # engine -> capture -> ops launc
     "hf": {"full": ("sample",)},
 }
 
+
 @dataclass(frozen=True)
 class Cell:
     """One engine step's shape, from the point of view of one TP rank.
@@ -242,7 +243,7 @@ class Account:
                     ops=[o.to_dict() for o in self.ops])
 
 
-def graph_split(acc: "Account", layers: int, capture: str | None = None) -> tuple[float, float, str]:
+def graph_split(acc: Account, layers: int, capture: str | None = None) -> tuple[float, float, str]:
     """Graph mode, per step and rank: (graph launches, kernels launched eagerly outside the
     graphs, capture), from :data:`GRAPH_CAPTURE` for the account's engine."""
     table = GRAPH_CAPTURE[acc.cell.engine]
