@@ -32,16 +32,17 @@ def cell(kind, *shapes):
 
 
 # B: raw 10 (scale 1), 100 kernels, batch 1: serial 110; eager orchestration 30 + 100 x 5 = 530,
-# total 110 + 530 = 640; graph: one launch 50, total 110 + max(50, 10) = 160.
+# total 110 + 530 = 640; graph (3 graphs, 7 kernels launched outside them): dispatch 30 + 3 x 50
+# + 7 x 5 = 215, total 110 + max(215, 10) = 325.
 B = Shape(10, 0, 0, 100, 1, 1, "eager")
-B_GRAPH = Shape(10, 0, 0, 100, 1, 1, "graph")
+B_GRAPH = Shape(10, 0, 0, 7, 1, 1, "graph", graphs=3)
 # C: the same at TP 2 with 5 ns of collectives: serial 100 + 10 + 20 = 130, total 130 + 530 = 660
 C = Shape(10, 0, 5, 100, 1, 2, "eager")
 
 
 def test_evaluate_each_kind():
     assert evaluate(cell("step", B), H, 1.0) == {"wall_ms": pytest.approx(640e-6), "host_ms": pytest.approx(630e-6)}
-    assert evaluate(cell("graphs_gain", B, B_GRAPH), H, 1.0) == {"speedup": pytest.approx(4.0)}
+    assert evaluate(cell("graphs_gain", B, B_GRAPH), H, 1.0) == {"speedup": pytest.approx(640 / 325)}
     assert evaluate(cell("tp_speedup", B, C), H, 1.0) == {"speedup": pytest.approx(640 / 660)}
     assert evaluate(cell("fp8_speedup", C, B), H, 1.0) == {"speedup": pytest.approx(660 / 640)}
     # spec_cycle: the host part of one verify step: 640 - GPU 10 = 630
@@ -114,6 +115,10 @@ def test_cells_become_the_shapes_their_kind_compares(tmp_path):
     by = {c.id: c for c in cells}
     assert by["step"].shapes == (shape(base, "eager", 5.0),) and by["step"].shapes[0].gpu_ns == 5e6
     assert by["graphs"].shapes == (shape(base, "eager"), shape(base, "graph"))
+    # vLLM piecewise graphs: 32 layers -> 33 pieces; outside them 32 KV writes + 32 attentions
+    # + 1 LM head + 6 sampling kernels = 71 (eager: 329 launches)
+    g = by["graphs"].shapes[1]
+    assert (g.graphs, g.kernels, by["graphs"].shapes[0].kernels, by["graphs"].shapes[0].graphs) == (33, 71, 329, 1)
     assert by["fp8"].shapes == (shape(base, "eager"), shape(Cell(batch=2, context=1000, dtype="fp8"), "eager"))
     assert by["tp"].shapes == (shape(base, "eager"), shape(Cell(batch=2, context=1000, tp=4), "eager"))
     verify = Cell(batch=2, q_tokens=4, context=1003, logits_kept=8)

@@ -133,3 +133,14 @@ def test_regimes_predict_on_measured_runs(tmp_path):
     rows = r.output.strip().splitlines()
     assert rows[0].endswith("predicted_host_fraction,predicted_regime") and len(rows) == 3
     assert all(0.0 <= float(x.split(",")[-2]) <= 1.0 for x in rows[1:])
+
+
+def test_graphs_capture_choice_and_a_bad_one_is_one_line():
+    r = CliRunner().invoke(cli, ["predict", "llama-3.2-1b", "--what-if", "graphs:capture=full", "--json"])
+    assert r.exit_code == 0, r.output
+    w = json.loads(r.stdout)["what_ifs"][0]
+    assert w["capture"] == "full" and w["scenario"]["graph_launches"] == 1
+    assert w["scenario"]["kernels"] == 7  # LM head + 6 sampling kernels outside the one graph
+    r = CliRunner().invoke(cli, ["predict", "llama-3.2-1b", "--engine", "hf", "--what-if", "graphs:capture=piecewise"])
+    assert r.exit_code == 2 and "hf has no capture='piecewise'" in r.output and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1

@@ -366,7 +366,8 @@ def _measured_match(docs, setup, mode, dtype):
 @click.option("--model", "model_path", default=None, type=click.Path(), help="Model JSON from `hostgap fit`.")
 @click.option("--kernels-per-step", default=None, type=float, help="Measured kernels per step (replaces the launch table).")
 @click.option("--what-if", "what_ifs", multiple=True,
-              help="Scenario beside the prediction (repeatable): graphs (CUDA graph replay) | "
+              help="Scenario beside the prediction (repeatable): graphs[:capture=piecewise|full] (CUDA graph "
+                   "replay; vLLM default piecewise: attention, LM head and sampling stay eager) | "
                    "spec:gamma=4,alpha=0.7[,draft=PRESET] (speculative decoding) | fp8[:gemm_eff=F] (W8A8) | "
                    "tp=K (K GPUs) | host=F (a host CPU F times as fast single-thread: host=1.3 is 30 % faster, "
                    "host=0.5 a CPU half as fast; the launch floor does not change).")

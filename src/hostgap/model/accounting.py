@@ -74,6 +74,20 @@ LAUNCH_TABLES: dict[str, dict[str, float]] = {
 }
 
 
+# What a CUDA graph captures per engine, for graph-mode orchestration (stepmodel):
+# - vllm: V1 compiles the forward with torch.compile and splits it at every attention op
+#   ("piecewise" CUDA graphs, V1's default capture): each layer replays one graph piece, its
+#   attention ops (KV-cache write, attention) run eagerly between pieces, layers + 1 pieces in
+#   all; logits (LM head) and sampling run outside the captured forward. ``full`` capture
+#   (one graph for the decode forward) keeps only the LM head and sampling outside.
+# - hf: torch.compile "reduce-overhead" with a static cache captures the whole forward (LM
+#   head included) as one graph; sampling runs outside.
+GRAPH_CAPTURE: dict[str, dict[str, tuple]] = {  # engine -> capture -> ops launched outside (first: default)
+    "vllm": {"piecewise": ("kv_write", "attention", "lm_head", "sample"), "full": ("lm_head", "sample")},
+    "hf": {"full": ("sample",)},
+}
+
+
 @dataclass(frozen=True)
 class Cell:
     """One engine step's shape, from the point of view of one TP rank.
@@ -228,6 +242,17 @@ class Account:
         return dict(arch=self.arch_name, cell=self.cell.to_dict(), totals=self.totals(),
                     ops=[o.to_dict() for o in self.ops])
 
+
+def graph_split(acc: Account, layers: int, capture: str | None = None) -> tuple[float, float, str]:
+    """Graph mode, per step and rank: (graph launches, kernels launched eagerly outside the
+    graphs, capture), from :data:`GRAPH_CAPTURE` for the account's engine."""
+    table = GRAPH_CAPTURE[acc.cell.engine]
+    capture = capture or next(iter(table))
+    if capture not in table:
+        raise HostgapError("capture", f"{acc.cell.engine} has no {capture!r} CUDA graph capture; "
+                                      f"known: {', '.join(table)}")
+    outside = sum(o.count * o.launches for o in acc.ops if o.name in table[capture])
+    return (layers + 1.0 if capture == "piecewise" else 1.0), float(outside), capture
 
 def _split(n: int, k: int) -> float:
     """Per-rank share of a dimension split over k ranks."""

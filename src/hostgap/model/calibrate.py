@@ -27,7 +27,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from hostgap.errors import HostgapError
-from hostgap.model.accounting import Cell, account
+from hostgap.model.accounting import Cell, account, graph_split
 from hostgap.model.arch import get_preset
 from hostgap.model.devices import find_device, launch_floor_ns
 from hostgap.model.roofline import default_model, device_time
@@ -50,10 +50,11 @@ class Shape:
     tp: int
     mode: str
     gpu_ns: float | None = None  # measured TP-1 GPU-active: replaces the device model
+    graphs: float = 1.0  # graph mode: graph launches per step (kernels: those launched outside)
 
     def predict(self, host: HostModel, scale: float) -> StepPrediction:
         dev = self.gpu_ns if self.gpu_ns is not None else max(scale * self.raw_device_ns, self.floor_ns)
-        return step(dev, self.collective_ns, self.kernels, self.batch, host, self.mode, tp=self.tp)
+        return step(dev, self.collective_ns, self.kernels, self.batch, host, self.mode, tp=self.tp, graphs=self.graphs)
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,9 @@ def _shape(arch, cell: Cell, device, mode: str, gpu_ms=None) -> Shape:
     acc = account(arch, cell)
     dt = device_time(acc, device, default_model(device.name))
     s = Setup(arch, cell, device, mode, default_model(device.name), 1.0, DEFAULT_HOST["vllm"])
-    return Shape(dt.total_ns, bandwidth_floor_ns(acc, device), collective_ns(s, dt, cell.tp), acc.launches,
-                 cell.batch, cell.tp, mode, None if gpu_ms is None else gpu_ms * 1e6)
+    graphs, kernels = (1.0, acc.launches) if mode == "eager" else graph_split(acc, arch.layers)[:2]
+    return Shape(dt.total_ns, bandwidth_floor_ns(acc, device), collective_ns(s, dt, cell.tp), kernels,
+                 cell.batch, cell.tp, mode, None if gpu_ms is None else gpu_ms * 1e6, graphs)
 
 
 def _cell(raw: dict, defaults: dict) -> PaperCell:

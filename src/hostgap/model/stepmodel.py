@@ -5,7 +5,9 @@ Per decode step the host does two kinds of work (METHOD.md §5-§7, docs/models.
 - **orchestration**, which overlaps GPU work: the per-step dispatch of the forward pass
   (``dispatch_ns``: module calls, input and metadata preparation that run interleaved with
   the step's kernels) plus ``per_kernel_ns`` per launch (ΔFT + ΔCT + ΔKT, METHOD.md §5).
-  CUDA graph replay replaces both with one ``graph_launch_ns``;
+  CUDA graph replay replaces the per-kernel part of the captured kernels with one
+  ``graph_launch_ns`` per graph (vLLM V1: one piece per layer, attention and sampling still
+  launched eagerly; accounting.GRAPH_CAPTURE); the dispatch stays;
 - **serial** work that no GPU work overlaps and no graph removes: the scheduler / engine IPC /
   sampling round-trip, ``serial_ns + per_seq_ns x batch``, plus ``per_rank_ns`` per extra
   tensor-parallel rank (broadcasting the step to the workers and gathering the result).
@@ -91,6 +93,7 @@ class StepPrediction:
     kernels: float
     mode: str
     tp: int = 1
+    graph_launches: float = 0.0  # graph mode: graphs replayed per step (kernels: launched outside them)
 
     @property
     def total_ns(self) -> float:
@@ -132,19 +135,23 @@ class StepPrediction:
             "host_ns": self.host_ns, "total_ns": self.total_ns, "host_fraction": self.host_fraction,
             "host_caused_ns": self.host_caused_ns, "serial_host_ns": self.serial_ns,
             "orchestration_ns": self.orchestration_ns, "orchestration_exposed_ns": self.orchestration_exposed_ns,
-            "kernels": self.kernels, "mode": self.mode, "tp": self.tp,
+            "kernels": self.kernels, "graph_launches": self.graph_launches, "mode": self.mode, "tp": self.tp,
         }
 
 
-def orchestration_ns(host: HostModel, kernels: float, mode: str = "eager", host_speed: float = 1.0) -> float:
-    """Overlapping host work of one step: dispatch + per-kernel cost (eager), one graph launch.
+def orchestration_ns(host: HostModel, kernels: float, mode: str = "eager", host_speed: float = 1.0,
+                     graphs: float = 1.0) -> float:
+    """Overlapping host work of one step: dispatch + per-kernel cost x ``kernels``, plus, in graph
+    mode, ``graphs`` graph launches (``kernels`` then counts the kernels launched eagerly
+    outside the graphs: accounting.graph_split).
 
+    The dispatch (per-step input and attention-metadata preparation) runs in both modes: a
+    graph replays kernels, not the Python that prepares the step's inputs.
     ``host_speed`` > 1 (a faster CPU) divides the CPU part; the launch floor is hardware.
     """
-    if mode != "eager":
-        return host.graph_launch_ns / host_speed
     floor = min(host.launch_floor_ns, host.per_kernel_ns)
-    return host.dispatch_ns / host_speed + kernels * ((host.per_kernel_ns - floor) / host_speed + floor)
+    t = host.dispatch_ns / host_speed + kernels * ((host.per_kernel_ns - floor) / host_speed + floor)
+    return t + (graphs * host.graph_launch_ns / host_speed if mode != "eager" else 0.0)
 
 
 def serial_ns(host: HostModel, batch: float, tp: int = 1, host_speed: float = 1.0) -> float:
@@ -153,10 +160,12 @@ def serial_ns(host: HostModel, batch: float, tp: int = 1, host_speed: float = 1.
 
 
 def step(device_ns: float, collective_ns: float, kernels: float, batch: int, host: HostModel,
-         mode: str = "eager", host_speed: float = 1.0, tp: int = 1) -> StepPrediction:
-    """Predict one step. ``host_speed`` > 1: a faster host CPU (single-thread speed factor)."""
+         mode: str = "eager", host_speed: float = 1.0, tp: int = 1, graphs: float = 1.0) -> StepPrediction:
+    """Predict one step. ``host_speed`` > 1: a faster host CPU (single-thread speed factor).
+    Graph mode: ``kernels`` launched outside ``graphs`` graph launches (orchestration_ns)."""
     return StepPrediction(device_ns, collective_ns, serial_ns(host, batch, tp, host_speed),
-                          orchestration_ns(host, kernels, mode, host_speed), kernels, mode, tp)
+                          orchestration_ns(host, kernels, mode, host_speed, graphs), kernels, mode, tp,
+                          graphs if mode != "eager" else 0.0)
 
 
 # -- fitting the host term from measured cells ---------------------------------------------

@@ -2,9 +2,12 @@
 
 Each what-if states its assumptions and changes only what it names:
 
-- ``graphs``: CUDA graph replay. Per-kernel orchestration (ΔFT + ΔCT + ΔKT) is replaced by one
-  graph launch. Orchestration overlaps GPU work, so only its exposed part is gained: where it
-  was already hidden the step does not change.
+- ``graphs[:capture=piecewise|full]``: CUDA graph replay. The per-kernel orchestration (ΔFT +
+  ΔCT + ΔKT) of the captured kernels is replaced by one launch per graph; the per-step
+  dispatch and the kernels outside the graphs stay (vLLM V1 default: piecewise, one graph per
+  layer, attention, LM head and sampling eager; accounting.GRAPH_CAPTURE). Orchestration
+  overlaps GPU work, so only its exposed part is gained: where it was already hidden the step
+  does not change.
 - ``spec:gamma=G,alpha=A[,draft=PRESET]``: speculative decoding. One cycle = G draft steps
   (device time of ``draft``; 0 for n-gram/prompt-lookup drafting) + one verify step over G+1
   tokens per sequence, paying the serial host term once per cycle. Tokens per cycle
@@ -31,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from hostgap.errors import HostgapError
-from hostgap.model.accounting import Account, Cell, account, scale_launches
+from hostgap.model.accounting import GRAPH_CAPTURE, Account, Cell, account, graph_split, scale_launches
 from hostgap.model.arch import Arch, dtype_bytes, get_preset
 from hostgap.model.devices import DeviceSpec
 from hostgap.model.roofline import RooflineModel, device_time
@@ -57,6 +60,7 @@ class Setup:
     tp_form: str = "overlap"
     kernels_per_step: float | None = None  # measured, replaces the launch table's total
     notes: tuple = ()
+    capture: str | None = None  # graph mode: CUDA graph capture (None: the engine's default)
 
 
 def _account(s: Setup, cell: Cell | None = None, arch: Arch | None = None) -> Account:
@@ -88,7 +92,10 @@ def _overlap(s: Setup, cell: Cell, mode: str, host_speed: float) -> StepPredicti
     acc = _account(s, cell)
     dt = device_time(acc, s.device, s.roofline)
     dev = max(s.device_scale * dt.total_ns, bandwidth_floor_ns(acc, s.device))
-    return step(dev, collective_ns(s, dt, cell.tp), acc.launches, cell.batch, s.host, mode, host_speed, cell.tp)
+    kernels, graphs = acc.launches, 1.0
+    if mode != "eager":
+        graphs, kernels, _ = graph_split(acc, s.arch.layers, s.capture)
+    return step(dev, collective_ns(s, dt, cell.tp), kernels, cell.batch, s.host, mode, host_speed, cell.tp, graphs)
 
 
 def form_totals(s: Setup, cell: Cell | None = None, mode: str | None = None, host_speed: float = 1.0) -> dict:
@@ -206,18 +213,32 @@ def _float(kw: dict, key: str, default: float | None, spec: str, lo: float, hi: 
 
 
 def graphs(s: Setup, kw: dict) -> WhatIf:
-    """Same cell in graph mode: orchestration (dispatch + per-kernel) -> one graph launch."""
+    """Same cell in graph mode: captured kernels' launches -> graph launches; the per-step
+    dispatch and the kernels launched outside the graphs stay (accounting.GRAPH_CAPTURE)."""
+    capture = kw.get("capture")
+    if capture is not None:
+        known = GRAPH_CAPTURE[s.cell.engine]
+        if capture not in known:
+            raise HostgapError("--what-if", f"graphs: {s.cell.engine} has no capture={capture!r}; known: "
+                                            f"{', '.join(known)}")
+        s = replace(s, capture=capture)
     base = predict(s)
     new = predict(s, mode="graph")
+    _, _, how = graph_split(_account(s), s.arch.layers, s.capture)
     hidden = base.orchestration_exposed_ns == 0
+    where = ("attention between the pieces, LM head, sampling" if how == "piecewise"
+             else "LM head, sampling" if s.cell.engine == "vllm" else "sampling")
     return WhatIf("graphs", (
         f"orchestration {base.orchestration_ns / 1e6:.3f} ms (dispatch {s.host.dispatch_ns / 1e6:.3f} ms + "
-        f"{base.kernels:.0f} launches x {s.host.per_kernel_ns / 1e3:.1f} us) replaced by one graph launch "
-        f"({s.host.graph_launch_ns / 1e3:.0f} us)",
+        f"{base.kernels:.0f} launches x {s.host.per_kernel_ns / 1e3:.1f} us) -> "
+        f"{new.orchestration_ns / 1e6:.3f} ms with {how} CUDA graphs: {new.graph_launches:.0f} graph launch(es) "
+        f"x {s.host.graph_launch_ns / 1e3:.0f} us + {new.kernels:.0f} kernels still launched eagerly ({where})",
+        "the per-step dispatch (input and attention-metadata preparation) runs in both modes"
+        + ("; graphs:capture=full for one graph per step" if how == "piecewise" else ""),
         f"orchestration overlaps GPU work: exposed part {base.orchestration_exposed_ns / 1e6:.3f} ms"
         + (" (already hidden: no gain)" if hidden else ""),
         "serial host work (scheduler, IPC, sampling) is unchanged",
-    ), base, new)
+    ), base, new, extra={"capture": how})
 
 
 def expected_tokens(gamma: int, alpha: float) -> float:
@@ -241,7 +262,8 @@ def speculative(s: Setup, kw: dict) -> WhatIf:
         draft_dev = draft.device_ns + draft.collective_ns
         draft_orch, draft_name = draft.orchestration_ns, d_arch.name
     cycle = StepPrediction(verify.device_ns + gamma * draft_dev, verify.collective_ns, verify.serial_ns,
-                           verify.orchestration_ns + gamma * draft_orch, verify.kernels, verify.mode, verify.tp)
+                           verify.orchestration_ns + gamma * draft_orch, verify.kernels, verify.mode, verify.tp,
+                           verify.graph_launches)
     e = expected_tokens(gamma, alpha)
     return WhatIf("spec", (
         f"draft length gamma={gamma}, acceptance alpha={alpha:g}: E[tokens per cycle] = "
