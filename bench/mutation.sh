@@ -40,9 +40,14 @@ if [ ${#mods[@]} -eq 0 ]; then
     | grep -v '__init__.py$')
 fi
 
-# The tests that exercise a module first (a glob per package); the whole fast suite confirms.
+# The tests that exercise a module first (a glob per package, narrower where the package's
+# tests are slow); the whole fast suite confirms every mutant they miss.
 tests_for() {
   case "$1" in
+    src/hostgap/load/nsys.py) echo tests/test_load_nsys*.py tests/test_load_pins_nsys.py ;;
+    src/hostgap/load/decimal_ns.py) echo tests/test_load_timestamps.py tests/test_load_pins_decimal.py tests/test_load_kineto.py ;;
+    src/hostgap/load/apis.py) echo tests/test_load_kineto.py tests/test_load_nsys.py ;;
+    src/hostgap/load/text.py) echo tests/test_load_text.py tests/test_load_hostile.py tests/test_load_pins_text.py ;;
     src/hostgap/load/*)    echo tests/test_load_*.py tests/test_kineto_fuzz.py tests/test_corpus.py ;;
     src/hostgap/anatomy/*) echo tests/test_anatomy_*.py tests/test_timeline*.py tests/test_cpu_compute.py ;;
     src/hostgap/link.py|src/hostgap/events.py)
