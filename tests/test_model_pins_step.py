@@ -1,7 +1,8 @@
 """The step model's formulas (stepmodel.py) pinned on small round numbers worked out by hand.
 
 wall = serial + max(orchestration, device + collectives); orchestration = dispatch + kernels x
-((per_kernel - floor) / speed + floor) in eager mode, one graph launch / speed in graph mode;
+((per_kernel - floor) / speed + floor), plus in graph mode one graph launch / speed per graph
+(the kernels then being those launched outside the graphs);
 serial = (serial + per_seq x batch + per_rank x (tp - 1)) / speed. Each expected value is
 computed in the comment beside it from those definitions (docs/models.md §4), never read back
 from the code.
@@ -25,9 +26,13 @@ def test_orchestration_by_hand():
     assert sm.orchestration_ns(H, 10) == pytest.approx(90.0)
     # a host twice as fast halves the CPU part only: 40 / 2 + 10 x (3 / 2 + 2) = 20 + 35 = 55
     assert sm.orchestration_ns(H, 10, "eager", 2.0) == pytest.approx(55.0)
-    # graph replay: one graph launch, 30 / 2 = 15, whatever the kernel count
-    assert sm.orchestration_ns(H, 10, "graph", 2.0) == pytest.approx(15.0)
-    assert sm.orchestration_ns(H, 1000, "graph") == pytest.approx(30.0)
+    # graph mode: the dispatch still runs, `kernels` are those launched outside the graphs,
+    # plus one launch per graph: 40 / 2 + 10 x (3 / 2 + 2) + 1 x 30 / 2 = 20 + 35 + 15 = 70
+    assert sm.orchestration_ns(H, 10, "graph", 2.0) == pytest.approx(70.0)
+    # every kernel inside 4 graphs: 40 + 0 + 4 x 30 = 160
+    assert sm.orchestration_ns(H, 0, "graph", graphs=4) == pytest.approx(160.0)
+    # the graph count is ignored in eager mode: 40 + 10 x 5 = 90
+    assert sm.orchestration_ns(H, 10, "eager", graphs=4) == pytest.approx(90.0)
     # a floor above the per-kernel cost is cut to it: the whole 5 us is hardware,
     # 40 / 2 + 10 x (0 / 2 + 5) = 20 + 50 = 70
     high_floor = sm.HostModel(100.0, 10.0, 5.0, 8.0, 30.0, dispatch_ns=40.0)
