@@ -51,9 +51,7 @@ class Nesting:
     def innermost(self, thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """Position of the innermost interval on ``thread`` enclosing [start, end], or NONE."""
         out = np.full(len(start), NONE, dtype=np.int64)
-        if not len(self.rows) or not len(start):
-            return out
-        for lo, hi, th in self._thread_runs():
+        for lo, hi, th in self._thread_runs():  # no intervals: no runs; no queries: no q below
             q = np.flatnonzero(thread == th)
             if not len(q):
                 continue

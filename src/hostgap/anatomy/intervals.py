@@ -54,8 +54,8 @@ def grouped_running_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     Works on ranks, so any int64 values (even near the type's limits) are safe."""
     if not len(values):
         return values.astype(np.int64)
-    new = np.concatenate(([True], group[1:] != group[:-1]))
-    lane = (np.cumsum(new) - 1).astype(np.int64)
+    lane = np.zeros(len(values), dtype=np.int64)  # 0, 1, 2 ... one per run of equal groups
+    lane[1:] = np.cumsum(group[1:] != group[:-1])
     uniq, rank = np.unique(values, return_inverse=True)
     width = np.int64(len(uniq))
     acc = np.maximum.accumulate(rank.astype(np.int64) + lane * width) - lane * width

@@ -478,8 +478,7 @@ def _top_cpu(trace, links, compute_rows, win: StepWindows, by, top) -> list[dict
     ev = trace.events
     ops = links.ops
     n_steps = len(win)
-    if not len(ops.rows) or not n_steps:
-        return []
+    # no ops or no steps leave no top-level op inside a step: the check below returns []
     tops = ops.rows[ops.parent < 0]
     st = win.step_of(ev.start_ns[tops])
     tops, st = tops[st >= 0], st[st >= 0]

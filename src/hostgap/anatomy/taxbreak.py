@@ -189,8 +189,9 @@ def kernel_taxes(
     prev_end_of_row = np.full(len(ev), INT_MIN, dtype=np.int64)
     prev_end_of_row[au] = prev_end_sorted
     prev_end = prev_end_of_row[unit]
-    # ... and whether that previous unit started in the same step
-    u_step = np.searchsorted(step_start_ns, ev.start_ns[au], side="right") - 1
+    # ... and whether that previous unit started in the same step (the count of step starts
+    # at or before a unit's start is equal for two units exactly when they share a step)
+    u_step = np.searchsorted(step_start_ns, ev.start_ns[au], side="right")
     same_step_of_row = np.zeros(len(ev), dtype=bool)
     same_step_of_row[au[1:]] = same_thread[1:] & (u_step[1:] == u_step[:-1])
 

@@ -129,8 +129,7 @@ def classify_gaps(trace: Trace, links: Links, rows: np.ndarray, threshold_ns: in
     order = np.lexsort((ev.start_ns[rows], ev.stream[rows], ev.device[rows]))
     r = rows[order]
     s, e = ev.start_ns[r], ev.end_ns[r]
-    lane = ev.device[r].astype(np.int64) * (1 << 40) + ev.stream[r]
-    same = np.concatenate(([False], lane[1:] == lane[:-1]))
+    lane, same = _lanes(trace, r)
     # running end within each lane (an op can end after a later-starting one on the lane)
     reach = grouped_running_max(e, lane)
     prev_end = np.concatenate(([0], reach[:-1]))
@@ -145,6 +144,15 @@ def classify_gaps(trace: Trace, links: Links, rows: np.ndarray, threshold_ns: in
     return after, g, cls, prev_end[has_gap], s[has_gap]
 
 
+def _lanes(trace: Trace, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For GPU-op rows ``r`` sorted by (device, stream): a lane number per row (one per stream of
+    a device) and whether the row is on the same lane as the row before it."""
+    dev, stream = trace.events.device[r], trace.events.stream[r]
+    same = np.zeros(len(r), dtype=bool)
+    same[1:] = (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])
+    return np.cumsum(~same), same
+
+
 def lane_prev_end(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """Full-length array: for each GPU-op row in ``rows``, when the previous work on its stream
     ended (int64 min for the first op of a stream and for rows not given)."""
@@ -154,9 +162,8 @@ def lane_prev_end(trace: Trace, rows: np.ndarray) -> np.ndarray:
         return out
     order = np.lexsort((ev.start_ns[rows], ev.stream[rows], ev.device[rows]))
     r = rows[order]
-    lane = ev.device[r].astype(np.int64) * (1 << 40) + ev.stream[r]
+    lane, same = _lanes(trace, r)
     reach = grouped_running_max(ev.end_ns[r], lane)
-    same = np.concatenate(([False], lane[1:] == lane[:-1]))
     out[r] = np.where(same, np.concatenate(([0], reach[:-1])), np.iinfo(np.int64).min)
     return out
 
