@@ -71,8 +71,10 @@ for m in "${mods[@]}"; do
   # shellcheck disable=SC2046
   tests=$(ls $(tests_for "$m") 2>/dev/null | tr '\n' ' ')
   j="$out/$(echo "$m" | tr '/' '_').json"
-  .venv/bin/python "$tool" "$m" --strong -n "$n" --seed "$seed" --timeout "$timeout" --tests "$tests" --json "$j" \
-    > "$out/log" 2>&1 || true
+  # a mutant may turn a size limit into an allocation of it (load/text.py's 16 GiB): cap the
+  # address space of the audit's processes so it fails instead of filling the machine
+  (ulimit -v "${HOSTGAP_MUTATION_VMEM_KB:-8000000}"; exec .venv/bin/python "$tool" "$m" --strong -n "$n" --seed "$seed" --timeout "$timeout" --tests "$tests" --json "$j" \
+    > "$out/log" 2>&1) || true
   .venv/bin/python - "$m" "$j" "$out/log" <<'PY'
 import json, sys
 mod, path, log = sys.argv[1:4]

@@ -59,3 +59,47 @@ def test_taxbreak_launch_before_the_first_step_has_no_python_time(tmp_path):
     assert k.t_py_ns[order].tolist() == [0, 10 * US]
     assert k.t_dispatch_ns[order].tolist() == [0, 2 * US]
     assert a.steps[0]["taxbreak"]["unattributed_ns"] == 26 * US
+
+
+# -- trim: GPU work kept by the kept steps' walls (anatomy/trim.py) -------------------------
+
+
+def _kept_names(trace, a, b):
+    from hostgap.anatomy.trim import trim_rows
+
+    rows = trim_rows(trace, a, b)
+    return sorted(trace.names_of(rows))
+
+
+def test_trim_last_step_wall_ends_with_its_last_gpu_op_not_its_marker(tmp_path):
+    """Keeping the last step (steps 1:): its wall runs to the end of the GPU work it launched
+    (200 µs), past its marker's end (110 µs); an op launched before the capture that runs at
+    150-160 µs lies inside that wall and is kept."""
+    t = Timeline()
+    t.annotation("ProfilerStep#1", 0, 100)
+    t.launch_kernel(10, 2, "k_step1", 20, 30)
+    t.annotation("ProfilerStep#2", 100, 10)
+    t.launch_kernel(102, 2, "k_step2", 105, 95)           # ends at 200
+    t.kernel("queued_before_capture", 150, 10, stream=8)  # no launch in the trace
+    trace = t.load(tmp_path)
+    names = _kept_names(trace, 1, 2)
+    # (k_step1 is kept too: its stream's last op before the range)
+    assert "queued_before_capture" in names and "k_step2" in names
+
+
+def test_trim_keeps_gpu_annotations_up_to_the_last_kept_gpu_op(tmp_path):
+    """Steps 0:1 of two: the step's own kernel ends at 50 µs; an unlaunched op starting inside
+    the step's wall (90 µs) runs to 150 µs and is kept, so a GPU annotation at 120-130 µs,
+    inside the kept GPU work, is kept too; one at 160 µs, after it, is not."""
+    t = Timeline()
+    t.annotation("ProfilerStep#1", 0, 100)
+    t.launch_kernel(10, 2, "k_step1", 20, 30)             # ends at 50
+    t.kernel("queued_before_capture", 90, 60, stream=8)   # 90-150, no launch in the trace
+    t.gpu_annotation("inside_kept_work", 120, 10)
+    t.gpu_annotation("after_kept_work", 160, 5)
+    t.annotation("ProfilerStep#2", 100, 100)
+    t.launch_kernel(110, 2, "k_step2", 170, 10)
+    trace = t.load(tmp_path)
+    names = _kept_names(trace, 0, 1)
+    assert "queued_before_capture" in names and "inside_kept_work" in names
+    assert "after_kept_work" not in names and "k_step2" not in names
