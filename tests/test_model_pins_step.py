@@ -159,3 +159,17 @@ def test_leave_one_out_on_an_exact_law_is_exact_and_needs_three_cells():
     assert m.n == 8 and m.mape < 1e-4
     two = sm.leave_one_out(s.take(np.arange(8) < 2), BASE)
     assert two.n == 0 and math.isnan(two.mape)
+
+
+def test_fit_host_leaves_the_flat_region_of_the_max():
+    """Five eager cells with one kernel count (300), all orchestration-bound (100 us + 300 x
+    12 us = 3.7 ms > 1 ms of GPU), and one graph cell that separates the serial part: the law
+    200 us + 6 us x batch + 12 us per kernel is identifiable and exact. Started with the host
+    time in the serial part alone, the fit stopped at 791 us + 151 us x batch + 0.95 us per
+    kernel (61 % off on a cell); it must recover the law."""
+    s = _samples(200e3, 6e3, 12e3, BASE, [1, 2, 4, 8, 16, 1], [300] * 6, [1e6] * 6, [0, 0, 0, 0, 0, 1])
+    fit = sm.fit_host(s, BASE)
+    assert fit.serial_ns == pytest.approx(200e3, rel=1e-3)
+    assert fit.per_seq_ns == pytest.approx(6e3, rel=1e-2)
+    assert fit.per_kernel_ns == pytest.approx(12e3, rel=1e-3)
+    assert sm.evaluate_host(fit, s).mape < 1e-3
