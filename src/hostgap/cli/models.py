@@ -217,10 +217,10 @@ def _mlp_scores(name, device, pred, s, gemm_ops) -> dict:
 
 
 def _fit_vidur(paths, dev, test_paths, test_dev, kernel_data, report, out):
-    """Per-op roofline on the files' kernel times (measured on ``dev``); held-out and test scores."""
+    """Roofline on the files' kernel times (on ``dev``; GEMMs one family, vidur.as_hostgap_ops); scores."""
     from hostgap.model import fitting, roofline, vidur
 
-    gemm = [vidur.VIDUR_OPS[o] for o in vidur.GEMM_OPS]
+    gemm = list(vidur.GEMM_KEYS)
     samples = [vidur.as_hostgap_ops(vidur.read_mlp(p, dev)) for p in paths]
     kernel_data.update({str(p): fitting.file_hash(p) for p in paths})
     name = lambda p: str(p).rsplit("/", 1)[-1]  # noqa: E731
@@ -237,10 +237,10 @@ def _fit_vidur(paths, dev, test_paths, test_dev, kernel_data, report, out):
     fmt = lambda r: (r["file"], r["device"], f"{r['gemm_mape_pct']:.1f}", f"{r['op_mape_pct']:.1f}",  # noqa: E731
                      f"{r['max_err_pct']:.1f}", r["rows"])
     if report["heldout_files"]:
-        out("per-op roofline, each file held out (fit on the others):")
+        out("roofline (GEMMs one family, other ops per op), each file held out (fit on the others):")
         out(_table(head, [fmt(r) for r in report["heldout_files"]]))
     if report["tests"]:
-        out(f"per-op roofline fitted on all {len(paths)} file(s) ({dev.name}), scored on the test files "
+        out(f"roofline (GEMMs one family) fitted on all {len(paths)} file(s) ({dev.name}), scored on the test files "
             + (f"(efficiencies and t_min applied to {test_dev.name}'s datasheet peaks and bandwidth):"
                if test_dev.name != dev.name else "(same GPU):"))
         out(_table(head, [fmt(r) for r in report["tests"]]))
