@@ -237,7 +237,7 @@ def _fit_vidur(paths, dev, test_paths, test_dev, kernel_data, report, out):
     fmt = lambda r: (r["file"], r["device"], f"{r['gemm_mape_pct']:.1f}", f"{r['op_mape_pct']:.1f}",  # noqa: E731
                      f"{r['max_err_pct']:.1f}", r["rows"])
     if report["heldout_files"]:
-        out("roofline (GEMMs one family, other ops per op), each file held out (fit on the others):")
+        out("roofline (GEMMs one family), each file held out (fit on the others):")
         out(_table(head, [fmt(r) for r in report["heldout_files"]]))
     if report["tests"]:
         out(f"roofline (GEMMs one family) fitted on all {len(paths)} file(s) ({dev.name}), scored on the test files "

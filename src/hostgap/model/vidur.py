@@ -188,8 +188,8 @@ def as_hostgap_ops(s: OpSamples, gemm_key: str | None = GEMM_FAMILY) -> OpSample
     same cuBLAS kernels, whose fixed latency and achieved fractions of the peaks follow the
     shape (FLOPs, bytes), not the role of the matrix. Per-op keys (``gemm_key=None``) give each
     projection its own four parameters, which then absorb the fitted model's shapes (on vidur's
-    A100 Llama rows: ``t_min`` 7.4 us for QKV and gate+up, 4.0 us for O) and carry worse to
-    another model (docs/models.md, held-out H100 and phi-2).
+    A100 Llama rows: ``t_min`` 7.4-7.6 us for QKV and gate+up, 4.0-4.7 us for O and down) and
+    carry worse to another model (docs/models.md, held-out H100 and phi-2).
     """
     names = np.array([VIDUR_OPS[str(k)] for k in s.key])
     key = names if gemm_key is None else np.where(np.isin(s.key, GEMM_OPS), gemm_key, names)
