@@ -8,7 +8,7 @@ The four GEMMs share one efficiency set (as ``hostgap fit --vidur-mlp`` fits the
 
     python bench/vidur_cross_device.py --device a100 \
         --fit ../shared/traces/vidur/a100_llama3-8b_mlp.csv --fit ../shared/traces/vidur/a100_llama2-7b_mlp.csv \
-        --test /tmp/vidur/h100_phi2.csv:h100 --test /tmp/vidur/a100_phi2.csv:a100
+        --test /tmp/vidur/h100_phi-2_mlp.csv:h100 --test /tmp/vidur/a100_phi-2_mlp.csv:a100
 """
 
 from __future__ import annotations
