@@ -106,7 +106,7 @@ def default_model_path():
               help="Fit the default vLLM/H100 host term on the published cells shipped with hostgap and print "
                    "every cell's published value, default and leave-one-out prediction.")
 @click.option("--vidur-mlp", "vidur_mlp", multiple=True, type=click.Path(),
-              help="vidur *_mlp.csv kernel times to fit per-op efficiencies on (repeatable; needs --device).")
+              help="vidur *_mlp.csv kernel times to fit efficiencies on (GEMMs one family, other ops each their own; repeatable; needs --device).")
 @click.option("--device", "mlp_device", default=None,
               help="The GPU the --vidur-mlp files were MEASURED on (e.g. a100-80gb for vidur's a100_* files). "
                    "Not a prediction target: `predict --gpu` chooses that.")
@@ -128,7 +128,7 @@ def fit_cmd(results, db, paper_cells, vidur_mlp, mlp_device, test_mlp, test_devi
 
     From measured runs: device scale and host term per (device, engine, TP degree), each cell
     scored by a fit on the others (leave-one-out). From vidur kernel times (--vidur-mlp with
-    --device): per-op efficiencies for that device, each file scored by a fit on the others,
+    --device): efficiencies for that device (GEMMs one family, other ops per op), each file scored by a fit on the others,
     and --test-mlp files (another model or another GPU) scored by the fit on all of them.
 
     \b
@@ -306,10 +306,10 @@ def _setup(preset, batch, context, tp, dtype, engine, mode, device, device_file,
         if rl is None and fitted and fitted.rooflines:
             other = fitted.rooflines[0]
             rl = other
-            basis = (f"{model_path}: per-op efficiencies fitted on {other.device} applied to {dev.name} "
+            basis = (f"{model_path}: efficiencies fitted on {other.device} applied to {dev.name} "
                      f"(same fractions of {dev.name}'s datasheet peaks and bandwidth, same t_min); default host term")
         elif rl is not None:
-            basis = (f"{model_path}: per-op efficiencies fitted for {dev.name} ({rl.source}); "
+            basis = (f"{model_path}: efficiencies fitted for {dev.name} ({rl.source}); "
                      f"no measured runs for {dev.name}/{engine}/TP-{tp}: default host term")
         else:
             basis = ("no fitted model: default efficiencies and host term (docs/models.md)" if not fitted
