@@ -249,7 +249,13 @@ def test_vidur_reader_maps_ops_units_and_shapes(tmp_path):
     assert arch.head_dim == 8 and not arch.gated_mlp and arch.family == "llama" and arch.layers == 1
     assert not arch.tied_embeddings  # vidur profiles the embedding alone: no head shares its table
     keyed = vidur.as_hostgap_ops(s)
-    assert keyed.key[up] == "gate_up_proj" and keyed.time_ns[up] == 0.25e6
+    # the four GEMMs share the family key (one efficiency set), the other ops keep their names
+    gemm_rows = [list(s.key).index(op) for op in vidur.GEMM_OPS]
+    assert set(keyed.key[gemm_rows]) == {"gemm"} and keyed.time_ns[up] == 0.25e6
+    assert keyed.key[list(s.key).index("input_layernorm")] == "input_norm"
+    assert sum(keyed.key == "gemm") == 4
+    per_op = vidur.as_hostgap_ops(s, gemm_key=None)
+    assert per_op.key[up] == "gate_up_proj" and sum(per_op.key == "gemm") == 0
 
 
 def test_vidur_all_reduce_reader(tmp_path):

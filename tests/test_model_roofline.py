@@ -174,7 +174,8 @@ def test_cli_fit_on_vidur_files_then_predict_on_a100(tmp_path):
     assert t["file"] == files[1].name and t["device"] == "a100-80gb" and t["rows"] == 10 * 1044
     assert t["gemm_mape_pct"] <= 10.0 and t["op_mape_pct"] <= 15.0  # cross-model on the same GPU
     m = load_model(out)
-    assert m.roofline_for("a100-80gb").efficiencies["gate_up_proj"].e_m > 0.5
+    effs = m.roofline_for("a100-80gb").efficiencies
+    assert effs["gemm"].e_m > 0.5 and "gate_up_proj" not in effs  # one set for the four GEMMs
     assert len(m.provenance["kernel_data_sha256"]) == 2 and set(m.all_reduce.latency_ns) == {2, 4, 8}
     r = CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--gpu", "a100", "--model", str(out), "--json",
                                  "--what-if", "tp=2"])
@@ -184,3 +185,30 @@ def test_cli_fit_on_vidur_files_then_predict_on_a100(tmp_path):
     assert d["what_ifs"][0]["scenario"]["collective_ns"] > 0
     r = CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--gpu", "h100", "--model", str(out), "--json"])
     assert "fitted on a100-80gb applied to h100-sxm" in json.loads(r.stdout)["basis"]
+
+
+HELD_OUT = Path(__import__("os").environ.get("HOSTGAP_VIDUR_HELDOUT", "/nonexistent"))
+
+
+def test_held_out_h100_and_phi2_profiles_meet_the_targets(tmp_path):
+    """vidur's H100 and A100 phi-2 profiles (docs/models.md lists their paths and commits; not in
+    the repository): set HOSTGAP_VIDUR_HELDOUT to the folder holding them. The fit sees only the
+    A100 Llama files; targets: GEMM MAPE <= 10 % on the other GPU and on the other model."""
+    from click.testing import CliRunner
+
+    from hostgap.cli import cli
+
+    fit = [VIDUR / "a100_llama3-8b_mlp.csv", VIDUR / "a100_llama2-7b_mlp.csv"]
+    h100, a100 = HELD_OUT / "h100_phi-2_mlp.csv", HELD_OUT / "a100_phi-2_mlp.csv"
+    if not all(f.exists() for f in [*fit, h100, a100]):
+        pytest.skip("vidur A100 Llama files or the held-out phi-2 files (HOSTGAP_VIDUR_HELDOUT) not found")
+    base = ["fit", "--vidur-mlp", str(fit[0]), "--vidur-mlp", str(fit[1]), "--device", "a100", "--json",
+            "-o", str(tmp_path / "m.json")]
+    scores = {}
+    for f, dev in ((h100, "h100"), (a100, "a100")):
+        r = CliRunner().invoke(cli, [*base, "--test-mlp", str(f), "--test-device", dev])
+        assert r.exit_code == 0, r.output
+        (scores[dev],) = json.loads(r.stdout)["tests"]
+    assert scores["h100"]["device"] == "h100-sxm" and scores["h100"]["rows"] == 261 * 9
+    assert scores["h100"]["gemm_mape_pct"] <= 10.0  # other GPU, other model
+    assert scores["a100"]["gemm_mape_pct"] <= 10.0  # same GPU, other model

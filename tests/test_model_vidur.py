@@ -194,3 +194,32 @@ def test_cli_scores_a_phi_style_file_of_another_device_in_json(tmp_path):
     # fit carries to the H100 through the datasheet peaks, so the GEMMs are predicted closely
     assert t["gemm_mape_pct"] < 3.0
     assert 0 <= t["gemm_mape_pct"] <= t["max_err_pct"]
+
+
+def test_cli_fit_gives_the_four_gemms_one_set_that_every_gemm_of_a_step_runs_on(tmp_path):
+    from hostgap.model.accounting import Cell, account
+    from hostgap.model.fitting import load_model
+
+    a100 = find_device("a100")
+    fit_file = _profile(tmp_path / "a_mlp.csv", list(vidur.VIDUR_OPS), "True", a100.mem_bw_bytes_per_s,
+                        a100.peak("float16"))
+    out = tmp_path / "m.json"
+    r = CliRunner().invoke(cli, ["fit", "--vidur-mlp", str(fit_file), "--device", "a100", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    rl = load_model(out).roofline_for("a100-80gb")
+    assert "gemm" in rl.efficiencies and not {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"} & set(rl.efficiencies)
+    assert "input_norm" in rl.efficiencies  # the other ops stay per op
+    g = rl.efficiencies["gemm"]
+    # the profile's four GEMMs all take 4 us + bytes / (0.8 x BW) (bandwidth-bound at these sizes)
+    assert g.t_min_ns == pytest.approx(4_000, rel=0.05) and g.e_m == pytest.approx(0.8, rel=0.05)
+    # every GEMM of a step runs on that one set, the LM head (no vidur rows) included
+    arch = vidur.arch_of_row({"n_embd": H, "n_head": HEADS, "n_kv_head": HEADS, "n_expanded_embd": I,
+                              "vocab_size": 51200, "use_gated_mlp": "True"}, "g")
+    acc = account(arch, Cell(batch=1, q_tokens=1, context=16, tp=1, dtype="float16", engine="vllm"))
+    dt = roofline.device_time(acc, a100, rl)
+    gemms = [o for o in acc.ops if o.family == "gemm"]
+    assert {o.name for o in gemms} >= {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"}
+    for o in gemms:
+        by_hand = o.count * (o.kernels * g.t_min_ns + 1e9 * smooth_max(o.flops / (a100.peak("float16") * g.e_c),
+                                                                       o.bytes / (a100.mem_bw_bytes_per_s * g.e_m), g.q))
+        assert dt.per_op_ns[o.name] == pytest.approx(float(by_hand), rel=1e-9), o.name

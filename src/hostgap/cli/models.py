@@ -106,7 +106,7 @@ def default_model_path():
               help="Fit the default vLLM/H100 host term on the published cells shipped with hostgap and print "
                    "every cell's published value, default and leave-one-out prediction.")
 @click.option("--vidur-mlp", "vidur_mlp", multiple=True, type=click.Path(),
-              help="vidur *_mlp.csv kernel times to fit per-op efficiencies on (repeatable; needs --device).")
+              help="vidur *_mlp.csv kernel times to fit efficiencies on (GEMMs one family, other ops each their own; repeatable; needs --device).")
 @click.option("--device", "mlp_device", default=None,
               help="The GPU the --vidur-mlp files were MEASURED on (e.g. a100-80gb for vidur's a100_* files). "
                    "Not a prediction target: `predict --gpu` chooses that.")
@@ -128,7 +128,7 @@ def fit_cmd(results, db, paper_cells, vidur_mlp, mlp_device, test_mlp, test_devi
 
     From measured runs: device scale and host term per (device, engine, TP degree), each cell
     scored by a fit on the others (leave-one-out). From vidur kernel times (--vidur-mlp with
-    --device): per-op efficiencies for that device, each file scored by a fit on the others,
+    --device): efficiencies for that device (GEMMs one family, other ops per op), each file scored by a fit on the others,
     and --test-mlp files (another model or another GPU) scored by the fit on all of them.
 
     \b
@@ -217,10 +217,10 @@ def _mlp_scores(name, device, pred, s, gemm_ops) -> dict:
 
 
 def _fit_vidur(paths, dev, test_paths, test_dev, kernel_data, report, out):
-    """Per-op roofline on the files' kernel times (measured on ``dev``); held-out and test scores."""
+    """Roofline on the files' kernel times (on ``dev``; GEMMs one family, vidur.as_hostgap_ops); scores."""
     from hostgap.model import fitting, roofline, vidur
 
-    gemm = [vidur.VIDUR_OPS[o] for o in vidur.GEMM_OPS]
+    gemm = list(vidur.GEMM_KEYS)
     samples = [vidur.as_hostgap_ops(vidur.read_mlp(p, dev)) for p in paths]
     kernel_data.update({str(p): fitting.file_hash(p) for p in paths})
     name = lambda p: str(p).rsplit("/", 1)[-1]  # noqa: E731
@@ -237,10 +237,10 @@ def _fit_vidur(paths, dev, test_paths, test_dev, kernel_data, report, out):
     fmt = lambda r: (r["file"], r["device"], f"{r['gemm_mape_pct']:.1f}", f"{r['op_mape_pct']:.1f}",  # noqa: E731
                      f"{r['max_err_pct']:.1f}", r["rows"])
     if report["heldout_files"]:
-        out("per-op roofline, each file held out (fit on the others):")
+        out("roofline (GEMMs one family), each file held out (fit on the others):")
         out(_table(head, [fmt(r) for r in report["heldout_files"]]))
     if report["tests"]:
-        out(f"per-op roofline fitted on all {len(paths)} file(s) ({dev.name}), scored on the test files "
+        out(f"roofline (GEMMs one family) fitted on all {len(paths)} file(s) ({dev.name}), scored on the test files "
             + (f"(efficiencies and t_min applied to {test_dev.name}'s datasheet peaks and bandwidth):"
                if test_dev.name != dev.name else "(same GPU):"))
         out(_table(head, [fmt(r) for r in report["tests"]]))
@@ -306,10 +306,10 @@ def _setup(preset, batch, context, tp, dtype, engine, mode, device, device_file,
         if rl is None and fitted and fitted.rooflines:
             other = fitted.rooflines[0]
             rl = other
-            basis = (f"{model_path}: per-op efficiencies fitted on {other.device} applied to {dev.name} "
+            basis = (f"{model_path}: efficiencies fitted on {other.device} applied to {dev.name} "
                      f"(same fractions of {dev.name}'s datasheet peaks and bandwidth, same t_min); default host term")
         elif rl is not None:
-            basis = (f"{model_path}: per-op efficiencies fitted for {dev.name} ({rl.source}); "
+            basis = (f"{model_path}: efficiencies fitted for {dev.name} ({rl.source}); "
                      f"no measured runs for {dev.name}/{engine}/TP-{tp}: default host term")
         else:
             basis = ("no fitted model: default efficiencies and host term (docs/models.md)" if not fitted
