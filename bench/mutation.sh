@@ -60,7 +60,7 @@ tests_for() {
     src/hostgap/capture/vllm_*.py|src/hostgap/capture/harvest.py) echo tests/test_vllm_*.py ;;
     src/hostgap/model/attribution.py) echo tests/test_attribution_*.py ;;
     src/hostgap/model/steps_table.py) echo tests/test_attribution_*.py ;;
-    src/hostgap/model/roofline.py) echo tests/test_model_roofline.py tests/test_model_pins.py tests/test_model_regimes.py ;;
+    src/hostgap/model/roofline.py) echo tests/test_model_roofline.py tests/test_model_pins.py tests/test_model_pins_roofline.py tests/test_model_regimes.py ;;
     src/hostgap/model/fitting.py) echo tests/test_model_fitting_numbers.py tests/test_model_roofline.py tests/test_model_stepmodel.py ;;
     src/hostgap/model/accounting.py) echo tests/test_model_accounting.py tests/test_model_numbers.py tests/test_model_pins.py ;;
     src/hostgap/model/calibrate.py) echo tests/test_model_calibrate.py tests/test_model_regimes.py ;;
