@@ -47,6 +47,7 @@ tests_for() {
     src/hostgap/load/nsys.py) echo tests/test_load_nsys*.py tests/test_load_pins_nsys.py ;;
     src/hostgap/load/decimal_ns.py) echo tests/test_load_timestamps.py tests/test_load_pins_decimal.py tests/test_load_kineto.py ;;
     src/hostgap/load/apis.py) echo tests/test_load_kineto.py tests/test_load_nsys.py ;;
+    src/hostgap/load/kineto.py) echo tests/test_load_kineto.py tests/test_load_streaming.py ;;
     src/hostgap/load/text.py) echo tests/test_load_text.py tests/test_load_hostile.py tests/test_load_pins_text.py ;;
     src/hostgap/load/*)    echo tests/test_load_*.py tests/test_kineto_fuzz.py tests/test_corpus.py ;;
     src/hostgap/anatomy/*) echo tests/test_anatomy_*.py tests/test_timeline*.py tests/test_cpu_compute.py ;;
@@ -58,6 +59,12 @@ tests_for() {
                            echo tests/test_capture_interleave.py tests/test_capture_validity.py ;;
     src/hostgap/capture/vllm_*.py|src/hostgap/capture/harvest.py) echo tests/test_vllm_*.py ;;
     src/hostgap/model/attribution.py) echo tests/test_attribution_*.py ;;
+    src/hostgap/model/steps_table.py) echo tests/test_attribution_*.py ;;
+    src/hostgap/model/roofline.py) echo tests/test_model_roofline.py tests/test_model_pins.py tests/test_model_pins_roofline.py tests/test_model_regimes.py ;;
+    src/hostgap/model/fitting.py) echo tests/test_model_fitting_numbers.py tests/test_model_roofline.py tests/test_model_stepmodel.py ;;
+    src/hostgap/model/accounting.py) echo tests/test_model_accounting.py tests/test_model_numbers.py tests/test_model_pins.py ;;
+    src/hostgap/model/calibrate.py) echo tests/test_model_calibrate.py tests/test_model_regimes.py ;;
+    src/hostgap/model/arch.py) echo tests/test_model_pins_arch.py tests/test_model_accounting.py tests/test_model_numbers.py ;;
     src/hostgap/model/*)   echo tests/test_model_*.py ;;
     src/hostgap/ranks/*)   echo tests/test_ranks*.py ;;
     *)                     echo tests ;;

@@ -128,3 +128,20 @@ def test_model_file_checks(tmp_path):
     m = load_model(p)
     assert (m.groups, m.tp_form, m.all_reduce, m.rooflines) == ((), "serial", None, ())
     assert m.group_for("dev", "vllm") is None and m.roofline_for("dev") is None
+
+
+def test_fit_uses_the_given_roofline_only_for_groups_on_its_device():
+    """Two cells on an H100 (one group); a roofline fitted on the H100 is the group's, one
+    fitted on an A100 is not (the group keeps the documented defaults) but is kept in the file."""
+    from hostgap.model.roofline import DEFAULT_EFFICIENCY, Efficiency, RooflineModel
+
+    docs = [doc(run_id="a", batch=1), doc(run_id="b", batch=8,
+                                          differencing={"t_step_ns": 12e6, "g_step_ns": 8e6, "h_step_ns": 4e6,
+                                                        "k_step": 400, "host_fraction": 1 / 3})]
+    h100 = RooflineModel("h100-sxm", {"gemm": Efficiency(1000.0, 0.9, 0.9)}, "fitted", "family")
+    (g,) = fitting.fit(docs, rl=h100).groups
+    assert g.device == "h100-sxm" and g.roofline is h100
+    a100 = RooflineModel("a100-80gb", {"gemm": Efficiency(1000.0, 0.9, 0.9)}, "fitted", "family")
+    m = fitting.fit(docs, rl=a100)
+    assert m.groups[0].roofline.efficiencies == DEFAULT_EFFICIENCY and m.rooflines == (a100,)
+    assert m.provenance["devices"] == ["a100-80gb", "h100-sxm"]

@@ -328,3 +328,15 @@ def test_every_dense_op_shape_by_hand():
     assert q8.act_bytes == T * 64 * (2 + 1)  # read bf16, write fp8
     moe = account(MOE, Cell(batch=3, context=10)).op("moe_overhead")
     assert (moe.flops, moe.act_bytes) == (3 * 2 * 64, (3 * 2 * 64 + 3 * 64) * 2)
+
+
+def test_prefill_kv_write_stores_every_new_token_of_every_sequence_by_hand():
+    arch = Arch("toy", "llama", hidden=64, layers=3, heads=8, kv_heads=2, head_dim=8, intermediate=96,
+                vocab=50, tied_embeddings=False)
+    # 2 sequences x 3 new tokens each: 6 tokens written, k and v of 2 kv heads x 8 dims, bf16
+    kv = account(arch, Cell(batch=2, q_tokens=3, context=7)).op("kv_write")
+    assert kv.kv_write_bytes == 2 * 3 * 2 * (2 * 8) * 2  # 384 bytes
+    assert kv.count == 3  # once per layer
+    # an fp8 KV cache halves the bytes written, not the activations read
+    kv8 = account(arch, Cell(batch=2, q_tokens=3, context=7, kv_dtype="fp8")).op("kv_write")
+    assert (kv8.kv_write_bytes, kv8.act_bytes) == (2 * 3 * 2 * 16 * 1, 6 * 2 * 16 * 2)
