@@ -9,22 +9,20 @@ behind earlier work or delayed. Markers may end before their host work does.
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
 import tempfile
 
 import numpy as np
 from anatomy_builders import H100, Timeline
+from budget import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 from hostgap.events import GPU_OP_KINDS, Kind
 
-EXAMPLES = int(os.environ.get("HOSTGAP_PROPERTY_EXAMPLES", "60"))
-"""Examples per property; bench/properties.py runs them at >= 10,000."""
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-                    **({"database": None} if "HOSTGAP_PROPERTY_EXAMPLES" in os.environ else {}))
+SETTINGS = settings(**examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+"""60 examples per property; bench/properties.py runs them at >= 10,000."""
 FOLDER = tempfile.mkdtemp(prefix="hostgap-anatomy-props-")
 atexit.register(shutil.rmtree, FOLDER, ignore_errors=True)
 

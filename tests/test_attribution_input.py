@@ -209,11 +209,12 @@ def test_harvest_extras_partial_and_blank_steps(tmp_path):
     assert s.is_prefill.tolist() == [False, False, True]
 
 
+from budget import examples  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
-@settings(max_examples=25, deadline=None)
+@settings(**examples(25), deadline=None)
 @given(st.lists(st.lists(st.tuples(st.integers(1, 600), st.integers(0, 5000)), min_size=1,
                          max_size=12), min_size=1, max_size=15))
 def test_generic_rows_aggregate_exactly(tmp_path_factory, batches):

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -201,7 +202,7 @@ def test_attribute_step_matches_vectorised(noisy):
         np.testing.assert_allclose(one.share_ns, sh.share_ns[sl], rtol=1e-12)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(**examples(60), deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 65536)), min_size=1,
                 max_size=300), st.floats(0, 1))
 def test_step_shares_conserve_and_stay_non_negative(model_rows, f):

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -111,7 +112,7 @@ def test_sweep_points_span_a_decade(n1, n2):
     assert pts[1] <= max(n1 + 1, round(n2 / 10))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(**examples(60), deadline=None)
 @given(
     t=st.floats(1e3, 1e8), gshare=st.floats(0.01, 0.99), base=st.floats(0, 1e9),
     n2=st.integers(3, 600), repeats=st.integers(1, 6),

@@ -12,6 +12,7 @@ import random
 from pathlib import Path
 
 import pytest
+from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -83,7 +84,7 @@ docs = st.builds(lambda evs, extra: {"traceEvents": evs, **extra},
                  st.fixed_dictionaries({}, optional={"deviceProperties": values, "baseTimeNanoseconds": values}))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(**examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(docs, st.booleans())
 def test_generated_documents(tmp_path, doc, bom):
     p = tmp_path / "h.json"

@@ -9,6 +9,7 @@ import tempfile
 
 import numpy as np
 from conftest import annotation, cpu_op, gpu_annotation, kernel, launch, memcpy, memset, python_frame, runtime
+from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ from hostgap.anatomy.overview import overview
 from hostgap.errors import HostgapError
 from hostgap.load import load_trace
 
-FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(**examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def base_events() -> list[dict]:
@@ -200,7 +201,7 @@ def check_document(doc: dict) -> None:
         assert min(g["count"].values()) >= 0 and min(g["total_ns"].values()) >= 0
 
 
-@settings(max_examples=100, deadline=None)
+@settings(**examples(100), deadline=None)
 @given(timeline(), st.integers(1, 100_000))
 def test_document_invariants(tl, threshold_ns):
     events, ops = tl
@@ -230,7 +231,7 @@ def test_document_invariants(tl, threshold_ns):
         assert w["busy_ns"] == naive_union(mine)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(**examples(100), deadline=None)
 @given(st.integers(0, 2**43), st.integers(0, 999))
 def test_float_us_timestamps_to_ns(us, frac_ns):
     """Exact below 2**41 µs (~25 days of uptime on Kineto's clock), within 1 ns up to 2**43 µs:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,7 +90,7 @@ decimal_text = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(**examples(300), deadline=None)
 @given(st.lists(decimal_text, min_size=1, max_size=40), st.booleans())
 def test_matches_exact_rational_arithmetic(texts, with_null):
     raw = [t.encode() for t in texts] + ([b"null"] if with_null else [])  # a null: the per-value path
@@ -120,7 +121,7 @@ def test_batches_of_one_shape_take_their_shortcuts_exactly():
     assert status.tolist() == [OK, OK, OUT_OF_RANGE, OUT_OF_RANGE, OK, OK, OK]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(**examples(200), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["", "-"]), st.integers(0, 9_999_999_999_999_999), st.integers(0, 999)),
                 min_size=1, max_size=30), st.booleans())
 def test_one_shape_batches_match_exact_arithmetic(values, three_decimals):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 from conftest import annotation, gpu_annotation, kernel, memcpy, memset
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +32,7 @@ def _events(ops, wins) -> list[dict]:
     return events
 
 
-@settings(max_examples=60, deadline=None)
+@settings(**examples(60), deadline=None)
 @given(st.lists(op, min_size=1, max_size=25), st.lists(win, min_size=1, max_size=8))
 def test_windows_equal_gpu_times_one_by_one(tmp_path_factory, ops, wins):
     from conftest import write_kineto
@@ -55,7 +56,7 @@ def _reference_choice(gpu_names, gpu_rows, cpu_names, cpu_rows) -> list[int]:
     return sorted(chosen)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(**examples(200), deadline=None)
 @given(st.lists(st.integers(0, 5), max_size=12), st.lists(st.integers(0, 5), max_size=12))
 def test_range_choice_matches_the_rule(gpu, cpu):
     gpu_names, cpu_names = np.array(gpu, dtype=np.int64), np.array(cpu, dtype=np.int64)

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from conftest import annotation, corpus_path, cpu_op, kernel, launch
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,7 +44,7 @@ def records(draw):
 
 
 @given(records())
-@settings(max_examples=200, deadline=None)
+@settings(**examples(200), deadline=None)
 def test_log_composition_matches_the_annotation_parser(rec):
     kind, fields = composition(vllm_annotation(rec))
     assert fields == hv.log_composition(rec)

@@ -180,12 +180,13 @@ def test_report_draws_one_stacked_bar_for_a_vllm_run():
 def test_parts_tile_any_timeline():
     """Property: on generated step windows, annotations and compute intervals, every step's three
     parts are >= 0, add up to its wall, and compute never exceeds the window."""
+    from budget import examples
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
     from hostgap.anatomy.intervals import merge
 
-    @settings(max_examples=200, deadline=None)
+    @settings(**examples(200), deadline=None)
     @given(st.lists(st.integers(0, 50), min_size=1, max_size=8), st.data())
     def check(walls, data):
         start = np.concatenate(([0], np.cumsum(walls)[:-1])).astype(np.int64)
