@@ -36,7 +36,7 @@ if [ -n "$(git status --porcelain -- src)" ]; then
 fi
 if [ ${#mods[@]} -eq 0 ]; then
   mapfile -t mods < <(ls src/hostgap/events.py src/hostgap/link.py src/hostgap/load/*.py \
-    src/hostgap/anatomy/*.py src/hostgap/capture/differencing.py src/hostgap/model/*.py \
+    src/hostgap/anatomy/*.py src/hostgap/capture/differencing.py src/hostgap/checks.py src/hostgap/model/*.py \
     | grep -v '__init__.py$')
 fi
 
@@ -52,10 +52,12 @@ tests_for() {
     src/hostgap/load/kineto_stream.py) echo tests/test_load_streaming.py tests/test_load_hostile.py ;;
     src/hostgap/load/text.py) echo tests/test_load_text.py tests/test_load_hostile.py tests/test_load_pins_text.py ;;
     src/hostgap/load/*)    echo tests/test_load_*.py tests/test_kineto_fuzz.py tests/test_corpus.py ;;
+    src/hostgap/anatomy/comm.py|src/hostgap/anatomy/collectives.py)
+                           echo tests/test_ranks*.py tests/test_anatomy_comm.py tests/test_anatomy_steps.py tests/test_anatomy_kernel_rows.py ;;
     src/hostgap/anatomy/*) echo tests/test_anatomy_*.py tests/test_timeline*.py tests/test_cpu_compute.py ;;
     src/hostgap/link.py|src/hostgap/events.py)
                            echo tests/test_link*.py tests/test_events_*.py tests/test_load_*.py tests/test_anatomy_steps.py ;;
-    src/hostgap/capture/differencing.py|src/hostgap/capture/validity.py)
+    src/hostgap/capture/differencing.py|src/hostgap/capture/validity.py|src/hostgap/checks.py)
                            echo tests/test_capture_differencing.py tests/test_capture_validity.py ;;
     src/hostgap/capture/engine_diff.py|src/hostgap/capture/interleave.py)
                            echo tests/test_capture_interleave.py tests/test_capture_validity.py ;;

@@ -12,7 +12,7 @@ from conftest import annotation, kernel, launch
 
 from hostgap.cli import cli
 from hostgap.errors import HostgapError
-from hostgap.ranks.comm import collective_type, is_comm
+from hostgap.anatomy.collectives import collective_type, is_comm
 from hostgap.ranks.traceset import Options, analyse
 
 US = 1000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from hostgap.ranks.align import RankSteps, collective_wait, cross_rank, match_steps, straggler, summary
-from hostgap.ranks.comm import TYPES
+from hostgap.anatomy.collectives import TYPES
 
 AR, SR = TYPES.index("allreduce"), TYPES.index("sendrecv")
 

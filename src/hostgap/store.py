@@ -28,6 +28,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from hostgap.checks import reasons
 from hostgap.errors import HostgapError
 
 SCHEMA_VERSION = 2
@@ -136,14 +137,12 @@ def _row_of(result: dict) -> dict:
 
 def _validity_of(result: dict) -> dict:
     """The validity columns of a results dict; a result from before validity existed is judged
-    by its numbers (:func:`hostgap.capture.validity.reasons`)."""
+    by its numbers (:func:`hostgap.checks.reasons`)."""
     d = result.get("differencing") or {}
     if "valid" in result:
         why = list(result.get("invalid_reasons") or [])
         valid = bool(result["valid"])
     else:
-        from hostgap.capture.validity import reasons
-
         why = reasons(d) if d else []
         valid = not why
     contended = d.get("contended")

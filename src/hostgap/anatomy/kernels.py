@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from hostgap.anatomy.steps import Anatomy
 from hostgap.events import Trace
-from hostgap.ranks.comm import CLASSES
+from hostgap.anatomy.collectives import CLASSES
 
 
 def kernel_rows(trace: Trace, anatomy: Anatomy) -> list[dict]:
     """Rows for CSV/JSON. Empty for CPU-only traces (no launches). ``class``: what the launch
-    enqueued, ``compute``, ``communication`` or ``mixed`` (:func:`hostgap.ranks.comm.launch_classes`)."""
+    enqueued, ``compute``, ``communication`` or ``mixed`` (:func:`hostgap.anatomy.collectives.launch_classes`)."""
     k = anatomy.kernels
     if k is None:
         return []

@@ -22,7 +22,7 @@ from hostgap.anatomy.timeline import (
 )
 from hostgap.events import GPU_OP_KINDS, Kind, Trace
 from hostgap.link import Links, link
-from hostgap.ranks.comm import comm_of_name
+from hostgap.anatomy.collectives import comm_of_name
 
 
 def overview(trace: Trace, links: Links | None = None, gap_threshold_ns: int = DEFAULT_GAP_THRESHOLD_NS,

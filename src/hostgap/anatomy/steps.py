@@ -21,6 +21,8 @@ import numpy as np
 
 from hostgap import SCHEMA_VERSION
 from hostgap.anatomy import taxbreak as tb
+from hostgap.anatomy.collectives import CLASSES, launch_classes
+from hostgap.anatomy.comm import StepComm, split_ops
 from hostgap.anatomy.flags import PARTIAL_RULES, QUEUED_RULES, StepGpu, first_reason
 from hostgap.anatomy.floor import launch_floor
 from hostgap.anatomy.idle import BUSY, CAUSES, HOST, IdleAttribution, attribute
@@ -40,7 +42,6 @@ from hostgap.anatomy.windows import (
 )
 from hostgap.events import HOST_API_KINDS, NONE, CopyKind, Kind, Trace
 from hostgap.link import Links, link
-from hostgap.ranks.comm import CLASSES, StepComm, launch_classes, split_ops
 
 SYNC_API = tb.SYNC_API
 

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from hostgap.anatomy.collectives import is_comm
 from hostgap.anatomy.intervals import clip, grouped_running_max, grouped_union, union_ns
 from hostgap.events import GPU_OP_KINDS, Kind, Trace
 from hostgap.link import Links, Nesting
@@ -227,8 +228,6 @@ def top_kernels(trace: Trace, rows: np.ndarray, n: int = 10) -> list[dict]:
     count = np.bincount(inv)
     grand = max(int(total.sum()), 1)
     order = np.argsort(-total)[:n]
-    from hostgap.ranks.comm import is_comm
-
     return [
         {"name": trace.names[codes[i]], "class": "communication" if is_comm(trace.names[codes[i]]) else "compute",
          "count": int(count[i]), "total_ns": int(total[i]), "mean_ns": float(total[i] / count[i]),

@@ -40,11 +40,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from hostgap.checks import LINEARITY_R2, LINEARITY_RESIDUAL  # the linearity check's limits
+
 ESTIMATORS = ("theil-sen", "median", "min", "mean")
-LINEARITY_R2 = 0.99
-"""Linearity check: R² of W(N) and G(N) over the sweep must reach this."""
-LINEARITY_RESIDUAL = 0.10
-"""Linearity check: no per-N estimate may lie further than this (relative) from the robust line."""
 
 
 def estimate(values, estimator: str = "min", axis: int = -1) -> np.ndarray | float:

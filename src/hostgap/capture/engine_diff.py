@@ -16,6 +16,7 @@ otherwise it is marked invalid with the reasons, and no number is given for it.
 from __future__ import annotations
 
 from hostgap.capture.differencing import Slope, mover_difference
+from hostgap.capture.summary import is_valid
 
 QUANTITIES = (("wall_ns", "t_step_ns", "wall"), ("host_exposed_ns", "h_step_ns", "host-exposed"))
 """(key in the difference, key in ``differencing``, words) of each compared quantity."""
@@ -32,8 +33,6 @@ def _slope(r: dict, key: str) -> Slope | None:
 def engine_difference(base: dict, other: dict) -> dict:
     """``other - base`` per decode step for wall and host-exposed time, each ``{value, lo, hi}``
     (ns) or None; ``valid`` and ``invalid_reasons`` (each naming its engine)."""
-    from hostgap.capture.summary import is_valid
-
     why = []
     for r in (base, other):
         if not is_valid(r):

@@ -307,7 +307,7 @@ def harvest_traces(paths: list[str], out: Path, progress: Progress | None = None
 
 def engine_options(cfg: HarvestConfig, chunked: bool):
     """The engine settings of one chunked-prefill setting of the grid."""
-    from hostgap.capture.vllm_engine import VllmOptions
+    from hostgap.capture.vllm_common import VllmOptions
 
     budget = cfg.budget if chunked else max(cfg.max_model_len, 2048)
     return VllmOptions(mode=cfg.mode, dtype=cfg.dtype, kv_cache_gib=cfg.kv_cache_gib,
@@ -327,7 +327,7 @@ def harvest_level(rt, cfg: HarvestConfig, concurrency: int, keep_traces: Path | 
     reqs = make_requests(cfg.n_requests(concurrency), cfg.prompt_len, cfg.output_len, seed)
     if max(r.prompt_len + r.output_len for r in reqs) > o.max_model_len:
         raise HostgapError("--prompt-len/--output-len", f"requests exceed the engine's max_model_len {o.max_model_len}")
-    from hostgap.capture.vllm_engine import prompt_ids
+    from hostgap.capture.vllm_common import prompt_ids
 
     prompts = prompt_ids(rt.arch.vocab, [r.prompt_len for r in reqs], seed)
     rt.take_steps()
@@ -359,7 +359,7 @@ def harvest_live(cfg: HarvestConfig, out: Path, keep_traces: Path | None = None,
                  progress: Progress | None = None) -> dict:
     """Run the grid on vLLM (one engine per chunked-prefill setting) and write the step table
     and the request table."""
-    from hostgap.capture.vllm_engine import validate_options
+    from hostgap.capture.vllm_common import validate_options
     from hostgap.capture.vllm_runtime import VllmRuntime
     from hostgap.model.arch import get_preset
 

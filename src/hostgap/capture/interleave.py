@@ -21,7 +21,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hostgap.capture.results import RESULTS_SCHEMA_VERSION, trace_stats
 from hostgap.capture.rundir import RunDir
+from hostgap.capture.validity import contention_of, disturbed, in_thread
 
 
 @dataclass
@@ -51,8 +53,6 @@ def pair_order(k: int, i: int) -> list[int]:
 
 def run_phases(sides: list[Side], tally) -> list[tuple[object, dict]]:
     """Every phase for every side, interleaved; per side (its loaded N2 trace, raw timings)."""
-    from hostgap.capture.protocol import in_thread
-
     for s in sides:
         tally.set_phase("warm-up" if len(sides) == 1 else f"warm-up [{s.cfg.engine}]")
         _warm_up(s, tally)
@@ -93,8 +93,6 @@ def run_phases(sides: list[Side], tally) -> list[tuple[object, dict]]:
 
 
 def _raw(s: Side, order: list[int], extra: list[int], stacks) -> dict:
-    from hostgap.capture.protocol import RESULTS_SCHEMA_VERSION
-
     st = s.state
     raw = {
         "schema_version": RESULTS_SCHEMA_VERSION,
@@ -136,8 +134,6 @@ def _untraced(s: Side, n: int, tally) -> None:
 def _top_up(s: Side, tally) -> list[int]:
     """On a CPU, repeat the N whose runs were mostly preempted until half of its repeats are
     clean, at most ``repeats`` extra runs per N. Every run is kept; the estimator sees them all."""
-    from hostgap.capture.validity import disturbed
-
     st, cfg = s.state, s.cfg
     want = (cfg.repeats + 1) // 2
     extra = []
@@ -152,7 +148,6 @@ def _top_up(s: Side, tally) -> list[int]:
 
 
 def _traced(s: Side, n: int, r: int, tally) -> None:
-    from hostgap.capture.results import trace_stats
     from hostgap.load import load_trace
 
     cfg, st, run = s.cfg, s.state, s.run
@@ -200,8 +195,6 @@ def measure_until_quiet(sides: list[Side], tally) -> list[tuple[object, dict]]:
     the comparison needs them measured together), at most ``retries`` times. Returns the last
     attempt's per-side results, with ``attempts`` (each attempt's contention flags) in the raw
     timings."""
-    from hostgap.capture.protocol import contention_of
-
     retries = sides[0].cfg.retries
     attempts: list[list[dict]] = [[] for _ in sides]
     while True:

@@ -31,13 +31,23 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from hostgap.capture import rundir
 from hostgap.capture.differencing import ESTIMATORS, Series, difference, sweep_points
 from hostgap.capture.engine import Workload, load_engine
-from hostgap.capture import rundir
+from hostgap.capture.engine_diff import engine_difference
+from hostgap.capture.interleave import Side, measure_until_quiet
+from hostgap.capture.results import RESULTS_SCHEMA_VERSION, anatomy_of, build_results, cell_key
+from hostgap.capture.validity import contention_of, in_thread
+from hostgap.capture.validity import disturbed as _disturbed
+from hostgap.capture.validity import preempted_share as _preempted_share
 from hostgap.errors import HostgapError
 from hostgap.model.arch import Arch, get_preset
 
-RESULTS_SCHEMA_VERSION = 1
+__all__ = [  # the run's pieces live in the modules they come from; these names are the API here
+    "RESULTS_SCHEMA_VERSION", "MeasureConfig", "Progress", "cell_key", "contention_of", "disturbed", "in_thread",
+    "make_arch", "make_workload", "measure", "measure_together", "new_run_id", "plan", "preempted_share",
+    "resolve", "series_from_raw", "validate",
+]
 
 Progress = Callable[[str, int, int], None]
 """``progress(phase, done_tokens, total_tokens)``."""
@@ -161,16 +171,6 @@ def new_run_id(cfg: MeasureConfig) -> str:
     return f"{stamp}-{name}-{cfg.engine}-{cfg.device}-{cfg.mode}-b{cfg.batch}-{uuid.uuid4().hex[:6]}"
 
 
-def cell_key(cfg: MeasureConfig) -> str:
-    """The identity of a grid cell for resuming sweeps: what the workload is, not how long
-    it was measured for."""
-    what = cfg.preset or f"model:{cfg.model_path}"
-    return "|".join(str(x) for x in (
-        what, cfg.engine, cfg.device, cfg.mode, f"b{cfg.batch}", f"L{cfg.prompt_len}", cfg.dtype,
-        f"t{cfg.threads}" if cfg.device == "cpu" else "t-", f"n{cfg.n1}-{cfg.n2}",
-    ) + ((f"tp{cfg.tp}",) if cfg.tp > 1 else ()))
-
-
 # -- the run ------------------------------------------------------------------------------
 
 @dataclass
@@ -220,8 +220,6 @@ def measure_together(cfgs: list[MeasureConfig], progress: Progress | None = None
     interleaved (:mod:`hostgap.capture.interleave`); one run directory and results dict per
     engine. With two engines each results dict carries ``engine_difference``
     (:func:`hostgap.capture.engine_diff.engine_difference`)."""
-    from hostgap.capture.interleave import Side, measure_until_quiet
-
     for cfg in cfgs:
         validate(cfg)
         rundir.check_writable(Path(cfg.run_dir).parent if cfg.run_dir else Path(cfg.out))
@@ -251,8 +249,6 @@ def measure_together(cfgs: list[MeasureConfig], progress: Progress | None = None
             results.append(_finish(s, raw, _described_after_close(s.engine, describe), n2_trace, argv))
         del outs
         if len(results) == 2:
-            from hostgap.capture.engine_diff import engine_difference
-
             diff = engine_difference(*results)
             for r in results:
                 r["engine_difference"] = diff
@@ -328,28 +324,6 @@ def _out_of_memory_is_user_error(cfg: MeasureConfig, fn):
         ) from None
 
 
-def contention_of(cfg: MeasureConfig, raw: dict) -> dict:
-    """Contention flags of one attempt (:func:`hostgap.capture.validity.contention`); thread
-    times count only where the decode runs on the measuring thread; elsewhere (an engine in
-    other processes, vLLM) the CPU time other processes used during each untraced run, when the
-    engine reports it, stands in for preemption."""
-    from hostgap.capture.validity import contention
-
-    walls = {n: v for n, v in raw["untraced_wall_ns"].items()}
-    if not in_thread(cfg):
-        return contention((walls, {}), other=raw.get("untraced_other_cpu_ns"))
-    tr = raw.get("traced", {})
-    traced = ({n: [s["wall_ns"] for s in v] for n, v in tr.items()},
-              {n: [s.get("thread_ns", 0) for s in v] for n, v in tr.items()})
-    return contention((walls, raw.get("untraced_thread_ns", {})), traced)
-
-
-def in_thread(cfg: MeasureConfig) -> bool:
-    """The whole decode runs on the measuring thread (CPU, in-process engine, one thread): only
-    then does its CPU time stand for the run's undisturbed wall time."""
-    return cfg.device == "cpu" and cfg.engine == "hf" and cfg.threads == 1
-
-
 def disturbed(wall_ns: int, thread_ns: int) -> bool:
     """Whether a run spent more than 5 % of its wall preempted
     (:func:`hostgap.capture.validity.disturbed`).
@@ -357,16 +331,12 @@ def disturbed(wall_ns: int, thread_ns: int) -> bool:
     >>> disturbed(100, 99), disturbed(100, 80)
     (False, True)
     """
-    from hostgap.capture.validity import disturbed as _d
-
-    return bool(_d(wall_ns, thread_ns))
+    return bool(_disturbed(wall_ns, thread_ns))
 
 
 def preempted_share(raw: dict) -> float | None:
     """Share of untraced runs that spent more than 5 % of their wall preempted."""
-    from hostgap.capture.validity import preempted_share as share
-
-    return share(raw.get("untraced_wall_ns", {}), raw.get("untraced_thread_ns", {}))
+    return _preempted_share(raw.get("untraced_wall_ns", {}), raw.get("untraced_thread_ns", {}))
 
 
 def series_from_raw(raw: dict) -> Series:
@@ -388,8 +358,6 @@ def series_from_raw(raw: dict) -> Series:
 
 def _results(cfg: MeasureConfig, arch: Arch, run_id: str, raw: dict, describe: dict, run,
              build_s: float, n2_trace=None) -> dict:
-    from hostgap.capture.results import anatomy_of, build_results
-
     series = series_from_raw(raw)
     activity = next(iter(next(iter(raw["traced"].values()))), {}).get("activity", "gpu")
     diff = difference(series, cfg.n1, cfg.n2, estimator=cfg.estimator, activity=activity,

@@ -12,15 +12,14 @@ instead of measuring again, and one that finds an unfinished one removes it firs
 removes the marker once the row is in the database (or the cell is reported failed). Cells
 already in the database are skipped, as in the local sweep, so rerunning resumes.
 
-``hostgap analyze --backend ray`` maps :func:`hostgap.ranks.traceset.analyse_file` over the
-files as Ray tasks (one CPU each); the files must be readable at the same path on the workers.
+Joining the cluster is :func:`hostgap.parallel.connect`, which ``hostgap analyze --backend ray``
+uses too (:func:`hostgap.parallel.map_tasks`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -28,32 +27,7 @@ from pathlib import Path
 from hostgap.capture.protocol import cell_key, new_run_id, resolve, validate
 from hostgap.capture.sweep import SweepOutcome, cell_flags
 from hostgap.errors import HostgapError
-
-LOCAL_OBJECT_STORE_BYTES = 256 << 20
-"""Object store of a local cluster started here: results are small JSON-like documents."""
-
-
-def connect(address: str | None = None):
-    """The ``ray`` module, initialised: joined to the cluster at ``address``, or a local one
-    started here (no dashboard) when none is given. One-line errors when Ray is missing or the
-    cluster cannot be reached."""
-    try:
-        import ray
-    except ImportError:
-        raise HostgapError("--backend ray", "Ray is not installed; install it with: pip install 'hostgap[ray]'") \
-            from None
-    if ray.is_initialized():
-        return ray
-    kw = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": False}
-    try:
-        if address:
-            ray.init(address=address, **kw)
-        else:
-            ray.init(include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **kw)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        raise HostgapError(address or "ray", f"cannot start or join a Ray cluster ({str(e).splitlines()[0]})") \
-            from None
-    return ray
+from hostgap.parallel import connect
 
 
 def resources(cfg) -> dict:
@@ -151,11 +125,3 @@ def _settle(ray, ref, i, key, cfg, db, out: SweepOutcome, emit, total) -> None:
         emit(i, total, key, "done" + cell_flags(result))
     _forget(cfg)
 
-
-def map_files(files: list[str], opts, address: str | None = None) -> list:
-    """:func:`hostgap.ranks.traceset.analyse_file` of every file as Ray tasks, in file order."""
-    from hostgap.ranks.traceset import analyse_file
-
-    ray = connect(address)
-    task = ray.remote(num_cpus=1, max_retries=2)(analyse_file)
-    return ray.get([task.remote(f, opts) for f in files])

@@ -17,8 +17,12 @@ import time
 import numpy as np
 
 from hostgap.anatomy.verdict import verdict as make_verdict
+from hostgap.capture import validity
 from hostgap.capture.engine import STEP_PREFIX
 from hostgap.events import Kind
+
+RESULTS_SCHEMA_VERSION = 1
+"""Schema version of a run directory's ``results.json``, ``config.json`` and ``timings.json``."""
 
 ACTIVITY_LABEL = {
     "gpu": "GPU-active",
@@ -69,10 +73,14 @@ def anatomy_of(trace_path, floor_file: str | None = None, trace=None) -> dict | 
     return analyze(trace, cfg).to_dict()
 
 
-def _in_thread(cfg) -> bool:
-    from hostgap.capture.protocol import in_thread
-
-    return in_thread(cfg)
+def cell_key(cfg) -> str:
+    """The identity of a grid cell for resuming sweeps: what the workload is, not how long
+    it was measured for (``cfg``: a :class:`~hostgap.capture.protocol.MeasureConfig`)."""
+    what = cfg.preset or f"model:{cfg.model_path}"
+    return "|".join(str(x) for x in (
+        what, cfg.engine, cfg.device, cfg.mode, f"b{cfg.batch}", f"L{cfg.prompt_len}", cfg.dtype,
+        f"t{cfg.threads}" if cfg.device == "cpu" else "t-", f"n{cfg.n1}-{cfg.n2}",
+    ) + ((f"tp{cfg.tp}",) if cfg.tp > 1 else ()))
 
 
 def _contention(cfg, raw: dict) -> dict:
@@ -80,9 +88,7 @@ def _contention(cfg, raw: dict) -> dict:
     attempts = raw.get("attempts")
     if attempts:
         return dict(attempts[-1], attempts=len(attempts))
-    from hostgap.capture.protocol import contention_of
-
-    return dict(contention_of(cfg, raw), attempts=1)
+    return dict(validity.contention_of(cfg, raw), attempts=1)
 
 
 def _steady_fraction(anatomy: dict | None) -> float | None:
@@ -93,8 +99,6 @@ def _steady_fraction(anatomy: dict | None) -> float | None:
 def judge(d: dict, cont: dict, hdbi: float | None, activity: str, anatomy: dict | None) -> dict:
     """Validity, the one verdict and the agreement of the two estimates, for ``build_results``.
     An invalid measurement gets ``{"verdict": "invalid", "reasons": [...]}`` as its verdict."""
-    from hostgap.capture import validity
-
     why = validity.reasons(d, cont)
     if why:
         v = {"verdict": "invalid", "basis": "validity", "host_fraction": None, "host_wait_share": None,
@@ -124,8 +128,6 @@ def _hdbi(taxbreak: dict | None, activity: str) -> float | None:
 def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy: dict | None,
                   describe: dict, raw: dict, run_dir: str, build_s: float) -> dict:
     """The results dict (``results.json``). Keys of the cross-module contract come first."""
-    from hostgap.capture.protocol import cell_key
-
     d = diff.to_dict()
     activity = diff.activity
     taxbreak = (anatomy or {}).get("taxbreak") if anatomy and "unavailable" not in anatomy else None
@@ -195,8 +197,8 @@ def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy:
             "contended": cont["contended"],
             "contention_flags": cont["flags"],
             "attempts": cont["attempts"],
-            "thread_t_step_ns": d["thread_t_step_ns"] if _in_thread(cfg) else None,
-            "r2_thread": d["r2_thread"] if _in_thread(cfg) else None,
+            "thread_t_step_ns": d["thread_t_step_ns"] if validity.in_thread(cfg) else None,
+            "r2_thread": d["r2_thread"] if validity.in_thread(cfg) else None,
             "kernels_per_output_token": k_n2["kernel_count"] / cfg.n2,
             "unique_kernels": k_n2["unique_kernels"],
             "note": (f"mean per decode step over KV lengths {d['kv_range'][0]}..{d['kv_range'][1]}"

@@ -6,6 +6,8 @@ Pure formatting (no terminal code): the CLI renders these rows with rich; tests 
 from __future__ import annotations
 
 from hostgap.capture.results import ACTIVITY_LABEL
+from hostgap.capture.validity import reasons
+from hostgap.capture.vllm_split import table_rows
 
 
 def ms(ns: float | None, digits: int = 3) -> str:
@@ -39,8 +41,6 @@ def is_valid(r: dict) -> bool:
     """A run recorded before validity existed counts as valid unless its numbers say otherwise."""
     if "valid" in r:
         return bool(r["valid"])
-    from hostgap.capture.validity import reasons
-
     return not reasons(r.get("differencing") or {})
 
 
@@ -98,8 +98,6 @@ def _process_rows(r: dict) -> list[tuple[str, str, str]]:
     facts = r.get("engine_facts") or {}
     if facts.get("engine") != "vllm":
         return []
-    from hostgap.capture.vllm_split import table_rows
-
     return table_rows(facts)
 
 

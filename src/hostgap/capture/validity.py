@@ -23,19 +23,22 @@ The **agreement** check (:func:`agreement`) compares the differencing host fract
 per-step anatomy's (median over steady decode steps of the traced N2 run); a difference above
 :data:`AGREEMENT_TOLERANCE` is reported in words, with which estimate to trust.
 
-Pure functions over the results dict pieces; no I/O.
+Pure functions over the results dict pieces; no I/O. The range, linearity and inflation rules
+(:func:`reasons`) live in :mod:`hostgap.checks`, where the runs database reads them too.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from hostgap.capture.differencing import LINEARITY_R2, LINEARITY_RESIDUAL
+from hostgap.checks import INFLATION_LIMIT, reasons
+
+__all__ = ["AGREEMENT_TOLERANCE", "DISTURBED", "EXIT_INVALID", "INFLATION_LIMIT", "PREEMPTED_LIMIT", "SPREAD_LIMIT",
+           "agreement", "busy_share", "contention", "contention_of", "disturbed", "in_thread", "preempted_share",
+           "reasons", "repeat_spread"]
 
 EXIT_INVALID = 3
 """``hostgap measure``'s exit status when a measurement is invalid (2 means bad input)."""
-INFLATION_LIMIT = 3.0
-"""Largest accepted profiler inflation (traced / untraced wall - 1)."""
 PREEMPTED_LIMIT = 0.5
 """Largest accepted share of preempted runs (wall - thread CPU time > 5 % of wall)."""
 SPREAD_LIMIT = 0.25
@@ -122,42 +125,6 @@ def contention(untraced: tuple[dict, dict], traced: tuple[dict, dict] | None = N
             "traced_preempted_share": pt, "repeat_spread": spread}
 
 
-def _fit_reason(name: str, fit: dict | None) -> str | None:
-    if not fit:
-        return None
-    if fit.get("r2") is not None and fit["r2"] < LINEARITY_R2:
-        return f"{name} not linear in N (R² {fit['r2']:.4f} < {LINEARITY_R2})"
-    if fit.get("max_residual", 0) > LINEARITY_RESIDUAL:
-        return (f"{name}: one N lies {fit['max_residual']:.0%} off the line "
-                f"(limit {LINEARITY_RESIDUAL:.0%})")
-    return None
-
-
-def reasons(d: dict, cont: dict | None = None) -> list[str]:
-    """Every reason why the differencing dict ``d`` (results' ``differencing``) is not a
-    result; empty when it is valid."""
-    out = []
-    t, g, h, f = d.get("t_step_ns"), d.get("g_step_ns"), d.get("h_step_ns"), d.get("host_fraction")
-    if t is not None and not (np.isfinite(t) and t > 0):
-        out.append("wall per step is not positive")
-    if f is None or not np.isfinite(f) or not 0 <= f <= 1:
-        out.append("host fraction outside [0, 1]" if f is not None else "no host fraction")
-    if h is not None and h < 0:
-        out.append("negative host-exposed time")
-    if g is not None and t is not None and g > t:
-        out.append("device-active above wall")
-    for name, key in (("wall", "fit_wall"), ("device time", "fit_gpu")):
-        r = _fit_reason(name, d.get(key))
-        if r:
-            out.append(r)
-    infl = d.get("profiler_inflation")
-    if infl is not None and infl > INFLATION_LIMIT:
-        out.append(f"profiler inflation {infl:+.0%} above {INFLATION_LIMIT:+.0%}")
-    if cont and cont.get("contended"):
-        out.append("machine busy: " + "; ".join(cont["flags"]))
-    return out
-
-
 def agreement(diff_fraction: float | None, anatomy_fraction: float | None) -> dict | None:
     """The two estimates of the host fraction side by side; None without the anatomy's."""
     if anatomy_fraction is None or diff_fraction is None:
@@ -172,3 +139,24 @@ def agreement(diff_fraction: float | None, anatomy_fraction: float | None) -> di
     return {"differencing": float(diff_fraction), "anatomy": float(anatomy_fraction),
             "difference": delta, "tolerance": AGREEMENT_TOLERANCE, "agree": ok,
             "trust": "differencing", "note": note}
+
+
+def in_thread(cfg) -> bool:
+    """The whole decode runs on the measuring thread (CPU, in-process engine, one thread): only
+    then does its CPU time stand for the run's undisturbed wall time. ``cfg``: a
+    :class:`~hostgap.capture.protocol.MeasureConfig`."""
+    return cfg.device == "cpu" and cfg.engine == "hf" and cfg.threads == 1
+
+
+def contention_of(cfg, raw: dict) -> dict:
+    """Contention flags of one attempt (:func:`contention`) from its ``timings.json`` content;
+    thread times count only where the decode runs on the measuring thread (:func:`in_thread`);
+    elsewhere (an engine in other processes, vLLM) the CPU time other processes used during each
+    untraced run, when the engine reports it, stands in for preemption."""
+    walls = {n: v for n, v in raw["untraced_wall_ns"].items()}
+    if not in_thread(cfg):
+        return contention((walls, {}), other=raw.get("untraced_other_cpu_ns"))
+    tr = raw.get("traced", {})
+    traced = ({n: [s["wall_ns"] for s in v] for n, v in tr.items()},
+              {n: [s.get("thread_ns", 0) for s in v] for n, v in tr.items()})
+    return contention((walls, raw.get("untraced_thread_ns", {})), traced)

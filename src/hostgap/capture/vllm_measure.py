@@ -18,7 +18,7 @@ from pathlib import Path
 
 from hostgap.capture import vllm_watch as vw
 from hostgap.capture.engine import Engine, Workload
-from hostgap.capture.vllm_engine import DTYPES, VllmOptions, prompt_ids, validate_options, vllm_device, vllm_version
+from hostgap.capture.vllm_common import DTYPES, VllmOptions, prompt_ids, validate_options, vllm_device, vllm_version
 from hostgap.capture.vllm_runtime import VllmRuntime
 from hostgap.errors import HostgapError
 

@@ -5,7 +5,7 @@ the engine runs under :class:`~hostgap.capture.vllm_watch.Watchdog` with a deadl
 from the work waited for (:func:`startup_deadline_s`, :func:`work_deadline_s`); a failed or
 interrupted engine is ended at once and its log kept in the failure directory. The measure
 protocol's engine over it is :class:`hostgap.capture.vllm_measure.VllmEngine`; the inputs,
-environment and process helpers are in :mod:`hostgap.capture.vllm_engine`.
+environment and process helpers are in :mod:`hostgap.capture.vllm_common`.
 
 This module imports vLLM only inside functions.
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hostgap.capture import vllm_watch as vw
-from hostgap.capture.vllm_engine import (
+from hostgap.capture.vllm_common import (
     _ENGINE_PROC_PREFIX, CALL_TIMEOUT_S, GRAPH_EXTRA_S, MIN_FLOPS, MIN_INIT_BYTES_S, SHUTDOWN_TIMEOUT_S,
     STARTUP_BASE_S, VLLM_TESTED, VllmOptions, _mapped_anywhere, engine_env, engine_processes,
     last_error_line, output_to, patched_env, quiet_frontend_noise, shm_entries, vllm_version,

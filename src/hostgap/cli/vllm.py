@@ -100,7 +100,7 @@ def harvest(traces, preset, concurrency, chunked, n_requests, prompt_len, output
             kv_cache_gib=kv_cache_gib, seed=seed,
         )
         hv.validate(cfg)
-        from hostgap.capture.vllm_engine import vllm_version
+        from hostgap.capture.vllm_common import vllm_version
 
         vllm_version()
         summary = hv.harvest_live(cfg, path, Path(keep_traces) if keep_traces else None, _say)

@@ -36,7 +36,7 @@ CAUSE_TERMS = (("host", "host_wait_ns"), ("compute", "compute_active_ns"), ("com
 @dataclass(frozen=True)
 class RankSteps:
     """What alignment needs of one rank: its step rows and its collectives (``coll_*`` arrays as
-    in :class:`hostgap.ranks.comm.StepComm`, times on the rank's own clock)."""
+    in :class:`hostgap.anatomy.comm.StepComm`, times on the rank's own clock)."""
 
     rank: int
     steps: list[dict]

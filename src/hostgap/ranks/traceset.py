@@ -2,7 +2,7 @@
 
 ``analyse(paths)`` takes files and directories. Each file is loaded and analysed on its own,
 in parallel across the machine's cores (a process pool; ``jobs=1`` runs in this process and
-gives the same result, tested), or as Ray tasks (:mod:`hostgap.capture.ray_backend`). An Nsight
+gives the same result, tested), or as Ray tasks (:mod:`hostgap.parallel`). An Nsight
 Systems export that holds several processes with GPU work is split into one part per process.
 
 Ranks are recognised from the traces themselves: Kineto ``distributedInfo`` (``rank``,
@@ -26,6 +26,7 @@ import numpy as np
 from hostgap import SCHEMA_VERSION
 from hostgap.errors import HostgapError
 from hostgap.events import GPU_OP_KINDS, Trace
+from hostgap.parallel import map_processes, map_tasks
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
 RANK_IN_NAME = re.compile(r"(?:rank|tp|worker)[-_.]?(\d+)", re.IGNORECASE)
@@ -125,18 +126,9 @@ def analyse_files(files: list[str], opts: Options, jobs: int | None = None, back
                   address: str | None = None) -> list[tuple[str, list[dict]]]:
     """``[(file, its part documents)]`` in file order; raises the first bad file's error."""
     if backend == "ray":
-        from hostgap.capture.ray_backend import map_files
-
-        results = map_files(files, opts, address)
+        results = map_tasks(analyse_file, files, opts, address=address)
     else:
-        jobs = min(len(files), jobs or os.cpu_count() or 1)
-        if jobs <= 1:
-            results = [analyse_file(f, opts) for f in files]
-        else:
-            from concurrent.futures import ProcessPoolExecutor
-
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                results = list(pool.map(analyse_file, files, [opts] * len(files)))
+        results = map_processes(analyse_file, files, opts, jobs=jobs)
     for r in results:
         if isinstance(r, tuple):
             raise HostgapError(*r)
