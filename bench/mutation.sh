@@ -36,7 +36,7 @@ if [ -n "$(git status --porcelain -- src)" ]; then
 fi
 if [ ${#mods[@]} -eq 0 ]; then
   mapfile -t mods < <(ls src/hostgap/events.py src/hostgap/link.py src/hostgap/load/*.py \
-    src/hostgap/anatomy/*.py src/hostgap/capture/differencing.py src/hostgap/checks.py src/hostgap/model/*.py \
+    src/hostgap/anatomy/*.py src/hostgap/capture/differencing.py src/hostgap/checks.py src/hostgap/model/*.py src/hostgap/model/attribution/*.py \
     | grep -v '__init__.py$')
 fi
 
@@ -44,7 +44,7 @@ fi
 # tests are slow); the whole fast suite confirms every mutant they miss.
 tests_for() {
   case "$1" in
-    src/hostgap/load/nsys.py) echo tests/test_load_nsys*.py tests/test_load_pins_nsys.py ;;
+    src/hostgap/load/nsys.py|src/hostgap/load/nsys_db.py) echo tests/test_load_nsys*.py tests/test_load_pins_nsys.py ;;
     src/hostgap/load/decimal_ns.py) echo tests/test_load_timestamps.py tests/test_load_pins_decimal.py tests/test_load_kineto.py ;;
     src/hostgap/load/apis.py) echo tests/test_load_kineto.py tests/test_load_nsys.py ;;
     src/hostgap/load/kineto.py) echo tests/test_load_kineto.py tests/test_load_streaming.py ;;
@@ -62,7 +62,7 @@ tests_for() {
     src/hostgap/capture/engine_diff.py|src/hostgap/capture/interleave.py)
                            echo tests/test_capture_interleave.py tests/test_capture_validity.py ;;
     src/hostgap/capture/vllm_*.py|src/hostgap/capture/harvest.py) echo tests/test_vllm_*.py ;;
-    src/hostgap/model/attribution.py) echo tests/test_attribution_*.py ;;
+    src/hostgap/model/attribution/*) echo tests/test_attribution_*.py ;;
     src/hostgap/model/steps_table.py) echo tests/test_attribution_*.py ;;
     src/hostgap/model/roofline.py) echo tests/test_model_roofline.py tests/test_model_pins.py tests/test_model_pins_roofline.py tests/test_model_regimes.py ;;
     src/hostgap/model/fitting.py) echo tests/test_model_fitting_numbers.py tests/test_model_roofline.py tests/test_model_stepmodel.py ;;
