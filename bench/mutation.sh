@@ -71,6 +71,8 @@ tests_for() {
     src/hostgap/model/arch.py) echo tests/test_model_pins_arch.py tests/test_model_accounting.py tests/test_model_numbers.py ;;
     src/hostgap/model/*)   echo tests/test_model_*.py ;;
     src/hostgap/ranks/*)   echo tests/test_ranks*.py ;;
+    src/hostgap/cli/models.py|src/hostgap/cli/models_common.py|src/hostgap/cli/fit.py|src/hostgap/cli/predict.py)
+                           echo tests/test_model_cli.py tests/test_model_regimes.py tests/test_model_roofline.py tests/test_model_stepmodel.py tests/test_cli_common.py tests/test_capture_validity.py ;;
     *)                     echo tests ;;
   esac
 }
