@@ -60,8 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("mode", choices=["record", "check"])
     ap.add_argument("folder", type=Path, help="where the reference outputs are (or go)")
     ap.add_argument("--corpus", type=Path, default=CORPUS, help="the trace corpus (default: ../shared/traces)")
-    ap.add_argument("--src", type=Path, default=ROOT / "src",
-                    help="the source tree to run (default: this checkout's src/; e.g. an exported older commit)")
+    ap.add_argument(
+        "--src",
+        type=Path,
+        default=ROOT / "src",
+        help="the source tree to run (default: this checkout's src/; e.g. an exported older commit)",
+    )
     a = ap.parse_args(argv)
     if not a.corpus.is_dir():
         print(f"check_identical: error: corpus {a.corpus} not found", file=sys.stderr)
@@ -88,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"MISSING  {name}: no reference output")
                 differ += 1
             elif ref.read_bytes() != got:
-                print(f"DIFFERS  {name} (sha256 {digest}, reference {hashlib.sha256(ref.read_bytes()).hexdigest()[:12]})")
+                print(
+                    f"DIFFERS  {name} (sha256 {digest}, reference {hashlib.sha256(ref.read_bytes()).hexdigest()[:12]})"
+                )
                 differ += 1
             else:
                 print(f"same     {name} ({len(got)} bytes)")
