@@ -45,8 +45,14 @@ def timed(fn, repeats: int) -> dict:
         wall.append(time.perf_counter_ns() - w0)
         cpu.append(time.thread_time_ns() - c0)
     w, c = np.array(wall, dtype=float), np.array(cpu, dtype=float)
-    return {"wall_ms": {"min": w.min() / 1e6, "median": float(np.median(w)) / 1e6, "p90": float(np.percentile(w, 90)) / 1e6},
-            "cpu_ms": {"min": c.min() / 1e6, "median": float(np.median(c)) / 1e6}}
+    return {
+        "wall_ms": {
+            "min": w.min() / 1e6,
+            "median": float(np.median(w)) / 1e6,
+            "p90": float(np.percentile(w, 90)) / 1e6,
+        },
+        "cpu_ms": {"min": c.min() / 1e6, "median": float(np.median(c)) / 1e6},
+    }
 
 
 def taxbreak_only(trace, links):
@@ -91,16 +97,25 @@ def main(argv=None) -> int:
     per100k = {name: {k: v * 100_000 / n for k, v in r["wall_ms"].items()} for name, r in results.items()}
 
     doc = {
-        "trace": args.trace, "events": n, "steps": len(a.steps), "launches": len(a.kernels) if a.kernels else 0,
-        "load_ms_once": load_ms, "repeats": args.repeats, "stages": results, "wall_ms_per_100k_events": per100k,
-        "hostgap": __version__, "python": platform.python_version(), "numpy": np.__version__,
+        "trace": args.trace,
+        "events": n,
+        "steps": len(a.steps),
+        "launches": len(a.kernels) if a.kernels else 0,
+        "load_ms_once": load_ms,
+        "repeats": args.repeats,
+        "stages": results,
+        "wall_ms_per_100k_events": per100k,
+        "hostgap": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
         "machine": platform.machine(),
     }
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
-    print(f"{args.trace}: {n:,} events, {len(a.steps)} steps, {doc['launches']:,} launches "
-          f"(load {load_ms:.0f} ms, once)")
+    print(
+        f"{args.trace}: {n:,} events, {len(a.steps)} steps, {doc['launches']:,} launches (load {load_ms:.0f} ms, once)"
+    )
     print(f"{'stage':<10}{'min ms':>10}{'median ms':>12}{'p90 ms':>10}   ms per 100k events (min / median)")
     for name, r in results.items():
         w = r["wall_ms"]

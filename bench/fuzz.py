@@ -10,7 +10,11 @@ outcome classed:
 - ``unbalanced``: loaded, but the accounting does not add up or the table is invalid (a bug);
 - ``over time``: more than ``--time-limit`` seconds of CPU time (default 10; CPU, not wall
   time, so that other work on a shared machine does not count as a hang);
-- ``over memory``: traced peak above ``MEMORY_PER_BYTE`` x the input's text size + ``MEMORY_SLACK``.
+- ``over memory``: traced peak above ``MEMORY_PER_BYTE`` x the input's text size + ``MEMORY_SLACK``;
+- ``decoders differ``: a Kineto input whose outcome under the compiled decoder
+  (``hostgap.load._kcolumns``) is not the pure-Python decoder's (``HOSTGAP_PURE_PYTHON=1``): not the
+  same error, or not the same columns, names and metadata. Checked on every Kineto input when the
+  extension is built (``--one-decoder`` skips it).
 
 Usage::
 
@@ -42,7 +46,7 @@ MEMORY_PER_BYTE = 40
 """Documented bound: traced peak memory per byte of input text (inflated JSON or SQLite file)."""
 MEMORY_SLACK = 16 * 2**20
 """Fixed allowance (imports' lazy caches, numpy buffers) on top of the per-byte bound."""
-FAILING = ("other exception", "unbalanced", "over time", "over memory")
+FAILING = ("other exception", "unbalanced", "over time", "over memory", "decoders differ")
 
 # ----------------------------------------------------------------------- Kineto seeds
 
@@ -58,25 +62,82 @@ def kineto_seed(rng: random.Random) -> dict:
         events.append(_ev(cat="user_annotation", name=f"ProfilerStep#{step}", ts=t, dur=100, pid=100, tid=1))
         for k in range(rng.randint(1, 8)):
             corr = step * 100 + k
-            events.append(_ev(cat="cpu_op", name=rng.choice(["aten::mm", "aten::add", "aten::linear"]),
-                              ts=t + 3 * k, dur=2.5, pid=100, tid=1, **{"External id": corr}))
-            events.append(_ev(cat="cuda_runtime", name=rng.choice(["cudaLaunchKernel", "cudaMemcpyAsync"]),
-                              ts=t + 3 * k + 0.5, dur=1, pid=100, tid=1, correlation=corr))
-            events.append(_ev(cat=rng.choice(["kernel", "gpu_memcpy", "gpu_memset"]), name=f"k{k}",
-                              ts=t + 3 * k + 5.125, dur=round(rng.uniform(0.001, 9), 3),
-                              correlation=corr, device=0, stream=7, bytes=64))
+            events.append(
+                _ev(
+                    cat="cpu_op",
+                    name=rng.choice(["aten::mm", "aten::add", "aten::linear"]),
+                    ts=t + 3 * k,
+                    dur=2.5,
+                    pid=100,
+                    tid=1,
+                    **{"External id": corr},
+                )
+            )
+            events.append(
+                _ev(
+                    cat="cuda_runtime",
+                    name=rng.choice(["cudaLaunchKernel", "cudaMemcpyAsync"]),
+                    ts=t + 3 * k + 0.5,
+                    dur=1,
+                    pid=100,
+                    tid=1,
+                    correlation=corr,
+                )
+            )
+            events.append(
+                _ev(
+                    cat=rng.choice(["kernel", "gpu_memcpy", "gpu_memset"]),
+                    name=f"k{k}",
+                    ts=t + 3 * k + 5.125,
+                    dur=round(rng.uniform(0.001, 9), 3),
+                    correlation=corr,
+                    device=0,
+                    stream=7,
+                    bytes=64,
+                )
+            )
         events.append({"ph": "s", "id": step, "cat": "ac2g", "name": "ac2g", "pid": 100, "tid": 1, "ts": t})
         t += 120
     events.append({"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "args": {"name": "python"}})
     events.append({"ph": "i", "name": "mark", "pid": 100, "tid": 1, "ts": t})
-    return {"traceEvents": events, "baseTimeNanoseconds": 1767189312000000000,
-            "deviceProperties": [{"id": 0, "name": "NVIDIA H100", "computeMajor": 9}],
-            "distributedInfo": {"rank": 0, "world_size": 1}}
+    return {
+        "traceEvents": events,
+        "baseTimeNanoseconds": 1767189312000000000,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100", "computeMajor": 9}],
+        "distributedInfo": {"rank": 0, "world_size": 1},
+    }
 
 
-GARBAGE = [None, True, False, 0, -1, 2**63 - 1, -(2**63), 2**63, 2**64, 10**30, 1e308, -1e308, 5e-324,
-           0.0005, 9.2e15, "", "abc", "12", "1.5", "NaN", "\ud7ff", "\U0001f600", [], {}, [1, 2], {"a": 1},
-           "9" * 5000, "x" * 100_000]
+GARBAGE = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    2**63 - 1,
+    -(2**63),
+    2**63,
+    2**64,
+    10**30,
+    1e308,
+    -1e308,
+    5e-324,
+    0.0005,
+    9.2e15,
+    "",
+    "abc",
+    "12",
+    "1.5",
+    "NaN",
+    "\ud7ff",
+    "\U0001f600",
+    [],
+    {},
+    [1, 2],
+    {"a": 1},
+    "9" * 5000,
+    "x" * 100_000,
+]
 FIELDS = ["ph", "cat", "name", "ts", "dur", "pid", "tid", "args", "id"]
 ARG_KEYS = ["correlation", "External id", "external id", "device", "stream", "bytes", "name"]
 
@@ -131,7 +192,9 @@ def mutate_structure(doc: dict, rng: random.Random) -> dict:
     elif op == 7:
         doc[rng.choice(["baseTimeNanoseconds", "deviceProperties", "distributedInfo"])] = rng.choice(GARBAGE)
     elif op == 8:
-        doc["traceEvents"] = rng.choice([[], None, 0, "x", {}]) if rng.random() < 0.3 else evs[: rng.randrange(len(evs) + 1)]
+        doc["traceEvents"] = (
+            rng.choice([[], None, 0, "x", {}]) if rng.random() < 0.3 else evs[: rng.randrange(len(evs) + 1)]
+        )
     elif op == 9 and isinstance(e, dict):
         e["cat"] = rng.choice(["c" * 100_000, "Trace", "unknown_cat", None, "cpu_op"])
     elif op == 10:
@@ -142,11 +205,18 @@ def mutate_structure(doc: dict, rng: random.Random) -> dict:
     return doc
 
 
-_TEXT_SUBS = [(b'"ts": ', b'"ts": 1e999, "x": '), (b'"name": "', b'"name": "\\ud800'),
-              (b'"name": "', b'"name": "\xff\xfe'), (b'"name": "', b'"name": "\x01'),
-              (b'"name": "', b'"name": "\\udc00\\ud800'), (b'{"traceEvents": ', b'{"traceEvents": 0, "traceEvents": '),
-              (b'"dur": ', b'"dur": 1E+3, "y": '), (b'"pid": ', b'"pid": 123456789012345678901234567890, "z": '),
-              (b", ", b",\t\n "), (b'"args": {', b'"args": {"correlation": 1e999, ')]
+_TEXT_SUBS = [
+    (b'"ts": ', b'"ts": 1e999, "x": '),
+    (b'"name": "', b'"name": "\\ud800'),
+    (b'"name": "', b'"name": "\xff\xfe'),
+    (b'"name": "', b'"name": "\x01'),
+    (b'"name": "', b'"name": "\\udc00\\ud800'),
+    (b'{"traceEvents": ', b'{"traceEvents": 0, "traceEvents": '),
+    (b'"dur": ', b'"dur": 1E+3, "y": '),
+    (b'"pid": ', b'"pid": 123456789012345678901234567890, "z": '),
+    (b", ", b",\t\n "),
+    (b'"args": {', b'"args": {"correlation": 1e999, '),
+]
 
 
 def mutate_text(data: bytes, rng: random.Random) -> bytes:
@@ -173,11 +243,13 @@ def mutate_text(data: bytes, rng: random.Random) -> bytes:
             k = data.find(old, k + 1)
         if hits:
             k = rng.choice(hits)
-            return data[:k] + new + data[k + len(old):]
+            return data[:k] + new + data[k + len(old) :]
         return data
     if op == 5:  # non-UTF-8 anywhere
         k = rng.randrange(len(b) + 1)
-        return bytes(b[:k]) + rng.choice([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80"]) + bytes(b[k:])
+        return (
+            bytes(b[:k]) + rng.choice([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80"]) + bytes(b[k:])
+        )
     return data
 
 
@@ -225,10 +297,31 @@ CREATE TABLE PROCESSES (globalPid INTEGER, pid INTEGER, name TEXT);
 CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT);
 CREATE TABLE TARGET_INFO_SYSTEM_ENV (name TEXT, value TEXT);
 """
-NSYS_TABLES = ["StringIds", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
-               "NVTX_EVENTS", "PROCESSES", "TARGET_INFO_SESSION_START_TIME", "TARGET_INFO_SYSTEM_ENV"]
-NSYS_BAD = [None, "abc", "", 1.5, 9e999, -9e999, 2**63 - 1, -(2**63), 9 * 10**18, -9 * 10**18, b"\x00\xff",
-            "\udcff".encode("utf-8", "surrogatepass"), "[" * 5000]
+NSYS_TABLES = [
+    "StringIds",
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "NVTX_EVENTS",
+    "PROCESSES",
+    "TARGET_INFO_SESSION_START_TIME",
+    "TARGET_INFO_SYSTEM_ENV",
+]
+NSYS_BAD = [
+    None,
+    "abc",
+    "",
+    1.5,
+    9e999,
+    -9e999,
+    2**63 - 1,
+    -(2**63),
+    9 * 10**18,
+    -9 * 10**18,
+    b"\x00\xff",
+    "\udcff".encode("utf-8", "surrogatepass"),
+    "[" * 5000,
+]
 
 
 def nsys_input(rng: random.Random, folder: str) -> tuple[bytes, str, int]:
@@ -245,14 +338,18 @@ def nsys_input(rng: random.Random, folder: str) -> tuple[bytes, str, int]:
     for k in range(rng.randint(1, 40)):
         t = 1000 * k
         con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,1)", (t, t + 50, gtid, k))
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,0,7,?,?,2,2,NULL)",
-                    (t + 100, t + 900, k, gpid if rng.random() < 0.8 else None))
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,0,7,?,?,2,2,NULL)",
+            (t + 100, t + 900, k, gpid if rng.random() < 0.8 else None),
+        )
         if k % 5 == 0:
-            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?,?,0,7,?,?,64,1,0,2)", (t + 60, t + 90, k, gpid))
+            con.execute(
+                "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?,?,0,7,?,?,64,1,0,2)", (t + 60, t + 90, k, gpid)
+            )
     con.execute("INSERT INTO NVTX_EVENTS VALUES (0, 50000, 59, 'step', ?, NULL)", (gtid,))
     con.execute("INSERT INTO PROCESSES VALUES (?, ?, 'python')", (gpid, pid))
     con.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1700000000000000000, 'x')")
-    con.execute("INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES ('GpuInfo', '[{\"name\": \"H100\", \"cudaId\": 0}]')")
+    con.execute('INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (\'GpuInfo\', \'[{"name": "H100", "cudaId": 0}]\')')
     for _ in range(rng.choice([0, 1, 2, 3, 6])):
         op = rng.randrange(4)
         table = rng.choice(NSYS_TABLES)
@@ -264,7 +361,7 @@ def nsys_input(rng: random.Random, folder: str) -> tuple[bytes, str, int]:
         value = rng.choice(NSYS_BAD)
         try:
             if op in (1, 2):  # one row, or every row, of one column
-                where = "WHERE rowid = (SELECT min(rowid) FROM \"%s\")" % table if op == 1 else ""
+                where = 'WHERE rowid = (SELECT min(rowid) FROM "%s")' % table if op == 1 else ""
                 con.execute(f'UPDATE "{table}" SET "{col}" = ? {where}', (value,))
             else:
                 con.execute(f'INSERT INTO "{table}" ("{col}") VALUES (?)', (value,))
@@ -306,7 +403,60 @@ def balanced(trace) -> bool:
     return total == trace.meta.extra["events_in_file"]
 
 
-def run_one(path: str, text_bytes: int, time_limit: float, analyze: bool, memory: bool) -> tuple[str, str]:
+def _load_outcome(path: str):
+    """A loaded trace, or the text of the HostgapError it raised."""
+    from hostgap.errors import HostgapError
+    from hostgap.load import load_trace
+
+    try:
+        return load_trace(path)
+    except HostgapError as e:
+        return f"hostgap error: {e.problem}"
+
+
+def same_trace(a, b) -> bool:
+    """Equal columns, names and metadata (or the same error text)."""
+    import numpy as np
+
+    from hostgap.events import COLUMNS
+
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    return (
+        a.names == b.names
+        and a.meta == b.meta
+        and all(np.array_equal(getattr(a.events, c), getattr(b.events, c)) for c in COLUMNS)
+    )
+
+
+def decoders_differ(path: str) -> str:
+    """'' when the compiled and the pure-Python decoders give the same outcome, else what differs."""
+    old = os.environ.get("HOSTGAP_PURE_PYTHON")
+    try:
+        os.environ.pop("HOSTGAP_PURE_PYTHON", None)
+        fast = _load_outcome(path)
+        os.environ["HOSTGAP_PURE_PYTHON"] = "1"
+        slow = _load_outcome(path)
+    finally:
+        if old is None:
+            os.environ.pop("HOSTGAP_PURE_PYTHON", None)
+        else:
+            os.environ["HOSTGAP_PURE_PYTHON"] = old
+    if same_trace(fast, slow):
+        return ""
+    show = [x if isinstance(x, str) else f"{len(x.events)} events" for x in (fast, slow)]
+    return f"compiled {show[0][:60]} / pure {show[1][:60]}"
+
+
+def compiled_decoder_built() -> bool:
+    from hostgap.load import kineto_columns
+
+    return kineto_columns._NATIVE is not None
+
+
+def run_one(
+    path: str, text_bytes: int, time_limit: float, analyze: bool, memory: bool, both: bool = False
+) -> tuple[str, str]:
     """Outcome class and detail of loading one file."""
     from hostgap.errors import HostgapError
     from hostgap.load import load_trace
@@ -341,6 +491,10 @@ def run_one(path: str, text_bytes: int, time_limit: float, analyze: bool, memory
         outcome = ("over memory", f"{peak / 2**20:.0f} MiB for {text_bytes} bytes")
     if outcome[0] in ("ok", "hostgap error") and time.process_time() - t0 > time_limit:
         outcome = ("over time", f"{time.process_time() - t0:.1f} s CPU")
+    if both and outcome[0] in ("ok", "hostgap error"):
+        diff = decoders_differ(path)
+        if diff:
+            outcome = ("decoders differ", diff)
     return outcome
 
 
@@ -359,8 +513,17 @@ def cases(n: int, seed: int, folder: str, nsys_share: float = 0.12):
         yield kind, path, size
 
 
-def fuzz(n: int, seed: int, *, time_limit: float = 10.0, analyze: bool = True, memory: bool = True,
-         progress=None, partial: dict | None = None) -> dict:
+def fuzz(
+    n: int,
+    seed: int,
+    *,
+    time_limit: float = 10.0,
+    analyze: bool = True,
+    memory: bool = True,
+    progress=None,
+    partial: dict | None = None,
+    both: bool = False,
+) -> dict:
     """Run ``n`` inputs; return counts by (kind, class) and example details of failures
     (filled into ``partial`` as it goes, so an interrupted run can still report)."""
     out = partial if partial is not None else {"counts": Counter(), "details": {}}
@@ -369,7 +532,7 @@ def fuzz(n: int, seed: int, *, time_limit: float = 10.0, analyze: bool = True, m
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(prefix="hostgap-fuzz-", dir=base) as folder:
         for i, (kind, path, size) in enumerate(cases(n, seed, folder)):
-            cls, detail = run_one(path, size, time_limit, analyze, memory)
+            cls, detail = run_one(path, size, time_limit, analyze, memory, both and kind == "kineto")
             os.unlink(path)
             if cls in FAILING:
                 detail = f"input {i}: {detail}"
@@ -383,8 +546,10 @@ def fuzz(n: int, seed: int, *, time_limit: float = 10.0, analyze: bool = True, m
 def report(counts: Counter, details: dict, n: int, seed: int, seconds: float, time_limit: float) -> None:
     """The outcome table (by input kind and class) and the most common details per class."""
     done = sum(counts.values())
-    print(f"{done} of {n} inputs, seed {seed}, {seconds:.0f} s (memory bound {MEMORY_PER_BYTE} x text bytes "
-          f"+ {MEMORY_SLACK // 2**20} MiB, time bound {time_limit} s of CPU)")
+    print(
+        f"{done} of {n} inputs, seed {seed}, {seconds:.0f} s (memory bound {MEMORY_PER_BYTE} x text bytes "
+        f"+ {MEMORY_SLACK // 2**20} MiB, time bound {time_limit} s of CPU)"
+    )
     classes = ("ok", "hostgap error", *FAILING)
     print(f"{'input':8} " + " ".join(f"{c:>16}" for c in classes))
     for kind in ("kineto", "nsys"):
@@ -412,7 +577,12 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=10.0, help="CPU seconds per input")
     ap.add_argument("--no-analyze", action="store_true", help="load only (no link/overview)")
     ap.add_argument("--no-memory", action="store_true", help="skip tracemalloc (faster)")
+    ap.add_argument(
+        "--one-decoder", action="store_true", help="do not compare the compiled Kineto decoder with the pure-Python one"
+    )
     args = ap.parse_args()
+    both = not args.one_decoder and compiled_decoder_built()
+    print(f"Kineto decoders compared on every input: {'yes' if both else 'no'}", file=sys.stderr)
     t0 = time.perf_counter()
 
     def progress(i, counts):
@@ -422,8 +592,16 @@ def main() -> int:
     out = {"counts": Counter(), "details": {}}
     signal.signal(signal.SIGTERM, _stop)  # a stopped run still reports what it did
     try:
-        out = fuzz(args.n, args.seed, time_limit=args.time_limit, analyze=not args.no_analyze,
-                   memory=not args.no_memory, progress=progress, partial=out)
+        out = fuzz(
+            args.n,
+            args.seed,
+            time_limit=args.time_limit,
+            analyze=not args.no_analyze,
+            memory=not args.no_memory,
+            progress=progress,
+            partial=out,
+            both=both,
+        )
     except (_Stop, KeyboardInterrupt):
         print("stopped early: the table covers the inputs run so far", file=sys.stderr)
     counts = out["counts"]

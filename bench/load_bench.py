@@ -45,8 +45,13 @@ def timed(fn, repeats: int) -> dict:
         fn()
         wall.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    return {"min_s": min(wall), "median_s": statistics.median(wall), "runs_s": wall,
-            "cpu_min_s": min(cpu), "cpu_median_s": statistics.median(cpu)}
+    return {
+        "min_s": min(wall),
+        "median_s": statistics.median(wall),
+        "runs_s": wall,
+        "cpu_min_s": min(cpu),
+        "cpu_median_s": statistics.median(cpu),
+    }
 
 
 # -- stages the benchmark times (the step/TaxBreak analysis hooks in here) -------------------------
@@ -86,7 +91,7 @@ def bench_hostgap(path: str, repeats: int, stages: list[str]) -> dict:
     out["load_link_analyze"] = timed(full, repeats)
     for name in stages:
         fn = EXTRA_STAGES[name]
-        out[name] = timed(lambda: fn(trace, links), repeats)
+        out[name] = timed(lambda fn=fn: fn(trace, links), repeats)
     out["events"] = len(trace.events)
     return out
 
@@ -129,8 +134,12 @@ print(json.dumps(out))
 
 
 def bench_memory(path: str, analyze: bool) -> dict:
-    p = subprocess.run([sys.executable, "-c", MEMORY_PROBE, path, "analyze" if analyze else "load"],
-                       capture_output=True, text=True, check=True)
+    p = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, path, "analyze" if analyze else "load"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     m = json.loads(p.stdout)
     m["added_peak_load"] = m["hwm_after_load"] - m["rss_after_imports"]
     if analyze:
@@ -181,13 +190,18 @@ def bench_hta(path: str, hta_python: str, repeats: int, threshold_us: int) -> di
     with tempfile.TemporaryDirectory() as d:
         # HTA reads every trace file of a folder: give it a folder holding only this one
         os.symlink(os.path.abspath(path), os.path.join(d, os.path.basename(path)))
-        p = subprocess.run([hta_python, "-c", HTA_SCRIPT, d, str(repeats), str(threshold_us)],
-                           capture_output=True, text=True)
+        p = subprocess.run(
+            [hta_python, "-c", HTA_SCRIPT, d, str(repeats), str(threshold_us)], capture_output=True, text=True
+        )
     if p.returncode != 0:
         raise RuntimeError(f"HTA run failed:\n{p.stderr[-2000:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    out["load"] = {"min_s": min(out["load_runs_s"]), "median_s": statistics.median(out["load_runs_s"]),
-                   "cpu_min_s": min(out["load_cpu_runs_s"]), "cpu_median_s": statistics.median(out["load_cpu_runs_s"])}
+    out["load"] = {
+        "min_s": min(out["load_runs_s"]),
+        "median_s": statistics.median(out["load_runs_s"]),
+        "cpu_min_s": min(out["load_cpu_runs_s"]),
+        "cpu_median_s": statistics.median(out["load_cpu_runs_s"]),
+    }
     return out
 
 
@@ -223,7 +237,6 @@ def hostgap_idle(path: str, threshold_ns: int) -> dict:
 
 
 def _last_step_start(trace):
-
     from hostgap.events import Kind
 
     steps = trace.name_mask(lambda s: "ProfilerStep" in s) & (trace.events.kind == Kind.ANNOTATION)
@@ -306,15 +319,23 @@ def print_report(r: dict) -> None:
         return f"{1000 * s:8.1f} ms"
 
     def line(label, x, note=""):
-        print(f"  {label:34s} {ms(x['min_s'])} / {ms(x['median_s'])}   cpu {ms(x['cpu_min_s'])} / "
-              f"{ms(x['cpu_median_s'])}{note}")
+        print(
+            f"  {label:34s} {ms(x['min_s'])} / {ms(x['median_s'])}   cpu {ms(x['cpu_min_s'])} / "
+            f"{ms(x['cpu_median_s'])}{note}"
+        )
 
     hg, bare = r["hostgap"], r["bare"]
-    print(f"trace: {r['trace']}  ({hg['events']:,} events kept; {bare['decompressed_bytes'] / 1e6:.1f} MB JSON "
-          f"decompressed)")
+    print(
+        f"trace: {r['trace']}  ({hg['events']:,} events kept; {bare['decompressed_bytes'] / 1e6:.1f} MB JSON "
+        f"decompressed)"
+    )
     print(f"repeats: {r['repeats']} (wall min / median, CPU min / median; load average {r['loadavg']})")
-    for key, label in (("load", "hostgap load_trace"), ("link", "hostgap link"), ("analyze", "hostgap analyze doc"),
-                       ("load_link_analyze", "hostgap load+link+analyze")):
+    for key, label in (
+        ("load", "hostgap load_trace"),
+        ("link", "hostgap link"),
+        ("analyze", "hostgap analyze doc"),
+        ("load_link_analyze", "hostgap load+link+analyze"),
+    ):
         line(label, hg[key])
     for name in r["stages"]:
         line("hostgap " + name, hg[name])
@@ -328,19 +349,28 @@ def print_report(r: dict) -> None:
 
     if "hta" in r:
         h = r["hta"]
-        line("HTA TraceAnalysis load", h["load"],
-             f"   (HTA {h['version']}, {len(h['load_runs_s'])} run(s); import {h['import_s']:.1f} s not counted)")
-        print(f"speed-up vs HTA (HTA load / hostgap load+link+analyze, min): wall {t['speedup_vs_hta']:.1f}x, "
-              f"CPU {t['speedup_vs_hta_cpu']:.1f}x  [target >= {TARGETS['speedup_vs_hta']:g}x: wall "
-              f"{verdict(t['speedup_vs_hta_met'])}, CPU {verdict(t['speedup_vs_hta_cpu_met'])}]")
-    print(f"hostgap load / bare orjson.loads (min): wall {t['ratio_to_bare_parse']:.2f}x, CPU "
-          f"{t['ratio_to_bare_parse_cpu']:.2f}x  [target <= {TARGETS['ratio_to_bare_parse']:g}x: "
-          f"{verdict(t['ratio_to_bare_parse_met'])}] (hostgap's time includes gunzip and building the table)")
+        line(
+            "HTA TraceAnalysis load",
+            h["load"],
+            f"   (HTA {h['version']}, {len(h['load_runs_s'])} run(s); import {h['import_s']:.1f} s not counted)",
+        )
+        print(
+            f"speed-up vs HTA (HTA load / hostgap load+link+analyze, min): wall {t['speedup_vs_hta']:.1f}x, "
+            f"CPU {t['speedup_vs_hta_cpu']:.1f}x  [target >= {TARGETS['speedup_vs_hta']:g}x: wall "
+            f"{verdict(t['speedup_vs_hta_met'])}, CPU {verdict(t['speedup_vs_hta_cpu_met'])}]"
+        )
+    print(
+        f"hostgap load / bare orjson.loads (min): wall {t['ratio_to_bare_parse']:.2f}x, CPU "
+        f"{t['ratio_to_bare_parse_cpu']:.2f}x  [target <= {TARGETS['ratio_to_bare_parse']:g}x: "
+        f"{verdict(t['ratio_to_bare_parse_met'])}] (hostgap's time includes gunzip and building the table)"
+    )
     m = r["memory"]
-    print(f"memory: RSS after imports {m['rss_after_imports'] / 1e6:.1f} MB; peak added while loading "
-          f"{m['added_peak_load'] / 1e6:.1f} MB = {t['memory_per_json_byte']:.2f}x the decompressed JSON "
-          f"[target <= {TARGETS['memory_per_json_byte']:g}x: {'met' if t['memory_met'] else 'MISSED'}]; "
-          f"with link+analyze {m['added_peak_load_analyze'] / 1e6:.1f} MB")
+    print(
+        f"memory: RSS after imports {m['rss_after_imports'] / 1e6:.1f} MB; peak added while loading "
+        f"{m['added_peak_load'] / 1e6:.1f} MB = {t['memory_per_json_byte']:.2f}x the decompressed JSON "
+        f"[target <= {TARGETS['memory_per_json_byte']:g}x: {'met' if t['memory_met'] else 'MISSED'}]; "
+        f"with link+analyze {m['added_peak_load_analyze'] / 1e6:.1f} MB"
+    )
     if "hta" in r:
         print_idle(r)
 
@@ -348,18 +378,24 @@ def print_report(r: dict) -> None:
 def print_idle(r: dict) -> None:
     idle = r["idle"]
     hta = {f"{x['stream']}/{x['class']}": x for x in r["hta"]["idle"]}
-    views = [("HTA", hta), ("HTA replay", idle["hta_replay"]), ("hostgap, HTA's ops", idle["hostgap_on_hta_ops"]),
-             ("hostgap", idle["hostgap"])]
+    views = [
+        ("HTA", hta),
+        ("HTA replay", idle["hta_replay"]),
+        ("hostgap, HTA's ops", idle["hostgap_on_hta_ops"]),
+        ("hostgap", idle["hostgap"]),
+    ]
     keys = sorted(set().union(*(v for _, v in views)), key=lambda k: (int(k.split("/")[0]), k))
     print(f"\nidle time per stream and class (threshold {r['threshold_us']} µs): gaps / ms")
-    print(f"  GPU ops {idle['gpu_ops']:,} ({idle['kinds']}); {idle['unlinked_gpu_ops']:,} without a launch "
-          f"partner; HTA's default filter drops {idle['dropped_by_hta_filter']:,}")
+    print(
+        f"  GPU ops {idle['gpu_ops']:,} ({idle['kinds']}); {idle['unlinked_gpu_ops']:,} without a launch "
+        f"partner; HTA's default filter drops {idle['dropped_by_hta_filter']:,}"
+    )
     print(f"  {'stream/class':20s}" + "".join(f"{name:>22s}" for name, _ in views))
     zero = {"count": 0, "idle_us": 0.0}
     totals = [dict() for _ in views]
     for k in keys:
         cells = []
-        for (name, v), tot in zip(views, totals):
+        for (_name, v), tot in zip(views, totals):
             x = v.get(k, zero)
             t = tot.setdefault(k.split("/")[1], [0, 0.0])
             t[0] += x["count"]
@@ -374,8 +410,9 @@ def print_idle(r: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--trace", default=str(DEFAULT_TRACE), help="Kineto trace (default: %(default)s)")
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per stage (>= 5 recommended)")
     ap.add_argument("--hta-python", default=str(DEFAULT_HTA_PYTHON), help="python of the HTA environment")
@@ -389,8 +426,13 @@ def main(argv=None) -> int:
         print(f"load_bench: error: {args.trace}: no such file (the shared trace corpus is needed)", file=sys.stderr)
         return 2
     stages = list(EXTRA_STAGES) if args.steps else []
-    r: dict = {"trace": args.trace, "repeats": args.repeats, "stages": stages, "threshold_us": args.threshold_us,
-               "loadavg": " ".join(Path("/proc/loadavg").read_text().split()[:3])}
+    r: dict = {
+        "trace": args.trace,
+        "repeats": args.repeats,
+        "stages": stages,
+        "threshold_us": args.threshold_us,
+        "loadavg": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+    }
     r["hostgap"] = bench_hostgap(args.trace, args.repeats, stages)
     r["bare"] = bench_bare_parse(args.trace, args.repeats)
     r["memory"] = bench_memory(args.trace, analyze=True)
@@ -404,8 +446,10 @@ def main(argv=None) -> int:
     t["memory_met"] = t["memory_per_json_byte"] <= TARGETS["memory_per_json_byte"]
     if not args.no_hta:
         if not Path(args.hta_python).exists():
-            print(f"load_bench: error: {args.hta_python}: no HTA environment (see bench/README.md) or use --no-hta",
-                  file=sys.stderr)
+            print(
+                f"load_bench: error: {args.hta_python}: no HTA environment (see bench/README.md) or use --no-hta",
+                file=sys.stderr,
+            )
             return 2
         r["hta"] = bench_hta(args.trace, args.hta_python, args.hta_repeats, args.threshold_us)
         t["speedup_vs_hta"] = r["hta"]["load"]["min_s"] / r["hostgap"]["load_link_analyze"]["min_s"]

@@ -12,14 +12,16 @@ import random
 from pathlib import Path
 
 import pytest
-from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from budget import examples
 from hostgap.errors import HostgapError
 from hostgap.load import load_trace
 
-_spec = importlib.util.spec_from_file_location("hostgap_bench_fuzz", Path(__file__).resolve().parents[1] / "bench" / "fuzz.py")
+_spec = importlib.util.spec_from_file_location(
+    "hostgap_bench_fuzz", Path(__file__).resolve().parents[1] / "bench" / "fuzz.py"
+)
 fuzz = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fuzz)
 
@@ -38,7 +40,7 @@ def outcome(path: str) -> str:
 @pytest.mark.parametrize("seed", [101, 202])
 def test_fixed_seed_budget(tmp_path, seed):
     seen = {"ok": 0, "hostgap error": 0}
-    for kind, path, size in fuzz.cases(BUDGET, seed, str(tmp_path)):
+    for _kind, path, _size in fuzz.cases(BUDGET, seed, str(tmp_path)):
         seen[outcome(path)] += 1
     # the generators must produce both outcomes, or the budget tests nothing
     assert seen["ok"] > BUDGET // 5 and seen["hostgap error"] > BUDGET // 10
@@ -69,19 +71,36 @@ def test_run_one_classifies(tmp_path):
 
 # -- property-based documents --------------------------------------------------------------
 
-numbers = st.one_of(st.integers(-(2**70), 2**70), st.floats(allow_nan=False, allow_infinity=False),
-                    st.sampled_from([0.0005, 1661203462598772, 4.7e15, -1]))
+numbers = st.one_of(
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0005, 1661203462598772, 4.7e15, -1]),
+)
 values = st.one_of(st.none(), st.booleans(), numbers, st.text(max_size=8))
 event = st.fixed_dictionaries(
-    {"ph": st.sampled_from(["X", "X", "X", "i", "M", "s", "f", "B"]),
-     "cat": st.sampled_from(["kernel", "cpu_op", "cuda_runtime", "gpu_memcpy", "user_annotation", "Trace", "zzz"]),
-     "name": st.text(max_size=10), "ts": st.one_of(numbers, values), "dur": st.one_of(numbers, values)},
-    optional={"pid": values, "tid": values,
-              "args": st.one_of(values, st.dictionaries(st.sampled_from(["correlation", "External id", "device",
-                                                                          "stream", "bytes", "name"]), values))})
-docs = st.builds(lambda evs, extra: {"traceEvents": evs, **extra},
-                 st.lists(st.one_of(event, values), max_size=25),
-                 st.fixed_dictionaries({}, optional={"deviceProperties": values, "baseTimeNanoseconds": values}))
+    {
+        "ph": st.sampled_from(["X", "X", "X", "i", "M", "s", "f", "B"]),
+        "cat": st.sampled_from(["kernel", "cpu_op", "cuda_runtime", "gpu_memcpy", "user_annotation", "Trace", "zzz"]),
+        "name": st.text(max_size=10),
+        "ts": st.one_of(numbers, values),
+        "dur": st.one_of(numbers, values),
+    },
+    optional={
+        "pid": values,
+        "tid": values,
+        "args": st.one_of(
+            values,
+            st.dictionaries(
+                st.sampled_from(["correlation", "External id", "device", "stream", "bytes", "name"]), values
+            ),
+        ),
+    },
+)
+docs = st.builds(
+    lambda evs, extra: {"traceEvents": evs, **extra},
+    st.lists(st.one_of(event, values), max_size=25),
+    st.fixed_dictionaries({}, optional={"deviceProperties": values, "baseTimeNanoseconds": values}),
+)
 
 
 @settings(**examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -53,6 +53,7 @@ def _random_forest(rng, n_top: int, depth: int):
             if level < depth:
                 grow(a, b, level + 1, ancestors + [me])
             t = b
+
     for k in range(n_top):
         grow(k * 1000, k * 1000 + 900, 0, [])
     return out
@@ -71,10 +72,14 @@ def test_outermost_counted_op_matches_an_ancestor_walk(tmp_path, seed):
     for i, (_, _, _, anc) in enumerate(forest):
         if anc and not metadata[i]:
             work_child[anc[-1]] = True
-    counted = [not metadata[i] and (not work_child[i] or bool(CPU_KERNEL_OPS.match(forest[i][0])))
-               for i in range(len(forest))]
-    want = sorted((a * 1000, (b - a) * 1000) for i, (_, a, b, anc) in enumerate(forest)
-                  if counted[i] and not any(counted[j] for j in anc))
+    counted = [
+        not metadata[i] and (not work_child[i] or bool(CPU_KERNEL_OPS.match(forest[i][0]))) for i in range(len(forest))
+    ]
+    want = sorted(
+        (a * 1000, (b - a) * 1000)
+        for i, (_, a, b, anc) in enumerate(forest)
+        if counted[i] and not any(counted[j] for j in anc)
+    )
     rows = np.flatnonzero(cpu_compute_mask(trace))
     got = sorted(zip(trace.events.start_ns[rows].tolist(), trace.events.dur_ns[rows].tolist()))
     assert got == want

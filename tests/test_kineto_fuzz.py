@@ -8,11 +8,11 @@ import os
 import tempfile
 
 import numpy as np
-from conftest import annotation, cpu_op, gpu_annotation, kernel, launch, memcpy, memset, python_frame, runtime
-from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from budget import examples
+from conftest import annotation, cpu_op, gpu_annotation, kernel, launch, memcpy, memset, python_frame, runtime
 from hostgap.anatomy.overview import overview
 from hostgap.errors import HostgapError
 from hostgap.load import load_trace
@@ -39,11 +39,15 @@ def base_events() -> list[dict]:
     ]
 
 
-TOP = {"baseTimeNanoseconds": 1767189312000000000, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
-       "distributedInfo": {"rank": 0, "world_size": 2}}
+TOP = {
+    "baseTimeNanoseconds": 1767189312000000000,
+    "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
+    "distributedInfo": {"rank": 0, "world_size": 2},
+}
 
 scalars = st.one_of(
-    st.none(), st.booleans(),
+    st.none(),
+    st.booleans(),
     st.integers(min_value=-(2**70), max_value=2**70),
     st.sampled_from([0, -1, 2**63 - 1, 2**63, -(2**63), 2**64, 10**30]),
     st.floats(allow_nan=False, allow_infinity=False),
@@ -51,9 +55,11 @@ scalars = st.one_of(
     st.text(max_size=12),
     st.sampled_from(["NaN", "nan", "Infinity", "-inf", "", "12", "1.5", "\u00b2", "\U0001f600", "\ud7ff"]),
 )
-garbage = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                        st.dictionaries(st.text(max_size=6), inner, max_size=4)),
-                       max_leaves=12)
+garbage = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+    max_leaves=12,
+)
 FIELDS = ["ph", "cat", "name", "ts", "dur", "pid", "tid", "args", "id"]
 ARG_KEYS = ["correlation", "External id", "external id", "device", "stream", "bytes", "name"]
 
@@ -61,8 +67,13 @@ ARG_KEYS = ["correlation", "External id", "external id", "device", "stream", "by
 @st.composite
 def mutation(draw):
     what = draw(st.sampled_from(["drop", "set", "set_arg", "drop_arg", "insert", "top", "unicode_name"]))
-    return what, draw(st.integers(0, 100)), draw(st.sampled_from(FIELDS)), draw(st.sampled_from(ARG_KEYS)), \
-        draw(garbage)
+    return (
+        what,
+        draw(st.integers(0, 100)),
+        draw(st.sampled_from(FIELDS)),
+        draw(st.sampled_from(ARG_KEYS)),
+        draw(garbage),
+    )
 
 
 def apply(doc: dict, mutations) -> dict:
@@ -162,8 +173,9 @@ def timeline(draw):
         if kind == "kernel":
             events.append(kernel(f"k{i % 4}", ts=ts, dur=du, corr=corr, device=dev, stream=stream))
         elif kind == "memcpy":
-            events.append(memcpy(ts=ts, dur=du, nbytes=draw(st.integers(0, 1 << 20)), corr=corr, device=dev,
-                                 stream=stream))
+            events.append(
+                memcpy(ts=ts, dur=du, nbytes=draw(st.integers(0, 1 << 20)), corr=corr, device=dev, stream=stream)
+            )
         else:
             events.append(memset(ts=ts, dur=du, corr=corr, device=dev, stream=stream))
         if linked:
@@ -239,8 +251,10 @@ def test_float_us_timestamps_to_ns(us, frac_ns):
     ts_text = f"{us}.{frac_ns:03d}"  # what a profiler writes: µs with 3 decimals
     fd, path = tempfile.mkstemp(suffix=".json")
     with os.fdopen(fd, "w") as f:
-        f.write('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, '
-                f'"ts": {ts_text}, "dur": 0.001}}]}}')
+        f.write(
+            '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, '
+            f'"ts": {ts_text}, "dur": 0.001}}]}}'
+        )
     try:
         t = load_trace(path)
     finally:

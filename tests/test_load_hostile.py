@@ -10,8 +10,8 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from conftest import kernel, launch
 
+from conftest import kernel, launch
 from hostgap.errors import HostgapError
 from hostgap.load import load_trace, sniff
 from hostgap.load.text import MAX_INFLATE_RATIO
@@ -73,9 +73,11 @@ def test_pid_string_of_5000_digits(tmp_path):
 
 
 def test_1e999_skips_one_event_not_the_file(tmp_path):
-    text = ('{"traceEvents": [%s, {"ph": "X", "cat": "kernel", "name": "big", "ts": 1e999, "dur": 1},'
-            ' {"ph": "X", "cat": "kernel", "name": "bigarg", "ts": 3, "dur": 1, "args": {"correlation": 1e999}}]}'
-            % json.dumps(kernel("ok", ts=2)))
+    text = (
+        '{"traceEvents": [%s, {"ph": "X", "cat": "kernel", "name": "big", "ts": 1e999, "dur": 1},'
+        ' {"ph": "X", "cat": "kernel", "name": "bigarg", "ts": 3, "dur": 1, "args": {"correlation": 1e999}}]}'
+        % json.dumps(kernel("ok", ts=2))
+    )
     t = load_trace(write(tmp_path, text.encode()))
     assert sorted(kept_names(t)) == ["bigarg", "ok"]
     assert t.meta.skipped["timestamp out of range"] == 1
@@ -109,8 +111,9 @@ def test_invalid_utf8_index_is_the_position_in_trace_events(tmp_path):
 
 def test_raw_control_character_in_a_string_skips_its_event(tmp_path):
     bad = b'{"ph": "X", "cat": "kernel", "name": "a\x01b", "ts": 1, "dur": 1}'
-    t = load_trace(write(tmp_path, b'{"traceEvents": [' + json.dumps(kernel("ok", ts=2)).encode()
-                         + b", " + bad + b"]}"))
+    t = load_trace(
+        write(tmp_path, b'{"traceEvents": [' + json.dumps(kernel("ok", ts=2)).encode() + b", " + bad + b"]}")
+    )
     assert kept_names(t) == ["ok"]
     assert list(t.meta.extra["skipped_at"].values()) == [[1]]
 
@@ -178,9 +181,16 @@ def test_absolute_limit_from_the_environment(tmp_path, monkeypatch):
 
 
 def test_accounting_balances_on_a_mixed_file(tmp_path):
-    events = [kernel("k", ts=1), launch(ts=0, corr=1), {"ph": "M", "name": "process_name", "pid": 1,
-              "args": {"name": "py"}}, {"ph": "s", "id": 1, "ts": 1}, {"ph": "i", "ts": 3}, 17,
-              {"ph": "X", "cat": "kernel", "ts": "x", "dur": 1}, {"ph": "X", "cat": "Trace", "ts": 1, "dur": 1}]
+    events = [
+        kernel("k", ts=1),
+        launch(ts=0, corr=1),
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "py"}},
+        {"ph": "s", "id": 1, "ts": 1},
+        {"ph": "i", "ts": 3},
+        17,
+        {"ph": "X", "cat": "kernel", "ts": "x", "dur": 1},
+        {"ph": "X", "cat": "Trace", "ts": 1, "dur": 1},
+    ]
     t = load_trace(write(tmp_path, doc(events)))
     assert len(t.events) == 2
     assert accounted(t) == len(events) == t.meta.extra["events_in_file"]

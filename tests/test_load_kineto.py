@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+
 from conftest import (
     annotation,
     cpu_op,
@@ -21,7 +22,6 @@ from conftest import (
     python_frame,
     runtime,
 )
-
 from hostgap.errors import HostgapError
 from hostgap.events import NONE, CopyKind, Kind
 from hostgap.load import load_trace, sniff
@@ -70,12 +70,15 @@ def test_rows_sorted_by_start(kineto_trace):
     t.events.validate()
 
 
-@pytest.mark.parametrize("base, expected", [
-    (1767189312000000000, 1767189312000000000),
-    ("1767189312000000000", 1767189312000000000),
-    (None, None),
-    ("not a number", None),
-])
+@pytest.mark.parametrize(
+    "base, expected",
+    [
+        (1767189312000000000, 1767189312000000000),
+        ("1767189312000000000", 1767189312000000000),
+        (None, None),
+        ("not a number", None),
+    ],
+)
 def test_base_time_ns_int_or_string(kineto_trace, base, expected):
     top = {} if base is None else {"baseTimeNanoseconds": base}
     t = load_trace(kineto_trace([kernel("k", ts=1)], **top))
@@ -87,8 +90,14 @@ def test_base_time_ns_int_or_string(kineto_trace, base, expected):
 
 def test_device_properties_names_and_missing_name(kineto_trace):
     props = [
-        {"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85045641216, "computeMajor": 9,
-         "computeMinor": 0, "numSms": 132},
+        {
+            "id": 0,
+            "name": "NVIDIA H100 80GB HBM3",
+            "totalGlobalMem": 85045641216,
+            "computeMajor": 9,
+            "computeMinor": 0,
+            "numSms": 132,
+        },
         {"id": 1, "name": ""},
         {"id": 3, "name": "NVIDIA H100 80GB HBM3"},  # listed but no activity: not a trace device
     ]
@@ -112,12 +121,15 @@ def test_no_device_properties_at_all(kineto_trace):
     assert "5" in d.name
 
 
-@pytest.mark.parametrize("info, rank, world", [
-    ({"backend": "nccl", "rank": 3, "world_size": 8}, 3, 8),
-    ({"rank": 1}, 1, None),  # the 2021 files carry the rank only
-    (None, None, None),
-    ({"rank": "zero", "world_size": True}, None, None),
-])
+@pytest.mark.parametrize(
+    "info, rank, world",
+    [
+        ({"backend": "nccl", "rank": 3, "world_size": 8}, 3, 8),
+        ({"rank": 1}, 1, None),  # the 2021 files carry the rank only
+        (None, None, None),
+        ({"rank": "zero", "world_size": True}, None, None),
+    ],
+)
 def test_distributed_info(kineto_trace, info, rank, world):
     top = {} if info is None else {"distributedInfo": info}
     t = load_trace(kineto_trace([kernel("k", ts=1)], **top))
@@ -125,8 +137,14 @@ def test_distributed_info(kineto_trace, info, rank, world):
 
 
 def test_process_names_and_flow_count(kineto_trace):
-    events = [process_name(100, "python"), process_name(0, "GPU 0"), launch(ts=1, corr=5),
-              flow(1, 5, "s"), kernel("k", ts=3, corr=5), flow(3, 5, "f", pid=0, tid=7)]
+    events = [
+        process_name(100, "python"),
+        process_name(0, "GPU 0"),
+        launch(ts=1, corr=5),
+        flow(1, 5, "s"),
+        kernel("k", ts=3, corr=5),
+        flow(3, 5, "f", pid=0, tid=7),
+    ]
     t = load_trace(kineto_trace(events))
     assert t.meta.processes == {100: "python", 0: "GPU 0"}
     assert t.meta.flows == 2
@@ -168,9 +186,19 @@ def test_current_categories_to_kinds(kineto_trace):
     t = load_trace(kineto_trace(events))
     ev = t.events
     counts = {k: int(np.sum(ev.kind == k)) for k in Kind}
-    assert counts == {Kind.KERNEL: 1, Kind.MEMCPY: 1, Kind.MEMSET: 1, Kind.GPU_ANNOTATION: 1, Kind.LAUNCH: 1,
-                      Kind.GRAPH_LAUNCH: 0, Kind.RUNTIME: 2, Kind.CPU_OP: 1, Kind.PYTHON: 1,
-                      Kind.ANNOTATION: 1, Kind.LIBRARY: 0}
+    assert counts == {
+        Kind.KERNEL: 1,
+        Kind.MEMCPY: 1,
+        Kind.MEMSET: 1,
+        Kind.GPU_ANNOTATION: 1,
+        Kind.LAUNCH: 1,
+        Kind.GRAPH_LAUNCH: 0,
+        Kind.RUNTIME: 2,
+        Kind.CPU_OP: 1,
+        Kind.PYTHON: 1,
+        Kind.ANNOTATION: 1,
+        Kind.LIBRARY: 0,
+    }
     k = only(t, Kind.KERNEL)
     assert (ev.device[k], ev.stream[k], ev.correlation[k], ev.external_id[k]) == (0, 7, 1, 7)
     m = only(t, Kind.MEMCPY)
@@ -186,15 +214,48 @@ def test_current_categories_to_kinds(kineto_trace):
 
 def test_legacy_2021_categories(kineto_trace):
     events = [
-        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1074, "tid": 1074, "ts": 100, "dur": 5,
-         "args": {"correlation": 11, "external id": 3}},
-        {"ph": "X", "cat": "Kernel", "name": "legacy_kernel", "pid": 0, "tid": 7, "ts": 110, "dur": 10,
-         "args": {"device": 0, "stream": 7, "correlation": 11, "external id": 3}},
-        {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7, "ts": 121,
-         "dur": 2, "args": {"device": 0, "stream": 7, "bytes": 64}},
-        {"ph": "X", "cat": "Operator", "name": "aten::add", "pid": 1074, "tid": 1074, "ts": 99, "dur": 7,
-         "args": {"external id": 3}},
-        flow(100, 11, "s", cat="async_gpu"), flow(110, 11, "f", cat="async_gpu", pid=0, tid=7),
+        {
+            "ph": "X",
+            "cat": "Runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1074,
+            "tid": 1074,
+            "ts": 100,
+            "dur": 5,
+            "args": {"correlation": 11, "external id": 3},
+        },
+        {
+            "ph": "X",
+            "cat": "Kernel",
+            "name": "legacy_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": 110,
+            "dur": 10,
+            "args": {"device": 0, "stream": 7, "correlation": 11, "external id": 3},
+        },
+        {
+            "ph": "X",
+            "cat": "Memcpy",
+            "name": "Memcpy HtoD (Pageable -> Device)",
+            "pid": 0,
+            "tid": 7,
+            "ts": 121,
+            "dur": 2,
+            "args": {"device": 0, "stream": 7, "bytes": 64},
+        },
+        {
+            "ph": "X",
+            "cat": "Operator",
+            "name": "aten::add",
+            "pid": 1074,
+            "tid": 1074,
+            "ts": 99,
+            "dur": 7,
+            "args": {"external id": 3},
+        },
+        flow(100, 11, "s", cat="async_gpu"),
+        flow(110, 11, "f", cat="async_gpu", pid=0, tid=7),
     ]
     t = load_trace(kineto_trace(events, distributedInfo={"rank": 1}))
     ev = t.events
@@ -214,43 +275,54 @@ def test_gpu_op_device_and_stream_fall_back_to_pid_tid(kineto_trace):
 
 
 def test_string_thread_ids_do_not_collide(kineto_trace):
-    events = [cpu_op("a", ts=1, tid="stream 7"), cpu_op("b", ts=2, tid="stream 8"), cpu_op("c", ts=3, tid="12"),
-              cpu_op("d", ts=4, tid="stream 7")]
+    events = [
+        cpu_op("a", ts=1, tid="stream 7"),
+        cpu_op("b", ts=2, tid="stream 8"),
+        cpu_op("c", ts=3, tid="12"),
+        cpu_op("d", ts=4, tid="stream 7"),
+    ]
     tid = load_trace(kineto_trace(events)).events.tid.tolist()
     assert tid[2] == 12
     assert tid[0] == tid[3] != tid[1]
     assert min(tid[0], tid[1]) < NONE  # never a real id, never NONE
 
 
-@pytest.mark.parametrize("name, kind", [
-    ("cudaLaunchKernel", Kind.LAUNCH),
-    ("cudaLaunchKernelExC", Kind.LAUNCH),
-    ("cudaLaunchKernelExC_v11060", Kind.LAUNCH),
-    ("cudaLaunchCooperativeKernel", Kind.LAUNCH),
-    ("cudaLaunchKernel_v7000", Kind.LAUNCH),
-    ("cuLaunchKernel", Kind.LAUNCH),
-    ("cuLaunchKernel_ptsz", Kind.LAUNCH),
-    ("cuLaunchKernelEx", Kind.LAUNCH),
-    ("hipLaunchKernel", Kind.LAUNCH),
-    ("hipExtModuleLaunchKernel", Kind.LAUNCH),
-    ("hipModuleLaunchKernel", Kind.LAUNCH),
-    ("cudaGraphLaunch", Kind.GRAPH_LAUNCH),
-    ("cudaGraphLaunch_v10000", Kind.GRAPH_LAUNCH),
-    ("hipGraphLaunch", Kind.GRAPH_LAUNCH),
-    ("cudaMemcpyAsync", Kind.RUNTIME),
-    ("hipMemcpyWithStream", Kind.RUNTIME),
-    ("cudaStreamSynchronize", Kind.RUNTIME),
-    ("cudaGetDevice", Kind.RUNTIME),
-    ("cudaLaunchHostFunc", Kind.RUNTIME),
-])
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("cudaLaunchKernel", Kind.LAUNCH),
+        ("cudaLaunchKernelExC", Kind.LAUNCH),
+        ("cudaLaunchKernelExC_v11060", Kind.LAUNCH),
+        ("cudaLaunchCooperativeKernel", Kind.LAUNCH),
+        ("cudaLaunchKernel_v7000", Kind.LAUNCH),
+        ("cuLaunchKernel", Kind.LAUNCH),
+        ("cuLaunchKernel_ptsz", Kind.LAUNCH),
+        ("cuLaunchKernelEx", Kind.LAUNCH),
+        ("hipLaunchKernel", Kind.LAUNCH),
+        ("hipExtModuleLaunchKernel", Kind.LAUNCH),
+        ("hipModuleLaunchKernel", Kind.LAUNCH),
+        ("cudaGraphLaunch", Kind.GRAPH_LAUNCH),
+        ("cudaGraphLaunch_v10000", Kind.GRAPH_LAUNCH),
+        ("hipGraphLaunch", Kind.GRAPH_LAUNCH),
+        ("cudaMemcpyAsync", Kind.RUNTIME),
+        ("hipMemcpyWithStream", Kind.RUNTIME),
+        ("cudaStreamSynchronize", Kind.RUNTIME),
+        ("cudaGetDevice", Kind.RUNTIME),
+        ("cudaLaunchHostFunc", Kind.RUNTIME),
+    ],
+)
 def test_api_names(name, kind):
     assert classify_api(name) == kind
 
 
 def test_api_names_through_the_loader(kineto_trace):
-    events = [launch(ts=1, name="hipLaunchKernel"), launch(ts=2, name="hipExtModuleLaunchKernel"),
-              launch(ts=3, name="hipGraphLaunch"), runtime("hipMemcpyAsync", ts=4),
-              runtime("cuLaunchKernel", ts=5, cat="cuda_driver")]
+    events = [
+        launch(ts=1, name="hipLaunchKernel"),
+        launch(ts=2, name="hipExtModuleLaunchKernel"),
+        launch(ts=3, name="hipGraphLaunch"),
+        runtime("hipMemcpyAsync", ts=4),
+        runtime("cuLaunchKernel", ts=5, cat="cuda_driver"),
+    ]
     t = load_trace(kineto_trace(events))
     assert t.events.kind.tolist() == [Kind.LAUNCH, Kind.LAUNCH, Kind.GRAPH_LAUNCH, Kind.RUNTIME, Kind.LAUNCH]
 
@@ -262,22 +334,28 @@ def test_base_api_name():
     assert base_api_name("hipLaunchKernel") == "hipLaunchKernel"
 
 
-@pytest.mark.parametrize("name, kind", [
-    ("Memcpy HtoD (Pageable -> Device)", CopyKind.H2D),
-    ("Memcpy DtoH (Device -> Pinned)", CopyKind.D2H),
-    ("Memcpy DtoD (Device -> Device)", CopyKind.D2D),
-    ("Memcpy PtoP (Device -> Device)", CopyKind.P2P),
-    ("CopyHostToDevice", CopyKind.H2D),
-    ("CopyDeviceToHost", CopyKind.D2H),
-    ("Memcpy", CopyKind.OTHER),
-])
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("Memcpy HtoD (Pageable -> Device)", CopyKind.H2D),
+        ("Memcpy DtoH (Device -> Pinned)", CopyKind.D2H),
+        ("Memcpy DtoD (Device -> Device)", CopyKind.D2D),
+        ("Memcpy PtoP (Device -> Device)", CopyKind.P2P),
+        ("CopyHostToDevice", CopyKind.H2D),
+        ("CopyDeviceToHost", CopyKind.D2H),
+        ("Memcpy", CopyKind.OTHER),
+    ],
+)
 def test_copy_direction(name, kind):
     assert copy_kind_from_name(name) == kind
 
 
 def test_cpu_only_trace(kineto_trace):
-    events = [annotation("ProfilerStep#1", ts=0, dur=100), cpu_op("aten::mm", ts=1, dur=50),
-              python_frame("train.py(3): step", ts=0, dur=90)]
+    events = [
+        annotation("ProfilerStep#1", ts=0, dur=100),
+        cpu_op("aten::mm", ts=1, dur=50),
+        python_frame("train.py(3): step", ts=0, dur=90),
+    ]
     t = load_trace(kineto_trace(events, deviceProperties=[]))
     assert not t.has_device_activity
     assert t.meta.devices == ()
@@ -292,7 +370,9 @@ def test_event_level_problems_are_counted_by_reason(kineto_trace):
     no_ts = {k: v for k, v in kernel("no_ts", dur=1).items() if k != "ts"}
     no_dur = {k: v for k, v in kernel("no_dur", ts=2).items() if k != "dur"}
     events = [
-        good, no_ts, no_dur,
+        good,
+        no_ts,
+        no_dur,
         kernel("neg", ts=3, dur=-1),
         {"ph": "X", "cat": "mystery", "name": "m", "pid": 1, "tid": 1, "ts": 4, "dur": 1},
         {"ph": "X", "cat": "mystery", "name": "m2", "pid": 1, "tid": 1, "ts": 5, "dur": 1},
@@ -402,11 +482,25 @@ def _sqlite_without_cuda(tmp_path) -> str:
     return str(p)
 
 
-@pytest.mark.parametrize("case", [
-    "truncated gzip", "invalid json", "no traceEvents", "json array", "traceEvents not a list", "empty file",
-    "empty gzip", "whitespace", "png", "plain text", "nsys-rep", "directory", "missing",
-    "sqlite without cuda tables",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "truncated gzip",
+        "invalid json",
+        "no traceEvents",
+        "json array",
+        "traceEvents not a list",
+        "empty file",
+        "empty gzip",
+        "whitespace",
+        "png",
+        "plain text",
+        "nsys-rep",
+        "directory",
+        "missing",
+        "sqlite without cuda tables",
+    ],
+)
 def test_whole_file_problems_raise_hostgap_error(tmp_path, case):
     path, word = bad_files(tmp_path)[case]
     with pytest.raises(HostgapError) as info:
@@ -439,8 +533,12 @@ def test_batches_share_names_and_counts(kineto_trace, monkeypatch):
 
     events = []
     for i in range(50):
-        events += [launch(ts=10 * i, dur=1, corr=i), kernel(f"k{i % 3}", ts=10 * i + 5, dur=2, corr=i),
-                   flow(10 * i, i, "s"), process_name(100, "python")]
+        events += [
+            launch(ts=10 * i, dur=1, corr=i),
+            kernel(f"k{i % 3}", ts=10 * i + 5, dur=2, corr=i),
+            flow(10 * i, i, "s"),
+            process_name(100, "python"),
+        ]
     events[37] = {"ph": "X", "cat": "kernel", "name": "k0", "pid": 0, "tid": 7, "ts": "bad", "dur": 1}
     events[89] = kernel("odd_args", ts=1000, dur=1, corr="x")
     whole = load_trace(kineto_trace(events))
@@ -474,8 +572,10 @@ def test_gzip_cut_anywhere_is_one_error(tmp_path, cut):
 
 def test_invalid_utf8_inside_an_event_skips_that_event_only(tmp_path):
     p = tmp_path / "utf8.json"
-    p.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "ok", "ts": 1, "dur": 1},'
-                  b'{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "ts": 1, "dur": 1}]}')
+    p.write_bytes(
+        b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "ok", "ts": 1, "dur": 1},'
+        b'{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "ts": 1, "dur": 1}]}'
+    )
     t = load_trace(str(p))
     assert t.names_of(np.arange(len(t.events))) == ["ok"]
     (reason,) = t.meta.skipped

@@ -168,8 +168,9 @@ def test_api_base_name(name, base):
 def test_launch_with_version_suffix_links_to_its_kernel(export):
     t0 = 1_779_630_014_975_716_426  # > 2**53: a float round trip would change it
     export.api(t0, t0 + 4_321, corr=7, pid=100, tid=101, name="cudaLaunchKernel_v7000")
-    export.kernel(t0 + 9_000, t0 + 9_001, corr=7, pid=100, name="void gemm<float>(float*)", short="gemm",
-                  device=1, stream=13)
+    export.kernel(
+        t0 + 9_000, t0 + 9_001, corr=7, pid=100, name="void gemm<float>(float*)", short="gemm", device=1, stream=13
+    )
     export.process(100, "python3")
     trace = load_nsys(export.close())
     ev = trace.events
@@ -223,8 +224,13 @@ def test_two_processes_reusing_a_correlation_id_do_not_cross_link(export):
 
 
 def test_memcpy_bytes_and_copy_kinds_and_memset(export):
-    cases = [(1, CopyKind.H2D, "Memcpy HtoD"), (2, CopyKind.D2H, "Memcpy DtoH"), (8, CopyKind.D2D, "Memcpy DtoD"),
-             (10, CopyKind.P2P, "Memcpy PtoP"), (0, CopyKind.OTHER, "Memcpy (unknown)")]
+    cases = [
+        (1, CopyKind.H2D, "Memcpy HtoD"),
+        (2, CopyKind.D2H, "Memcpy DtoH"),
+        (8, CopyKind.D2D, "Memcpy DtoD"),
+        (10, CopyKind.P2P, "Memcpy PtoP"),
+        (0, CopyKind.OTHER, "Memcpy (unknown)"),
+    ]
     for i, (nsys_kind, _, _) in enumerate(cases):
         export.memcpy(1000 * i, 1000 * i + 100 + i, corr=i, pid=100, nbytes=4096 * (i + 1), copy_kind=nsys_kind)
     export.memset(9000, 9050, corr=99, pid=100, nbytes=768, device=1, stream=15)
@@ -236,7 +242,12 @@ def test_memcpy_bytes_and_copy_kinds_and_memset(export):
     assert [int(ev.dur_ns[i]) for i in copies] == [100 + i for i in range(len(cases))]
     assert trace.names_of(copies) == [n for _, _, n in cases]
     (memset,) = rows_of(trace, Kind.MEMSET)
-    assert (ev.bytes[memset], ev.copy_kind[memset], ev.device[memset], ev.stream[memset]) == (768, CopyKind.OTHER, 1, 15)
+    assert (ev.bytes[memset], ev.copy_kind[memset], ev.device[memset], ev.stream[memset]) == (
+        768,
+        CopyKind.OTHER,
+        1,
+        15,
+    )
     assert trace.name_of(memset) == "Memset"
     assert np.all(ev.bytes[rows_of(trace, Kind.KERNEL)] == 0)
 
@@ -251,7 +262,11 @@ def test_memory_kinds_name_copies_like_the_pytorch_profiler(export):
     export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (60, 70, 0, 7, 4, ?, 0, 8, 2)", (gpid(100),))
     trace = load_nsys(export.close())
     assert trace.names_of(np.arange(4)) == [
-        "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pinned)", "Memcpy HtoD", "Memset (Device)"]
+        "Memcpy HtoD (Pageable -> Device)",
+        "Memcpy DtoH (Device -> Pinned)",
+        "Memcpy HtoD",
+        "Memset (Device)",
+    ]
     assert trace.events.copy_kind.tolist() == [CopyKind.H2D, CopyKind.D2H, CopyKind.H2D, CopyKind.OTHER]
 
 
@@ -288,12 +303,17 @@ def test_negative_durations_are_skipped_and_counted(export):
 
 
 def test_driver_and_library_tables(export):
-    export.sql("CREATE TABLE CUPTI_ACTIVITY_KIND_DRIVER (start INTEGER, end INTEGER, eventClass INTEGER,"
-               " globalTid INTEGER, correlationId INTEGER, nameId INTEGER, returnValue INTEGER)")
-    export.sql("CREATE TABLE CUBLAS_EVENTS (start INTEGER, end INTEGER, eventClass INTEGER, globalTid INTEGER,"
-               " nameId INTEGER)")
-    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_DRIVER VALUES (10, 30, 1, ?, 4, ?, 0)",
-               (gtid(100, 100), export.sid("cuLaunchKernel_ptsz")))
+    export.sql(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_DRIVER (start INTEGER, end INTEGER, eventClass INTEGER,"
+        " globalTid INTEGER, correlationId INTEGER, nameId INTEGER, returnValue INTEGER)"
+    )
+    export.sql(
+        "CREATE TABLE CUBLAS_EVENTS (start INTEGER, end INTEGER, eventClass INTEGER, globalTid INTEGER, nameId INTEGER)"
+    )
+    export.sql(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_DRIVER VALUES (10, 30, 1, ?, 4, ?, 0)",
+        (gtid(100, 100), export.sid("cuLaunchKernel_ptsz")),
+    )
     export.sql("INSERT INTO CUBLAS_EVENTS VALUES (5, 40, 0, ?, ?)", (gtid(100, 100), export.sid("cublasGemmEx")))
     export.kernel(50, 60, corr=4, pid=100)
     trace = load_nsys(export.close())
@@ -307,16 +327,22 @@ def test_driver_and_library_tables(export):
 
 def test_minimal_old_schema_loads(tmp_path):
     """Older exports: no demangledName, no graph or globalPid columns, NVTX without textId."""
-    ex = Export(tmp_path / "old.sqlite", schema="""
+    ex = Export(
+        tmp_path / "old.sqlite",
+        schema="""
         CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
         CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER,
             streamId INTEGER, correlationId INTEGER, shortName INTEGER);
         CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, globalTid INTEGER,
             correlationId INTEGER, nameId INTEGER);
         CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, globalTid INTEGER);
-    """)
+    """,
+    )
     ex.sql("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (100, 150, 0, 7, 3, ?)", (ex.sid("gemv"),))
-    ex.sql("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (10, 20, ?, 3, ?)", (gtid(42, 43), ex.sid("cudaLaunchKernel_v7000")))
+    ex.sql(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (10, 20, ?, 3, ?)",
+        (gtid(42, 43), ex.sid("cudaLaunchKernel_v7000")),
+    )
     ex.sql("INSERT INTO NVTX_EVENTS VALUES (5, 200, 59, 'step', ?)", (gtid(42, 43),))
     trace = load_nsys(ex.close())
     ev = trace.events
@@ -330,10 +356,14 @@ def test_minimal_old_schema_loads(tmp_path):
 
 
 def test_nulls_and_odd_values_do_not_stop_the_load(export):
-    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 20, 0, 1, 7, NULL, NULL, ?, ?, NULL, NULL)",
-               (export.sid("k"), export.sid("k")))
-    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (30, 40, 0, 1, 7, 'n/a', ?, 999999, 999998, NULL, NULL)",
-               (gpid(100),))  # text in an integer column; name ids missing from StringIds
+    export.sql(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 20, 0, 1, 7, NULL, NULL, ?, ?, NULL, NULL)",
+        (export.sid("k"), export.sid("k")),
+    )
+    export.sql(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (30, 40, 0, 1, 7, 'n/a', ?, 999999, 999998, NULL, NULL)",
+        (gpid(100),),
+    )  # text in an integer column; name ids missing from StringIds
     export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (1, 2, 0, NULL, NULL, 424242, 0)")
     export.sql("INSERT INTO NVTX_EVENTS VALUES (0, 5, 59, NULL, NULL, NULL, 0)")
     trace = load_nsys(export.close())
@@ -363,21 +393,30 @@ def test_device_name_missing_falls_back_clearly(export):
 
 
 def test_device_names_from_target_info_gpu(export):
-    export.sql("CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, totalMemory INTEGER, smCount INTEGER,"
-               " computeMajor INTEGER, computeMinor INTEGER)")
+    export.sql(
+        "CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, totalMemory INTEGER, smCount INTEGER,"
+        " computeMajor INTEGER, computeMinor INTEGER)"
+    )
     export.sql("INSERT INTO TARGET_INFO_GPU VALUES (0, 'NVIDIA H100 80GB HBM3', 85520809984, 132, 9, 0)")
     export.kernel(0, 10, corr=1, pid=100, device=0)
     export.kernel(0, 10, corr=2, pid=100, device=1)
     trace = load_nsys(export.close())
     h100, other = trace.meta.devices
     assert (h100.name, h100.name_source, h100.memory_bytes, h100.sm_count, h100.compute_capability) == (
-        "NVIDIA H100 80GB HBM3", "trace", 85520809984, 132, "9.0")
+        "NVIDIA H100 80GB HBM3",
+        "trace",
+        85520809984,
+        132,
+        "9.0",
+    )
     assert (other.index, other.name_source) == (1, "missing")
 
 
 def test_session_start_gives_base_time(export):
-    export.sql("CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT,"
-               " systemClockNs INTEGER)")
+    export.sql(
+        "CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT,"
+        " systemClockNs INTEGER)"
+    )
     export.sql("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1779630014975716426, '', '', 35255823190)")
     export.sql("CREATE TABLE META_DATA_EXPORT (name TEXT NOT NULL, value TEXT)")
     export.sql("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PRODUCT_VERSION', '2026.2.1.210')")

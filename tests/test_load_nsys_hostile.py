@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_load_nsys import Export, gpid, gtid, rows_of
 
 from hostgap.events import NONE, Kind
 from hostgap.link import link
 from hostgap.load.nsys import load_nsys
+from test_load_nsys import Export, gpid, gtid, rows_of
 
 NO_GPID_SCHEMA = """
 CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
@@ -34,10 +34,14 @@ def span_ns(trace) -> int:
 def test_text_start_is_skipped_not_read_as_zero(export):
     export.kernel(1_000_000, 1_500_000, corr=1, pid=1)
     export.kernel(1_600_000, 1_969_000, corr=2, pid=1)
-    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ('abc', 1700000, 0, 1, 7, 3, ?, ?, ?, NULL, NULL)",
-               (gpid(1), export.sid("k"), export.sid("k")))
-    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (1650000.5, 1700000, 0, 1, 7, 4, ?, ?, ?, NULL, NULL)",
-               (gpid(1), export.sid("k"), export.sid("k")))
+    export.sql(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ('abc', 1700000, 0, 1, 7, 3, ?, ?, ?, NULL, NULL)",
+        (gpid(1), export.sid("k"), export.sid("k")),
+    )
+    export.sql(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (1650000.5, 1700000, 0, 1, 7, 4, ?, ?, ?, NULL, NULL)",
+        (gpid(1), export.sid("k"), export.sid("k")),
+    )
     trace = load_nsys(export.close())
     assert len(rows_of(trace, Kind.KERNEL)) == 2
     assert span_ns(trace) == 969_000  # not 1.7 ms from a start read as 0
@@ -47,8 +51,10 @@ def test_text_start_is_skipped_not_read_as_zero(export):
 @pytest.mark.parametrize("start, end", [(-(2**63), 100), (-9 * 10**18, 9 * 10**18), (10, 2**63 - 1), (10, 9e18)])
 def test_extreme_times_are_skipped_as_out_of_range(export, start, end):
     export.kernel(100, 200, corr=1, pid=1)
-    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, 7, 3, ?, ?, ?, NULL, NULL)",
-               (start, end, gpid(1), export.sid("k"), export.sid("k")))
+    export.sql(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, 7, 3, ?, ?, ?, NULL, NULL)",
+        (start, end, gpid(1), export.sid("k"), export.sid("k")),
+    )
     trace = load_nsys(export.close())
     trace.events.validate()
     assert len(trace.events) == 1 and span_ns(trace) == 100
@@ -82,7 +88,9 @@ def test_session_start_integer_still_gives_base_time(export):
 
 def test_deeply_nested_gpu_info_is_ignored(export):
     export.kernel(100, 200, corr=1, pid=7)
-    export.sql("CREATE TABLE TARGET_INFO_SYSTEM_ENV (globalVid INTEGER, devStateName TEXT, name TEXT, nameEnum INTEGER, value TEXT)")
+    export.sql(
+        "CREATE TABLE TARGET_INFO_SYSTEM_ENV (globalVid INTEGER, devStateName TEXT, name TEXT, nameEnum INTEGER, value TEXT)"
+    )
     export.sql("INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (0, '', 'GpuInfo', 0, ?)", ("[" * 100_000 + "]" * 100_000,))
     trace = load_nsys(export.close())
     assert trace.meta.devices[0].name_source == "missing"
@@ -93,27 +101,39 @@ def test_no_global_pid_links_on_correlation_within_the_process(tmp_path):
     launch = ex.sid("cudaLaunchKernel_v7000")
     # process 10 launches correlation 1..3; process 20 launches 3 and 4: id 3 is ambiguous
     for corr, pid, t in [(1, 10, 0), (2, 10, 100), (3, 10, 200), (3, 20, 210), (4, 20, 300)]:
-        ex.sql("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?)", (t, t + 5, gtid(pid, pid + 1), corr, launch))
+        ex.sql(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?)",
+            (t, t + 5, gtid(pid, pid + 1), corr, launch),
+        )
     for corr, t in [(1, 50), (2, 150), (3, 250), (3, 260), (4, 350)]:
         ex.sql("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 7, ?, ?)", (t, t + 20, corr, ex.sid("k")))
     trace = load_nsys(ex.close())
     ev = trace.events
     kernels = rows_of(trace, Kind.KERNEL)
     by_start = {int(ev.start_ns[k]): (int(ev.pid[k]), int(ev.link_key[k])) for k in kernels}
-    assert by_start == {50: (10, gpid(10) >> 24), 150: (10, gpid(10) >> 24), 250: (NONE, NONE),
-                        260: (NONE, NONE), 350: (20, gpid(20) >> 24)}
+    assert by_start == {
+        50: (10, gpid(10) >> 24),
+        150: (10, gpid(10) >> 24),
+        250: (NONE, NONE),
+        260: (NONE, NONE),
+        350: (20, gpid(20) >> 24),
+    }
     assert trace.meta.extra["gpu_ops_process_from_correlation"] == 3
     assert trace.meta.extra["gpu_ops_without_process"] == 2
     links = link(trace)
     assert links.unlinked_gpu_ops == 2
-    launches = {int(ev.start_ns[k]): int(ev.start_ns[links.launch_of[k]]) for k in kernels if links.launch_of[k] != NONE}
+    launches = {
+        int(ev.start_ns[k]): int(ev.start_ns[links.launch_of[k]]) for k in kernels if links.launch_of[k] != NONE
+    }
     assert launches == {50: 0, 150: 100, 350: 300}
 
 
 def test_null_global_pid_column_also_links(export):
     export.api(0, 5, corr=9, pid=33, tid=34, name="cudaLaunchKernel_v7000")
-    export.sql("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 30, 0, 1, 7, 9, NULL, ?, ?, NULL, NULL)",
-               (export.sid("k"), export.sid("k")))
+    export.sql(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 30, 0, 1, 7, 9, NULL, ?, ?, NULL, NULL)",
+        (export.sid("k"), export.sid("k")),
+    )
     trace = load_nsys(export.close())
     (k,) = rows_of(trace, Kind.KERNEL)
     assert link(trace).launch_of[k] == int(np.flatnonzero(trace.events.kind == Kind.LAUNCH)[0])

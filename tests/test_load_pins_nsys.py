@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_load_nsys import Export, gpid, gtid
 
 from hostgap.events import Kind
 from hostgap.load.nsys import _int_or_none, load_nsys
+from test_load_nsys import Export, gpid, gtid
 
 
 @pytest.fixture
@@ -19,15 +19,31 @@ def export(tmp_path):
     return Export(tmp_path / "pins.sqlite")
 
 
-@pytest.mark.parametrize("value, expected", [
-    (3.0, 3), (2.5, None), (float("inf"), None), (float("nan"), None),
-    (" +12 ", 12), ("-7", -7), ("", None), ("abc", None), ("1e3", None), ("1.0", None),
-    (2**63 - 1, 2**63 - 1), (-(2**63), -(2**63)), (2**63, None), (2**70, None),
-    ("9" * 20, None),  # 20 digits: beyond int64
-    ("1" * 21, None),  # longer than any int64
-    ("１２", None),  # full-width digits are digits to str.isdigit, not to a parser of exports
-    (True, None), (b"12", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (3.0, 3),
+        (2.5, None),
+        (float("inf"), None),
+        (float("nan"), None),
+        (" +12 ", 12),
+        ("-7", -7),
+        ("", None),
+        ("abc", None),
+        ("1e3", None),
+        ("1.0", None),
+        (2**63 - 1, 2**63 - 1),
+        (-(2**63), -(2**63)),
+        (2**63, None),
+        (2**70, None),
+        ("9" * 20, None),  # 20 digits: beyond int64
+        ("1" * 21, None),  # longer than any int64
+        ("１２", None),  # full-width digits are digits to str.isdigit, not to a parser of exports
+        (True, None),
+        (b"12", None),
+        (None, None),
+    ],
+)
 def test_int_or_none_reads_only_int64_integers(value, expected):
     assert _int_or_none(value) == expected
 
@@ -107,19 +123,24 @@ def test_unnamed_cuda_device_rows_leave_the_name_to_the_system_env(export):
     export.sql("CREATE TABLE TARGET_INFO_CUDA_DEVICE (cudaId INTEGER, name TEXT)")
     export.sql("INSERT INTO TARGET_INFO_CUDA_DEVICE VALUES (0, NULL)")
     export.sql("CREATE TABLE TARGET_INFO_SYSTEM_ENV (name TEXT, value TEXT)")
-    export.sql("INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES ('GpuInfo', ?)",
-               (json.dumps({"gpus": [{"cudaId": 0, "name": "from-env", "computeMajor": 9}]}),))
+    export.sql(
+        "INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES ('GpuInfo', ?)",
+        (json.dumps({"gpus": [{"cudaId": 0, "name": "from-env", "computeMajor": 9}]}),),
+    )
     export.kernel(0, 10, corr=1, pid=100, device=0)
     (dev,) = load_nsys(export.close()).meta.devices
     assert (dev.name, dev.compute_capability) == ("from-env", None)  # no minor: no capability
 
 
-@pytest.mark.parametrize("rows", [
-    [("Hostname", "node1")],  # no GpuInfo row at all
-    [("GpuInfo", 5)],  # not text
-    [("GpuInfo", "")],
-    [("GpuInfo", "[1, 2]")],  # not objects
-])
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [("Hostname", "node1")],  # no GpuInfo row at all
+        [("GpuInfo", 5)],  # not text
+        [("GpuInfo", "")],
+        [("GpuInfo", "[1, 2]")],  # not objects
+    ],
+)
 def test_system_env_without_usable_gpu_info_leaves_the_device_unnamed(export, rows):
     export.sql("CREATE TABLE TARGET_INFO_SYSTEM_ENV (name TEXT, value)")
     for r in rows:
@@ -137,7 +158,10 @@ def test_system_env_gpu_positions_and_duplicates(export):
         export.kernel(0, 10, corr=d + 1, pid=100, device=d)
     devices = load_nsys(export.close()).meta.devices
     assert [(d.index, d.name if d.name_source != "missing" else None) for d in devices] == [
-        (0, "pos0"), (1, "idx1"), (2, None)]
+        (0, "pos0"),
+        (1, "idx1"),
+        (2, None),
+    ]
 
 
 def test_gpu_ops_with_their_own_process_are_not_re_adopted(export):
@@ -155,7 +179,8 @@ def test_gpu_ops_with_their_own_process_are_not_re_adopted(export):
 def test_string_ids_with_a_null_half_are_ignored(tmp_path):
     schema = Export.__init__.__defaults__[0].replace(
         "CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);",
-        "CREATE TABLE StringIds (id INTEGER, value TEXT);")
+        "CREATE TABLE StringIds (id INTEGER, value TEXT);",
+    )
     ex = Export(tmp_path / "s.sqlite", schema)
     ex.sql("INSERT INTO StringIds VALUES (5, NULL)")
     ex.sql("INSERT INTO StringIds VALUES (NULL, 'orphan')")

@@ -14,14 +14,16 @@ from hostgap.load import text
 def test_too_big_message_states_both_sizes_in_gib():
     assert text._too_big(3 * 2**30, 2**30) == (
         "trace text exceeds the 1 GiB limit (3 GiB so far); use hostgap --max-trace-bytes 64G "
-        f"(or {text.ENV_LIMIT}) to load a genuinely larger trace")
+        f"(or {text.ENV_LIMIT}) to load a genuinely larger trace"
+    )
     assert "the 0.5 GiB limit (0.75 GiB so far)" in text._too_big(3 * 2**28, 2**29)
 
 
 def _body(n: int) -> bytes:
     rng = random.Random(7)
-    rows = (f'{{"ph": "X", "name": "k{rng.randrange(50)}", "ts": {i * 13}, "dur": {rng.randrange(9)}}},'
-            for i in range(n))
+    rows = (
+        f'{{"ph": "X", "name": "k{rng.randrange(50)}", "ts": {i * 13}, "dur": {rng.randrange(9)}}},' for i in range(n)
+    )
     return ("".join(rows)).encode()
 
 

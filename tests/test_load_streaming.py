@@ -26,8 +26,11 @@ from hostgap.events import COLUMNS
 from hostgap.load import load_trace
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-CORPUS = sorted(str(p.relative_to(TRACES)) for p in TRACES.glob("*/*")
-                if p.name.endswith((".json", ".json.gz", ".sqlite"))) if TRACES.is_dir() else []
+CORPUS = (
+    sorted(str(p.relative_to(TRACES)) for p in TRACES.glob("*/*") if p.name.endswith((".json", ".json.gz", ".sqlite")))
+    if TRACES.is_dir()
+    else []
+)
 
 
 @pytest.fixture
@@ -72,13 +75,29 @@ def test_corpus_analyze_json_identical_to_whole_text_path(rel, chunk, monkeypatc
 
 
 def kernel(name: str, ts: float, dur: float = 2.0, **args) -> dict:
-    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": 7,
-            "args": {"correlation": int(ts), "device": 0, "stream": 7, **args}}
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "ts": ts,
+        "dur": dur,
+        "pid": 0,
+        "tid": 7,
+        "args": {"correlation": int(ts), "device": 0, "stream": 7, **args},
+    }
 
 
 def launch(ts: float, corr: int) -> dict:
-    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 1.0,
-            "pid": 100, "tid": 1, "args": {"correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "ts": ts,
+        "dur": 1.0,
+        "pid": 100,
+        "tid": 1,
+        "args": {"correlation": corr},
+    }
 
 
 def events(n: int = 60) -> list:
@@ -124,9 +143,14 @@ LAYOUTS = {
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("chunk", [1, 97, 4096, 1 << 20])
 def test_any_cut_gives_the_whole_text_result(tmp_path, monkeypatch, whole_path_calls, layout, chunk):
-    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU-A"}],
-           "traceEvents": events(), "traceName": "x", "logs": ["[a]", "b]"],
-           "distributedInfo": {"rank": 3, "world_size": 4}}
+    doc = {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "GPU-A"}],
+        "traceEvents": events(),
+        "traceName": "x",
+        "logs": ["[a]", "b]"],
+        "distributedInfo": {"rank": 3, "world_size": 4},
+    }
     path = write(tmp_path, LAYOUTS[layout](doc))
     streamed, whole, fell_back = load_both(path, monkeypatch, whole_path_calls, chunk)
     assert not fell_back
@@ -135,8 +159,11 @@ def test_any_cut_gives_the_whole_text_result(tmp_path, monkeypatch, whole_path_c
 
 
 def test_metadata_after_the_events_overrides_the_one_before(tmp_path, monkeypatch, whole_path_calls):
-    text = (b'{"baseTimeNanoseconds": 1, "traceEvents": ' + json.dumps(events(6)).encode()
-            + b', "baseTimeNanoseconds": 2, "distributedInfo": {"rank": 5}}')
+    text = (
+        b'{"baseTimeNanoseconds": 1, "traceEvents": '
+        + json.dumps(events(6)).encode()
+        + b', "baseTimeNanoseconds": 2, "distributedInfo": {"rank": 5}}'
+    )
     streamed, whole, fell_back = load_both(write(tmp_path, text), monkeypatch, whole_path_calls)
     assert not fell_back
     assert_same(streamed, whole)
@@ -158,16 +185,18 @@ def test_misfit_and_malformed_events_keep_their_true_index(tmp_path, monkeypatch
     ev[13]["ts"] = "soon"  # a misfit: skipped and counted
     ev[50] = 17  # not an object
     ev[61]["args"]["correlation"] = [1]  # malformed args: the event is kept
-    streamed, whole, fell_back = load_both(write(tmp_path, json.dumps({"traceEvents": ev}).encode()),
-                                           monkeypatch, whole_path_calls)
+    streamed, whole, fell_back = load_both(
+        write(tmp_path, json.dumps({"traceEvents": ev}).encode()), monkeypatch, whole_path_calls
+    )
     assert not fell_back
     assert_same(streamed, whole)
     assert streamed.meta.extra["skipped_at"] == {"not an object": [50]}
     assert streamed.meta.skipped["not an object at traceEvents[50]"] == 1
 
 
-@pytest.mark.parametrize("case", ["comma_on_next_line", "key_ends_another_string", "twice",
-                                  "lone_surrogate", "nested_key_first"])
+@pytest.mark.parametrize(
+    "case", ["comma_on_next_line", "key_ends_another_string", "twice", "lone_surrogate", "nested_key_first"]
+)
 def test_documents_the_stream_cannot_split_fall_back(tmp_path, monkeypatch, whole_path_calls, case):
     body = json.dumps(events(6))
     text = {
@@ -183,13 +212,16 @@ def test_documents_the_stream_cannot_split_fall_back(tmp_path, monkeypatch, whol
     assert "first" not in streamed.names
 
 
-@pytest.mark.parametrize("text, problem", [
-    (b'{"traceEvents": []}', "traceEvents is empty"),
-    (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": 1}]} trailing', "invalid JSON"),
-    (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": 1},]}', "invalid JSON"),
-    (b'{"traceEvents": [{"ph": "i", "ts": 1}]}', "none of the 1 events"),
-    (b'{"traceEvents": 3}', "not a list"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        (b'{"traceEvents": []}', "traceEvents is empty"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": 1}]} trailing', "invalid JSON"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": 1},]}', "invalid JSON"),
+        (b'{"traceEvents": [{"ph": "i", "ts": 1}]}', "none of the 1 events"),
+        (b'{"traceEvents": 3}', "not a list"),
+    ],
+)
 def test_whole_file_errors_are_the_same(tmp_path, monkeypatch, problem, text):
     path = write(tmp_path, text)
     messages = []
@@ -206,8 +238,9 @@ def test_an_event_larger_than_the_pending_limit_falls_back(tmp_path, monkeypatch
     ev[3]["name"] = "n" * 5000
     monkeypatch.setattr(kstream, "MAX_PENDING", 2000)
     monkeypatch.setattr(text_mod, "READ_PIECE", 300)
-    streamed, whole, fell_back = load_both(write(tmp_path, json.dumps({"traceEvents": ev}).encode()),
-                                           monkeypatch, whole_path_calls, chunk=500)
+    streamed, whole, fell_back = load_both(
+        write(tmp_path, json.dumps({"traceEvents": ev}).encode()), monkeypatch, whole_path_calls, chunk=500
+    )
     assert fell_back
     assert_same(streamed, whole)
 
@@ -313,8 +346,9 @@ def test_raw_control_characters_are_fenced_up_to_the_bound(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("max_prefix, falls_back", [(64 << 20, False), (300, True)])
-def test_a_long_prefix_is_read_in_pieces_up_to_its_bound(tmp_path, monkeypatch, whole_path_calls,
-                                                         max_prefix, falls_back):
+def test_a_long_prefix_is_read_in_pieces_up_to_its_bound(
+    tmp_path, monkeypatch, whole_path_calls, max_prefix, falls_back
+):
     # ~3 kB of metadata before traceEvents, read 7 bytes at a time
     props = [{"id": i, "name": f"GPU-{i}", "totalGlobalMem": 2**36, "numSms": 132} for i in range(40)]
     text = json.dumps({"schemaVersion": 1, "deviceProperties": props, "traceEvents": events(6)}).encode()
@@ -352,13 +386,18 @@ def test_the_tail_tries_only_brackets_that_can_end_the_list(tmp_path, monkeypatc
     assert "ends like a list }] here" in streamed.names
 
 
-def test_a_tail_malformed_before_its_end_falls_back_without_trying_every_bracket(tmp_path, monkeypatch,
-                                                                               whole_path_calls):
+def test_a_tail_malformed_before_its_end_falls_back_without_trying_every_bracket(
+    tmp_path, monkeypatch, whole_path_calls
+):
     """Bytes that do not decode before a candidate "]" lie before every later one: the stream
     stops at the first such candidate and the whole-text path gives the file's own error."""
     body = json.dumps(events(6))
-    text = body[:-1] + ", {\"ph\": \"X\", \"cat\": \"kernel\", \"ts\": 1, x}" + "".join(
-        ', {"ph": "X", "args": {}}' for _ in range(200)) + "]"
+    text = (
+        body[:-1]
+        + ', {"ph": "X", "cat": "kernel", "ts": 1, x}'
+        + "".join(', {"ph": "X", "args": {}}' for _ in range(200))
+        + "]"
+    )
     path = write(tmp_path, ('{"traceEvents": %s}' % text).encode())
     calls = []
 

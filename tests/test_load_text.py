@@ -13,10 +13,20 @@ from hostgap.load import text
 from hostgap.load.text import fence_control_char, fence_lone_surrogates, gunzip, max_trace_bytes, read_trace_text
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("", text.MAX_INFLATED_BYTES), ("5", 5), ("10k", 10 * 1024), ("3M", 3 * 2**20), ("64G", 64 * 2**30),
-    ("2T", 2 * 2**40), ("12MiB", 12 * 2**20), ("7 kb", 7 * 1024), (" 8G ", 8 * 2**30),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("", text.MAX_INFLATED_BYTES),
+        ("5", 5),
+        ("10k", 10 * 1024),
+        ("3M", 3 * 2**20),
+        ("64G", 64 * 2**30),
+        ("2T", 2 * 2**40),
+        ("12MiB", 12 * 2**20),
+        ("7 kb", 7 * 1024),
+        (" 8G ", 8 * 2**30),
+    ],
+)
 def test_max_trace_bytes_syntax(monkeypatch, value, expected):
     monkeypatch.setenv(text.ENV_LIMIT, value)
     assert max_trace_bytes() == expected
@@ -89,4 +99,3 @@ def test_fence_control_char_only_at_the_named_offset():
     assert not fence_control_char(t, "invalid character (byte 99)")  # beyond the text
     assert fence_control_char(t, "invalid character (byte 8)")
     assert t == bytearray(b'{"a": "x\xffy"}')
-

@@ -9,10 +9,10 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
-from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from budget import examples
 from hostgap.load import load_trace
 from hostgap.load.decimal_ns import MALFORMED, MAX_ABS_NS, MISSING, OK, OUT_OF_RANGE, ns_from_text
 
@@ -30,16 +30,24 @@ def write_raw(tmp_path, name: str, events: list[str]) -> str:
 
 
 def kernel_text(name: str, ts: str, dur: str, stream: int = 7) -> str:
-    return (f'{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": {stream}, '
-            f'"ts": {ts}, "dur": {dur}, "args": {{"device": 0, "stream": {stream}}}}}')
+    return (
+        f'{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": {stream}, '
+        f'"ts": {ts}, "dur": {dur}, "args": {{"device": 0, "stream": {stream}}}}}'
+    )
 
 
 def test_epoch_us_integers_are_exact(tmp_path):
     # float64(1661203462598772) * 1000 lands on a 256 ns grid: 1661203462598772000 is exact here
-    t = load_trace(write_raw(tmp_path, "epoch.json", [
-        kernel_text("a", "1661203462598772", "5"),
-        kernel_text("b", "1661203462598777", "1"),
-    ]))
+    t = load_trace(
+        write_raw(
+            tmp_path,
+            "epoch.json",
+            [
+                kernel_text("a", "1661203462598772", "5"),
+                kernel_text("b", "1661203462598777", "1"),
+            ],
+        )
+    )
     assert t.events.start_ns.tolist() == [1661203462598772000, 1661203462598777000]
     assert t.events.dur_ns.tolist() == [5000, 1000]
     # a ends exactly where b starts: no phantom overlap
@@ -47,11 +55,17 @@ def test_epoch_us_integers_are_exact(tmp_path):
 
 
 def test_epoch_us_with_fractions_are_exact(tmp_path):
-    t = load_trace(write_raw(tmp_path, "frac.json", [
-        kernel_text("a", "1661203462598772.123", "0.877"),
-        kernel_text("b", "1661203462598773.001", "2.5"),
-        kernel_text("c", "5234.567", "0.001"),
-    ]))
+    t = load_trace(
+        write_raw(
+            tmp_path,
+            "frac.json",
+            [
+                kernel_text("a", "1661203462598772.123", "0.877"),
+                kernel_text("b", "1661203462598773.001", "2.5"),
+                kernel_text("c", "5234.567", "0.001"),
+            ],
+        )
+    )
     got = dict(zip(t.names_of(np.arange(3)), zip(t.events.start_ns.tolist(), t.events.dur_ns.tolist())))
     assert got == {"a": (1661203462598772123, 877), "b": (1661203462598773001, 2500), "c": (5234567, 1)}
     # the float64 of the text is off: the exact value is not what a float would give
@@ -67,12 +81,38 @@ def test_sub_ns_decimals_round_half_to_even(tmp_path):
 
 
 def test_exponents_nulls_and_non_numbers(tmp_path):
-    texts = [b"1.5e3", b"1E-3", b"2e+2", b"null", b"", b'"12"', b"true", b"{}", b"1e999", b"-1e999",
-             b"123456789012345678901234567890", b"4611686018427387.904", b"4611686018427387.903"]
+    texts = [
+        b"1.5e3",
+        b"1E-3",
+        b"2e+2",
+        b"null",
+        b"",
+        b'"12"',
+        b"true",
+        b"{}",
+        b"1e999",
+        b"-1e999",
+        b"123456789012345678901234567890",
+        b"4611686018427387.904",
+        b"4611686018427387.903",
+    ]
     ns, status = ns_from_text(texts)
     assert ns[:3].tolist() == [1500000, 1, 200000]
-    assert status.tolist() == [OK, OK, OK, MISSING, MISSING, MALFORMED, MALFORMED, MALFORMED,
-                               OUT_OF_RANGE, OUT_OF_RANGE, OUT_OF_RANGE, OUT_OF_RANGE, OK]
+    assert status.tolist() == [
+        OK,
+        OK,
+        OK,
+        MISSING,
+        MISSING,
+        MALFORMED,
+        MALFORMED,
+        MALFORMED,
+        OUT_OF_RANGE,
+        OUT_OF_RANGE,
+        OUT_OF_RANGE,
+        OUT_OF_RANGE,
+        OK,
+    ]
     assert int(ns[-1]) == MAX_ABS_NS - 1
 
 
@@ -109,21 +149,37 @@ def test_batches_of_one_shape_take_their_shortcuts_exactly():
     assert ns.tolist() == [4611686018427387000, -4611686018427387000, 0, 0, 0]  # 2**62 = 4611686018427387904
     assert status.tolist() == [OK, OK, OUT_OF_RANGE, OK, OK]
     # one and two decimals are scaled up: the same end, and the per-value path agrees
-    for texts in ([b"4611686018427387.9", b"4611686018427387.90", b"4611686018427388.0", b"4611686018427387.91"],
-                  [b"4611686018427387.9", b"4611686018427387.90", b"4611686018427388.0", b"4611686018427387.91",
-                   b"null"]):
+    for texts in (
+        [b"4611686018427387.9", b"4611686018427387.90", b"4611686018427388.0", b"4611686018427387.91"],
+        [b"4611686018427387.9", b"4611686018427387.90", b"4611686018427388.0", b"4611686018427387.91", b"null"],
+    ):
         ns, status = ns_from_text(texts)
         assert ns[:4].tolist() == [4611686018427387900, 4611686018427387900, 0, 0]
         assert status[:4].tolist() == [OK, OK, OUT_OF_RANGE, OUT_OF_RANGE]
-    ns, status = ns_from_text([b"4611686018427387.903", b"-4611686018427387.903", b"4611686018427387.904",
-                               b"-4611686018427387.904", b"-0.000", b"0.001", b"1661203462598772.123"])
+    ns, status = ns_from_text(
+        [
+            b"4611686018427387.903",
+            b"-4611686018427387.903",
+            b"4611686018427387.904",
+            b"-4611686018427387.904",
+            b"-0.000",
+            b"0.001",
+            b"1661203462598772.123",
+        ]
+    )
     assert ns.tolist() == [MAX_ABS_NS - 1, -(MAX_ABS_NS - 1), 0, 0, 0, 1, 1661203462598772123]
     assert status.tolist() == [OK, OK, OUT_OF_RANGE, OUT_OF_RANGE, OK, OK, OK]
 
 
 @settings(**examples(200), deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["", "-"]), st.integers(0, 9_999_999_999_999_999), st.integers(0, 999)),
-                min_size=1, max_size=30), st.booleans())
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["", "-"]), st.integers(0, 9_999_999_999_999_999), st.integers(0, 999)),
+        min_size=1,
+        max_size=30,
+    ),
+    st.booleans(),
+)
 def test_one_shape_batches_match_exact_arithmetic(values, three_decimals):
     texts = [f"{s}{w}.{f:03d}" if three_decimals else f"{s}{w}" for s, w, f in values]
     ns, status = ns_from_text([t.encode() for t in texts])

@@ -47,8 +47,9 @@ def ns_from_text(texts: list) -> tuple[np.ndarray, np.ndarray]:
     dots = np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) == ord("."))
     try:
         # the digits without the point, as one integer each (int() of bytes runs in C)
-        digits = np.fromiter(map(int, (joined.replace(b".", b"") if len(dots) else joined).split(b"\x00")),
-                             dtype=np.int64, count=n)
+        digits = np.fromiter(
+            map(int, (joined.replace(b".", b"") if len(dots) else joined).split(b"\x00")), dtype=np.int64, count=n
+        )
     except (ValueError, OverflowError):  # null, absent, strings, exponents, > 18 digits
         return _each(joined.split(b"\x00"))
     if not len(dots):  # integer µs: ns = µs * 1000 below the range limit
@@ -91,8 +92,10 @@ _INT_LIMIT = -(-MAX_ABS_NS // 1000)
 def _each(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     """Value by value, for a batch holding anything but plain numbers of <= 18 digits."""
     pairs = [_one(t) for t in parts]
-    return (np.fromiter((v for v, _ in pairs), dtype=np.int64, count=len(pairs)),
-            np.fromiter((s for _, s in pairs), dtype=np.int8, count=len(pairs)))
+    return (
+        np.fromiter((v for v, _ in pairs), dtype=np.int64, count=len(pairs)),
+        np.fromiter((s for _, s in pairs), dtype=np.int8, count=len(pairs)),
+    )
 
 
 def _one(t: bytes) -> tuple[int, int]:

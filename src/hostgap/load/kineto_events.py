@@ -169,13 +169,18 @@ def refine(columns: dict[str, np.ndarray], names: tuple[str, ...]) -> dict[str, 
     kind, name = columns["kind"], columns["name"]
     runtime = kind == Kind.RUNTIME
     if runtime.any():
-        api_kind = np.array([int(classify_api(s)) for s in names], dtype=np.int8)
-        kind[runtime] = api_kind[name[runtime]]
+        kind[runtime] = _per_name(classify_api, names, name[runtime])
     is_copy = kind == Kind.MEMCPY
     if is_copy.any():
-        ck = np.array([int(copy_kind_from_name(s)) for s in names], dtype=np.int8)
-        columns["copy_kind"][is_copy] = ck[name[is_copy]]
+        columns["copy_kind"][is_copy] = _per_name(copy_kind_from_name, names, name[is_copy])
     return columns
+
+
+def _per_name(f, names: tuple[str, ...], codes: np.ndarray) -> np.ndarray:
+    """``int(f(name))`` for each code, computed once per distinct name among ``codes`` (the
+    rows' names only: a trace's other names, often long, are never scanned)."""
+    used, inverse = np.unique(codes, return_inverse=True)
+    return np.array([int(f(names[i])) for i in used.tolist()], dtype=np.int8)[inverse.reshape(-1)]
 
 
 def _category_reason(cat) -> str:
@@ -243,7 +248,7 @@ def _args_columns(ev: list[Event], skipped: SkipCounter) -> list[np.ndarray]:
                     n = NONE
                 v = n
             out[j, i] = v
-    return out
+    return list(out)
 
 
 def _process_names(events: Iterable[Event]) -> dict[int, str]:

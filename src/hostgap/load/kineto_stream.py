@@ -81,7 +81,8 @@ class EventStream:
     def _read(self, buf: bytearray, want: int) -> bytearray:
         """A new buffer: ``buf`` plus pieces until it holds ``want`` bytes or the text ends.
         (Buffers are never reused or resized: decoded values may reference them.)"""
-        parts, have = [buf], len(buf)
+        parts: list[bytes | bytearray] = [buf]
+        have = len(buf)
         while have < want:
             piece = next(self._pieces, None)
             if piece is None:

@@ -95,7 +95,13 @@ MEMSET_NAME = "Memset"
 # ENUM_CUDA_MEM_KIND ids → label; copies and memsets are named like the PyTorch profiler
 # names them, e.g. "Memcpy HtoD (Pageable -> Device)", "Memset (Device)".
 MEMORY_KINDS: dict[int, str] = {
-    0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static", 6: "Managed Static",
+    0: "Pageable",
+    1: "Pinned",
+    2: "Device",
+    3: "Array",
+    4: "Managed",
+    5: "Device Static",
+    6: "Managed Static",
 }
 
 # ENUM_NSYS_EVENT_TYPE ids used when the export lacks the enum table.
@@ -133,7 +139,9 @@ def load_nsys(path: str) -> Trace:
     except sqlite3.DatabaseError as e:
         raise HostgapError(path, f"cannot read SQLite export: {e}") from None
     except UnicodeDecodeError as e:  # a table or column name that is not UTF-8 (a corrupt file)
-        raise HostgapError(path, f"cannot read SQLite export: a name is not UTF-8 ({e.reason} at byte {e.start})") from None
+        raise HostgapError(
+            path, f"cannot read SQLite export: a name is not UTF-8 ({e.reason} at byte {e.start})"
+        ) from None
     finally:
         con.close()
 
@@ -197,9 +205,15 @@ def _keep_non_negative(cols: dict[str, np.ndarray], reason: str, skipped: SkipCo
     the other two reasons name the same table."""
     table = reason[reason.index("(") :]
     malformed = cols.pop("bad") != 0
-    skipped.add(f"non-integer id read as unknown {table} (event kept)", int(((cols.pop("bad_id") != 0) & ~malformed).sum()))
-    huge = ~malformed & ((np.abs(cols["start"]) >= MAX_ABS_NS) | (np.abs(cols["end"]) >= MAX_ABS_NS)
-                         | (cols["start"] == np.iinfo(np.int64).min) | (cols["end"] == np.iinfo(np.int64).min))
+    skipped.add(
+        f"non-integer id read as unknown {table} (event kept)", int(((cols.pop("bad_id") != 0) & ~malformed).sum())
+    )
+    huge = ~malformed & (
+        (np.abs(cols["start"]) >= MAX_ABS_NS)
+        | (np.abs(cols["end"]) >= MAX_ABS_NS)
+        | (cols["start"] == np.iinfo(np.int64).min)
+        | (cols["end"] == np.iinfo(np.int64).min)
+    )
     negative = ~malformed & ~huge & (cols["end"] < cols["start"])
     skipped.add(f"start or end not an integer {table}", int(malformed.sum()))
     skipped.add(f"timestamp out of range {table}", int(huge.sum()))
@@ -226,7 +240,7 @@ def _base_columns(kind, cols, pid, tid, device, stream, correlation, link_key, n
     n = len(cols["start"])
     full = lambda v: np.full(n, v, dtype=np.int64) if np.isscalar(v) else v  # noqa: E731
     return {
-        "kind": full(int(kind)) if np.isscalar(kind) else kind,
+        "kind": full(int(kind)) if not isinstance(kind, np.ndarray) else kind,
         "start_ns": cols["start"],
         "dur_ns": cols["end"] - cols["start"],
         "pid": full(pid),
@@ -253,12 +267,18 @@ def _gpu_ops(con, table, cols, strings, names, skipped, extra) -> _Part:
     }
     short = table.removeprefix(ACTIVITY_PREFIX).lower()
     if table == "CUPTI_ACTIVITY_KIND_KERNEL":
-        exprs |= {"name": _int(cols, "demangledName"), "short": _int(cols, "shortName"),
-                  "graph": _graph_expr(cols)}
+        exprs |= {"name": _int(cols, "demangledName"), "short": _int(cols, "shortName"), "graph": _graph_expr(cols)}
     else:
-        exprs |= {"bytes": _int(cols, "bytes", 0), "copy": _int(cols, "copyKind", 0),
-                  "src": _int(cols, "srcKind"), "dst": _int(cols, "dstKind"), "mem": _int(cols, "memKind")}
+        exprs |= {
+            "bytes": _int(cols, "bytes", 0),
+            "copy": _int(cols, "copyKind", 0),
+            "src": _int(cols, "srcKind"),
+            "dst": _int(cols, "dstKind"),
+            "mem": _int(cols, "memKind"),
+        }
     c = _keep_non_negative(_fetch_ints(con, table, exprs), f"negative duration ({short})", skipped)
+    nbytes: int | np.ndarray
+    copy: int | np.ndarray
     if table == "CUPTI_ACTIVITY_KIND_KERNEL":
         kind, nbytes, copy = Kind.KERNEL, 0, int(CopyKind.OTHER)
         name = _kernel_names(c["name"], c["short"], strings, names)
@@ -268,9 +288,24 @@ def _gpu_ops(con, table, cols, strings, names, skipped, extra) -> _Part:
         copy, name = _copy_kinds_and_names(c["copy"], c["src"], c["dst"], names)
     else:
         kind, nbytes, copy = Kind.MEMSET, c["bytes"], int(CopyKind.OTHER)
-        name = _intern_ids(c["mem"], lambda m: f"{MEMSET_NAME} ({MEMORY_KINDS[m]})" if m in MEMORY_KINDS else MEMSET_NAME, names)
-    return _Part(_base_columns(kind, c, _os_pid(c["gpid"]), c["stream"], c["device"], c["stream"],
-                               c["correlation"], _process_key(c["gpid"]), name, nbytes, copy))
+        name = _intern_ids(
+            c["mem"], lambda m: f"{MEMSET_NAME} ({MEMORY_KINDS[m]})" if m in MEMORY_KINDS else MEMSET_NAME, names
+        )
+    return _Part(
+        _base_columns(
+            kind,
+            c,
+            _os_pid(c["gpid"]),
+            c["stream"],
+            c["device"],
+            c["stream"],
+            c["correlation"],
+            _process_key(c["gpid"]),
+            name,
+            nbytes,
+            copy,
+        )
+    )
 
 
 def _copy_kinds_and_names(copy: np.ndarray, src: np.ndarray, dst: np.ndarray, names: NameTable):
@@ -322,8 +357,21 @@ def _api_calls(con, table, cols, strings, names, skipped) -> _Part:
         name = names.codes(base)[inverse.reshape(-1)]
     else:
         kinds, name = np.zeros(0, dtype=np.int8), np.zeros(0, dtype=np.int32)
-    return _Part(_base_columns(kinds, c, _os_pid(c["gtid"]), _os_tid(c["gtid"]), NONE, NONE,
-                               c["correlation"], _process_key(c["gtid"]), name, 0, int(CopyKind.OTHER)))
+    return _Part(
+        _base_columns(
+            kinds,
+            c,
+            _os_pid(c["gtid"]),
+            _os_tid(c["gtid"]),
+            NONE,
+            NONE,
+            c["correlation"],
+            _process_key(c["gtid"]),
+            name,
+            0,
+            int(CopyKind.OTHER),
+        )
+    )
 
 
 def _library_calls(con, table, cols, strings, names, skipped) -> _Part:
@@ -336,8 +384,21 @@ def _library_calls(con, table, cols, strings, names, skipped) -> _Part:
     library = table.removesuffix("_EVENTS").lower()
     c = _keep_non_negative(_fetch_ints(con, table, exprs), f"negative duration ({library})", skipped)
     name = _intern_ids(c["name"], lambda i: strings.get(i, f"{library} call (string id {i})"), names)
-    return _Part(_base_columns(Kind.LIBRARY, c, _os_pid(c["gtid"]), _os_tid(c["gtid"]), NONE, NONE,
-                               NONE, _process_key(c["gtid"]), name, 0, int(CopyKind.OTHER)))
+    return _Part(
+        _base_columns(
+            Kind.LIBRARY,
+            c,
+            _os_pid(c["gtid"]),
+            _os_tid(c["gtid"]),
+            NONE,
+            NONE,
+            NONE,
+            _process_key(c["gtid"]),
+            name,
+            0,
+            int(CopyKind.OTHER),
+        )
+    )
 
 
 def _nvtx(con, cols, strings, names, skipped, tables) -> _Part:
@@ -373,8 +434,21 @@ def _nvtx(con, cols, strings, names, skipped, tables) -> _Part:
         lambda i: strings.get(i, "NVTX range" if i == NONE else f"NVTX range (string id {i})"),
         names,
     )
-    return _Part(_base_columns(Kind.ANNOTATION, c, _os_pid(c["gtid"]), _os_tid(c["gtid"]), NONE, NONE,
-                               NONE, _process_key(c["gtid"]), name, 0, int(CopyKind.OTHER)))
+    return _Part(
+        _base_columns(
+            Kind.ANNOTATION,
+            c,
+            _os_pid(c["gtid"]),
+            _os_tid(c["gtid"]),
+            NONE,
+            NONE,
+            NONE,
+            _process_key(c["gtid"]),
+            name,
+            0,
+            int(CopyKind.OTHER),
+        )
+    )
 
 
 def _nvtx_types(con, tables) -> tuple[set[int], set[int]]:

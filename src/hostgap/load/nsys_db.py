@@ -16,6 +16,7 @@ from hostgap.events import NONE, DeviceInfo, NameTable
 
 # ---------------------------------------------------------------- SQL helpers
 
+
 def _tables(con: sqlite3.Connection) -> set[str]:
     return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
 
@@ -116,9 +117,10 @@ def _base_time_ns(con, tables) -> int | None:
         kv = _kv(con, "META_DATA_EXPORT")
         if kv.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true":
             return None
-        shift = _int_or_none(kv.get("EXPORT_PARAM_TIME_SHIFT", "0") or 0)
-        if shift is None:
+        given = _int_or_none(kv.get("EXPORT_PARAM_TIME_SHIFT", "0") or 0)
+        if given is None:
             return None
+        shift = given
     base = start - shift
     return base if -(2**63) <= base < 2**63 else None
 
@@ -137,8 +139,12 @@ def _processes(con, tables, pids: np.ndarray) -> dict[int, str]:
 
 
 def _devices(con, tables, device_ids: list[int]) -> tuple[DeviceInfo, ...]:
-    found = _gpu_table_devices(con, tables, device_ids) or _cuda_device_table(con, tables) or _system_env_gpus(con, tables)
-    return tuple(found.get(i) or DeviceInfo(i, f"GPU {i} (name not in export)", name_source="missing") for i in device_ids)
+    found = (
+        _gpu_table_devices(con, tables, device_ids) or _cuda_device_table(con, tables) or _system_env_gpus(con, tables)
+    )
+    return tuple(
+        found.get(i) or DeviceInfo(i, f"GPU {i} (name not in export)", name_source="missing") for i in device_ids
+    )
 
 
 def _rows(con, table: str) -> list[dict[str, object]]:
@@ -184,7 +190,9 @@ def _gpu_table_devices(con, tables, device_ids: list[int]) -> dict[int, DeviceIn
     gpus = {_int_or_none(r.get("id")): r for r in _rows(con, "TARGET_INFO_GPU")}
     cuda_to_gpu: dict[int, int] = {}
     if "TARGET_INFO_CUDA_DEVICE" in tables:
-        pairs = {(_int_or_none(r.get("cudaId")), _int_or_none(r.get("gpuId"))) for r in _rows(con, "TARGET_INFO_CUDA_DEVICE")}
+        pairs = {
+            (_int_or_none(r.get("cudaId")), _int_or_none(r.get("gpuId"))) for r in _rows(con, "TARGET_INFO_CUDA_DEVICE")
+        }
         by_cuda: dict[int, set[int]] = {}
         for cuda, gpu in pairs:
             if cuda is not None and gpu is not None:
@@ -206,7 +214,9 @@ def _cuda_device_table(con, tables) -> dict[int, DeviceInfo]:
     out = {}
     for r in _rows(con, "TARGET_INFO_CUDA_DEVICE"):
         i = _int_or_none(r.get("cudaId"))
-        info = _info(i, r) if i is not None else None
+        if i is None:
+            continue
+        info = _info(i, r)
         if info and i not in out:
             out[i] = info
     return out
@@ -221,11 +231,19 @@ def _system_env_gpus(con, tables) -> dict[int, DeviceInfo]:
         doc = json.loads(row[0]) if row and isinstance(row[0], str) and row[0] else None
     except (ValueError, RecursionError):  # malformed or nested beyond the parser's limit
         return {}
-    items = doc if isinstance(doc, list) else next((v for v in doc.values() if isinstance(v, list)), []) if isinstance(doc, dict) else []
+    items = (
+        doc
+        if isinstance(doc, list)
+        else next((v for v in doc.values() if isinstance(v, list)), [])
+        if isinstance(doc, dict)
+        else []
+    )
     out = {}
     for pos, item in enumerate(x for x in items if isinstance(x, dict)):
         i = _int_or_none(item.get("cudaId", item.get("index", item.get("id", pos))))
-        info = _info(i, item) if i is not None else None
+        if i is None:
+            continue
+        info = _info(i, item)
         if info and i not in out:
             out[i] = info
     return out

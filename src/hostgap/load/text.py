@@ -19,7 +19,7 @@ import queue
 import re
 import threading
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 
 from hostgap.errors import HostgapError
 
@@ -78,7 +78,7 @@ READ_PIECE = 1 << 20
 """Bytes read from a plain JSON file at a time by :func:`text_pieces`."""
 
 
-def text_pieces(path: str) -> Iterator[bytes]:
+def text_pieces(path: str) -> Generator[bytes, None, None]:
     """The JSON text of a Kineto file (plain or gzip) in pieces, within the limits of
     :func:`read_trace_text` (a leading BOM is left to the caller). Only one piece is held
     here at a time; a gzip file is inflated as it is read."""
@@ -109,7 +109,7 @@ AHEAD = 8
 """Inflated pieces prepared ahead of the consumer by :func:`ahead`'s worker thread."""
 
 
-def ahead(items: Iterator[bytes], depth: int | None = None) -> Iterator[bytes]:
+def ahead(items: Generator[bytes, None, None], depth: int | None = None) -> Generator[bytes, None, None]:
     """``items``, produced on a worker thread up to ``depth`` ahead. zlib releases the GIL while
     it inflates, so on two or more cores the text is inflated while the caller decodes the
     previous piece. An exception in the worker is raised here, in order; closing this
@@ -154,8 +154,10 @@ def ahead(items: Iterator[bytes], depth: int | None = None) -> Iterator[bytes]:
 
 
 def _too_big(n: int, limit: int) -> str:
-    return (f"trace text exceeds the {limit / 2**30:.3g} GiB limit ({n / 2**30:.3g} GiB so far); "
-            f"use hostgap --max-trace-bytes 64G (or {ENV_LIMIT}) to load a genuinely larger trace")
+    return (
+        f"trace text exceeds the {limit / 2**30:.3g} GiB limit ({n / 2**30:.3g} GiB so far); "
+        f"use hostgap --max-trace-bytes 64G (or {ENV_LIMIT}) to load a genuinely larger trace"
+    )
 
 
 def gunzip(data: bytes, path: str = "gzip", limit: int | None = None) -> bytearray:
@@ -186,7 +188,9 @@ OUT_PIECE = 1 << 20
 """Largest piece of inflated text produced at a time."""
 
 
-def inflate(pieces: Iterable, compressed_size: int, path: str = "gzip", limit: int | None = None) -> Iterator[bytes]:
+def inflate(
+    pieces: Iterable, compressed_size: int, path: str = "gzip", limit: int | None = None
+) -> Generator[bytes, None, None]:
     """The inflated text of every member of a gzip stream given as ``pieces`` of compressed
     bytes, in pieces of at most :data:`OUT_PIECE` bytes. Raises HostgapError once the text
     passes ``limit`` or :data:`MAX_INFLATE_RATIO` times ``compressed_size``, before the excess
@@ -206,8 +210,11 @@ def inflate(pieces: Iterable, compressed_size: int, path: str = "gzip", limit: i
             chunk = d.decompress(data, OUT_PIECE)
             total += len(chunk)
             if total > ratio_cap:
-                raise HostgapError(path, f"gzip inflates more than {MAX_INFLATE_RATIO}x "
-                                   f"({compressed_size} bytes compressed): refused as a likely gzip bomb")
+                raise HostgapError(
+                    path,
+                    f"gzip inflates more than {MAX_INFLATE_RATIO}x "
+                    f"({compressed_size} bytes compressed): refused as a likely gzip bomb",
+                )
             if total > limit:
                 raise HostgapError(path, _too_big(total, limit))
             if chunk:
