@@ -13,6 +13,8 @@ import functools
 import importlib
 import os
 import sys
+from collections.abc import Callable
+from typing import Any, cast
 
 import click
 
@@ -20,13 +22,27 @@ from hostgap import __version__
 from hostgap.errors import HostgapError
 
 COMMANDS = {
-    "analyze": "analyze", "steps": "analyze", "kernels": "analyze", "trim": "analyze",
-    "measure": "measure", "presets": "measure", "floor": "measure", "runs": "measure", "show": "measure",
+    "analyze": "analyze",
+    "steps": "analyze",
+    "kernels": "analyze",
+    "trim": "analyze",
+    "measure": "measure",
+    "presets": "measure",
+    "floor": "measure",
+    "runs": "runs",
+    "show": "runs",
     "sweep": "measure",
-    "account": "models", "fit": "models", "predict": "models", "regimes": "models",
+    "account": "models",
+    "fit": "models",
+    "predict": "models",
+    "regimes": "models",
     "attribute": "attribute",
     "harvest": "vllm",
-    "report": "report", "compare": "report", "overlay": "report",
+    "report": "report",
+    "compare": "report",
+    "overlay": "report",
+    "attach": "attach",
+    "watch": "watch",
 }
 """Each top-level command and the module (``hostgap.cli.<module>``) whose ``register`` adds it."""
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
@@ -102,6 +118,7 @@ class _Group(click.Group):
             status = getattr(e, "exit_status", 2)  # 2: bad input; 3: the engine failed
             if status == 3:
                 _exit_now(status)
+            _end_engine_leftovers()
             ctx.exit(status)
         except KeyboardInterrupt:
             click.echo("hostgap: interrupted", err=True)
@@ -112,6 +129,12 @@ class _Group(click.Group):
             ctx.exit(0)
 
 
+def _end_engine_leftovers() -> None:
+    """With the vLLM engine loaded, end what a failed engine left behind (vllm_watch)."""
+    if "hostgap.capture.vllm_watch" in sys.modules:
+        sys.modules["hostgap.capture.vllm_watch"].end_leftovers_if_engine_loaded()
+
+
 def _exit_now(status: int) -> None:
     """With the vLLM engine loaded, skip the interpreter's slow teardown (vllm_watch)."""
     if "hostgap.capture.vllm_watch" in sys.modules:
@@ -120,8 +143,12 @@ def _exit_now(status: int) -> None:
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="hostgap")
-@click.option("--max-trace-bytes", metavar="SIZE", default=None,
-              help="Largest trace text to load, e.g. 64G (default 16G; docs/input.md).")
+@click.option(
+    "--max-trace-bytes",
+    metavar="SIZE",
+    default=None,
+    help="Largest trace text to load, e.g. 64G (default 16G; docs/input.md).",
+)
 def cli(max_trace_bytes: str | None = None) -> None:
     """hostgap: where every millisecond of an LLM decode step goes.
 
@@ -145,7 +172,8 @@ def _add_quiet(command: click.Command) -> None:
     if any(p.name == "quiet" for p in command.params):
         return
     command.params.append(click.Option(["--quiet", "-q"], is_flag=True, help="No notes or progress on stderr."))
-    callback = command.callback
+    # every hostgap command is made by click's decorator, which gives it its function
+    callback = cast(Callable[..., Any], command.callback)
 
     def quiet_callback(*args, quiet=False, **kwargs):
         if not quiet:

@@ -1,0 +1,219 @@
+"""A load generator for OpenAI-compatible servers: C streaming completions kept in flight.
+
+Each of ``concurrency`` worker threads sends one streaming ``/v1/completions`` request with a
+fixed prompt of ``prompt_len`` token ids and ``max_tokens = output_len`` (``ignore_eos`` set,
+so every request decodes exactly ``output_len`` tokens where the engine honours it: vLLM and
+SGLang both do), reads its stream to the end, and sends the next one, until :meth:`stop`. In
+between, the server's running batch is C requests, almost all steps decode steps.
+
+The generator owns its threads: ``with LoadGenerator(...) as load:`` stops and joins them on
+exit, signals and errors included; each blocking read has a timeout, so a hung server costs
+at most ``timeout_s`` before a worker notices the stop. Threads are daemons: a worker stuck in
+a read never keeps the process alive.
+
+>>> spec = LoadSpec(concurrency=4, prompt_len=8, output_len=64)
+>>> body = request_body(spec, "m", 0)
+>>> len(body["prompt"]), body["max_tokens"], body["ignore_eos"], body["stream"]
+(8, 64, True, True)
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from hostgap.errors import HostgapError
+from hostgap.server.httpcall import check_url, get_json
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """What to send: ``concurrency`` requests in flight, each ``prompt_len`` prompt tokens and
+    ``output_len`` generated tokens."""
+
+    concurrency: int
+    prompt_len: int = 32
+    output_len: int = 256
+    ignore_eos: bool = True
+    model: str | None = None  # default: the server's first model (/v1/models)
+    vocab: int = 1000  # prompt ids are drawn from 3 .. vocab-1 (0-2 are often special)
+    seed: int = 0
+    timeout_s: float = 30.0  # per read of a stream (first token included)
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "prompt_len", "output_len"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise HostgapError(f"--{name.replace('_', '-')}", f"must be a whole number >= 1, got {v!r}")
+        if self.timeout_s <= 0:
+            raise HostgapError("load timeout", f"must be > 0 s, got {self.timeout_s}")
+
+
+@dataclass
+class LoadStats:
+    """What the workers saw (updated under the generator's lock)."""
+
+    started: int = 0
+    finished: int = 0
+    chunks: int = 0
+    errors: int = 0
+    first_error: str | None = None
+    streaming: set[int] = field(default_factory=set)  # workers whose current request has a token
+
+    def to_dict(self) -> dict:
+        return {
+            "requests_started": self.started,
+            "requests_finished": self.finished,
+            "stream_chunks": self.chunks,
+            "errors": self.errors,
+            "first_error": self.first_error,
+        }
+
+
+def prompt_ids(spec: LoadSpec, worker: int) -> list[int]:
+    """Fixed token ids per worker (a different prompt per worker: no prefix-cache sharing)."""
+    rng = random.Random(spec.seed * 1_000_003 + worker)
+    hi = max(4, spec.vocab - 1)
+    return [rng.randint(3, hi) for _ in range(spec.prompt_len)]
+
+
+def request_body(spec: LoadSpec, model: str, worker: int) -> dict:
+    return {
+        "model": model,
+        "prompt": prompt_ids(spec, worker),
+        "max_tokens": spec.output_len,
+        "min_tokens": spec.output_len if spec.ignore_eos else 0,
+        "ignore_eos": spec.ignore_eos,
+        "temperature": 0.0,
+        "stream": True,
+    }
+
+
+def served_model(url: str, timeout_s: float = 10.0) -> str:
+    """The first model ``/v1/models`` lists (HostgapError when there is none)."""
+    status, doc = get_json(f"{url}/v1/models", timeout_s)
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if status != 200 or not data or not isinstance(data[0], dict) or not data[0].get("id"):
+        raise HostgapError(f"{url}/v1/models", f"lists no model (HTTP {status}): give the model name with --model")
+    return str(data[0]["id"])
+
+
+class LoadGenerator:
+    """``concurrency`` streaming completions kept in flight against ``url`` until stopped."""
+
+    def __init__(self, url: str, spec: LoadSpec):
+        self.url = check_url(url)
+        self.spec = spec
+        self.model = spec.model
+        self.stats = LoadStats()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._responses: dict[int, http.client.HTTPResponse] = {}
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> LoadGenerator:
+        if self.model is None:
+            self.model = served_model(self.url)
+        for w in range(self.spec.concurrency):
+            t = threading.Thread(target=self._worker, args=(w,), name=f"hostgap-load-{w}", daemon=True)
+            self._threads.append(t)
+            t.start()
+        return self
+
+    def stop(self, join_s: float = 5.0) -> None:
+        """Ask every worker to stop, close their open streams, and join them (each at most
+        ``join_s``; a worker still blocked is a daemon and dies with the process)."""
+        self._stop.set()
+        with self._lock:
+            responses = list(self._responses.values())
+        for r in responses:
+            try:
+                r.close()
+            except Exception:  # closing under a reading thread may raise anything; the worker ends anyway
+                pass
+        deadline = time.monotonic() + join_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def __enter__(self) -> LoadGenerator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def alive(self) -> int:
+        return sum(t.is_alive() for t in self._threads)
+
+    def wait_streaming(self, timeout_s: float) -> bool:
+        """Wait until every worker's request has produced a token (prefills done), or an error,
+        or ``timeout_s``; True when all are streaming."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.stats.streaming) >= self.spec.concurrency:
+                    return True
+                if self.stats.errors and not self.stats.streaming:
+                    return False
+            time.sleep(0.05)
+        return False
+
+    # -- one worker --------------------------------------------------------------------------
+    def _worker(self, w: int) -> None:
+        body = json.dumps(request_body(self.spec, str(self.model), w)).encode()
+        while not self._stop.is_set():
+            req = urllib.request.Request(
+                f"{self.url}/v1/completions", data=body, method="POST", headers={"Content-Type": "application/json"}
+            )
+            with self._lock:
+                self.stats.started += 1
+            try:
+                self._stream(w, req)
+            except Exception as e:  # any failure of one request (closing a stream under its reader raises
+                # AttributeError inside http.client): counted, never fatal to the load
+                if self._stop.is_set():
+                    return
+                self._error(w, f"{type(e).__name__}: {getattr(e, 'reason', e)}")
+                self._stop.wait(1.0)  # a failing server is not hammered
+
+    def _stream(self, w: int, req: urllib.request.Request) -> None:
+        try:
+            resp = urllib.request.urlopen(req, timeout=self.spec.timeout_s)
+        except urllib.error.HTTPError as e:
+            text = e.read()[:200].decode("utf-8", "replace")
+            raise ValueError(f"HTTP {e.code}: {text}") from None
+        with self._lock:
+            self._responses[w] = resp
+        try:
+            for line in resp:
+                if self._stop.is_set():
+                    return
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    break
+                with self._lock:
+                    self.stats.chunks += 1
+                    self.stats.streaming.add(w)
+            with self._lock:
+                self.stats.finished += 1
+                self.stats.streaming.discard(w)
+        finally:
+            with self._lock:
+                self._responses.pop(w, None)
+            resp.close()
+
+    def _error(self, w: int, text: str) -> None:
+        with self._lock:
+            self.stats.errors += 1
+            self.stats.streaming.discard(w)
+            if self.stats.first_error is None:
+                self.stats.first_error = text[:300]

