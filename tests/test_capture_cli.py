@@ -34,20 +34,24 @@ def test_presets_json_gives_published_counts():
     assert table.exit_code == 0 and "1,235,814,400" in table.output
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["-p", "no-such-model"], "unknown preset"),
-    (["--n1", "8", "--n2", "8"], "N1 < N2"),
-    (["--n1", "0"], "must be >= 1"),
-    (["-p", "tiny", "--mode", "graph", "--device", "cpu"], "CUDA"),
-    (["--device", "cuda"], "no CUDA device"),
-    (["-p", "qwen2.5-32b", "--device", "cpu", "--dtype", "bfloat16"], "cannot fit in memory"),
-    (["--out", "/proc/hostgap-cannot-write-here"], "not writable"),
-    (["-p", "tiny", "--sweep", "1,x"], "comma-separated integers"),
-    (["--engine", "nope"], "unknown engine"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["-p", "no-such-model"], "unknown preset"),
+        (["--n1", "8", "--n2", "8"], "N1 < N2"),
+        (["--n1", "0"], "must be >= 1"),
+        (["-p", "tiny", "--mode", "graph", "--device", "cpu"], "CUDA"),
+        (["--device", "cuda"], "no CUDA device"),
+        (["-p", "qwen2.5-32b", "--device", "cpu", "--dtype", "bfloat16"], "cannot fit in memory"),
+        (["--out", "/proc/hostgap-cannot-write-here"], "not writable"),
+        (["-p", "tiny", "--sweep", "1,x"], "comma-separated integers"),
+        (["--engine", "nope"], "unknown engine"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
-    r = CliRunner().invoke(cli, ["measure", "--db", str(tmp_path / "db.sqlite"), "--out",
-                                 str(tmp_path / "runs"), *args])
+    r = CliRunner().invoke(
+        cli, ["measure", "--db", str(tmp_path / "db.sqlite"), "--out", str(tmp_path / "runs"), *args]
+    )
     assert r.exit_code == 2, r.output
     lines = [l for l in r.output.splitlines() if l.strip() and "USDT" not in l]
     assert len(lines) == 1 and lines[0].startswith("hostgap: error: ")
@@ -67,14 +71,38 @@ def test_out_is_a_file(tmp_path):
 def test_runs_and_show_from_db(tmp_path):
     db = tmp_path / "runs.sqlite"
     result = {
-        "schema_version": 1, "run_id": "20261130-000000-tiny-x", "preset": "tiny", "engine": "hf",
-        "device": "cpu", "device_name": "cpu", "mode": "eager", "batch": 1, "prompt_len": 128,
-        "dtype": "float32", "n1": 1, "n2": 128, "threads": 1, "repeats": 5, "sweep": [1, 128],
-        "hdbi": None, "verdict": {"verdict": "host-bound", "basis": "host_fraction"},
-        "differencing": {"t_step_ns": 4e6, "g_step_ns": 5e5, "h_step_ns": 3.5e6, "k_step": 119.0,
-                         "host_fraction": 0.875, "activity": "cpu-compute", "ci": {},
-                         "r2_wall": 0.999, "r2_gpu": 0.998, "slope_agreement": 0.01,
-                         "profiler_inflation": 0.2, "copies_per_step": 0.0, "note": ""},
+        "schema_version": 1,
+        "run_id": "20261130-000000-tiny-x",
+        "preset": "tiny",
+        "engine": "hf",
+        "device": "cpu",
+        "device_name": "cpu",
+        "mode": "eager",
+        "batch": 1,
+        "prompt_len": 128,
+        "dtype": "float32",
+        "n1": 1,
+        "n2": 128,
+        "threads": 1,
+        "repeats": 5,
+        "sweep": [1, 128],
+        "hdbi": None,
+        "verdict": {"verdict": "host-bound", "basis": "host_fraction"},
+        "differencing": {
+            "t_step_ns": 4e6,
+            "g_step_ns": 5e5,
+            "h_step_ns": 3.5e6,
+            "k_step": 119.0,
+            "host_fraction": 0.875,
+            "activity": "cpu-compute",
+            "ci": {},
+            "r2_wall": 0.999,
+            "r2_gpu": 0.998,
+            "slope_agreement": 0.01,
+            "profiler_inflation": 0.2,
+            "copies_per_step": 0.0,
+            "note": "",
+        },
     }
     with RunsDB(db) as d:
         d.add(result)
@@ -96,18 +124,40 @@ def test_show_gpu_run_has_hdbi_and_taxbreak(tmp_path):
     from hostgap.capture.summary import check_rows, step_rows
 
     r = {
-        "run_id": "gpu-1", "preset": "llama-3.1-8b", "engine": "hf", "mode": "eager", "device": "cuda",
-        "device_name": "NVIDIA H200", "batch": 1, "prompt_len": 2048, "dtype": "bfloat16", "n1": 1,
-        "n2": 64, "threads": 1, "sweep": [1, 6, 11, 20, 36, 64], "hdbi": 0.31,
+        "run_id": "gpu-1",
+        "preset": "llama-3.1-8b",
+        "engine": "hf",
+        "mode": "eager",
+        "device": "cuda",
+        "device_name": "NVIDIA H200",
+        "batch": 1,
+        "prompt_len": 2048,
+        "dtype": "bfloat16",
+        "n1": 1,
+        "n2": 64,
+        "threads": 1,
+        "sweep": [1, 6, 11, 20, 36, 64],
+        "hdbi": 0.31,
         "verdict": {"verdict": "host-bound", "basis": "host_fraction"},
         "taxbreak": {"applicable": True, "ft_ns": 64 * 9e6, "ct_ns": 64 * 1e6, "kt_ns": 64 * 7.6e6},
-        "anatomy_summary": {"steady": {"count": 61, "host_fraction": {"median": 0.45},
-                                       "wall_ns": {"median": 21e6}}},
-        "differencing": {"t_step_ns": 21e6, "g_step_ns": 11e6, "h_step_ns": 10e6, "k_step": 1700.0,
-                         "host_fraction": 10 / 21, "activity": "gpu", "ci": {}, "r2_wall": 0.9999,
-                         "r2_gpu": 0.9998, "slope_agreement": 0.004, "profiler_inflation": 0.03,
-                         "copies_per_step": 2.0, "h2d_bytes_per_step": 8, "d2h_bytes_per_step": 8,
-                         "sum_minus_union_step_ns": 20000},
+        "anatomy_summary": {"steady": {"count": 61, "host_fraction": {"median": 0.45}, "wall_ns": {"median": 21e6}}},
+        "differencing": {
+            "t_step_ns": 21e6,
+            "g_step_ns": 11e6,
+            "h_step_ns": 10e6,
+            "k_step": 1700.0,
+            "host_fraction": 10 / 21,
+            "activity": "gpu",
+            "ci": {},
+            "r2_wall": 0.9999,
+            "r2_gpu": 0.9998,
+            "slope_agreement": 0.004,
+            "profiler_inflation": 0.03,
+            "copies_per_step": 2.0,
+            "h2d_bytes_per_step": 8,
+            "d2h_bytes_per_step": 8,
+            "sum_minus_union_step_ns": 20000,
+        },
     }
     rows = {label: value for label, value, _ in step_rows(r) + check_rows(r)}
     assert rows["GPU-active"] == "11.000 ms" and rows["HDBI"] == "0.310"
@@ -135,8 +185,9 @@ main()
 
 def _no_torch(*args, tmp_path):
     env = dict(os.environ, HOSTGAP_DB=str(tmp_path / "db.sqlite"))
-    return subprocess.run([sys.executable, "-c", NO_TORCH, *args], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", NO_TORCH, *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
 
 
 def test_listing_commands_work_without_torch(tmp_path):

@@ -51,9 +51,14 @@ def _draw(rng, model: str, activity: str, cfg: MeasureConfig):
         inflated = 2.5 * t_true
         traced_wall = _runs(rng, model, 9e6, inflated, traced_n)
         busy = _runs(rng, model, 3e6, share * inflated, traced_n)
-    s = Series(wall_ns=untraced, traced_wall_ns=traced_wall, busy_ns=busy,
-               kernel_sum_ns=busy, kernel_union_ns=busy,
-               kernel_count={n: [100 * n] * len(v) for n, v in busy.items()})
+    s = Series(
+        wall_ns=untraced,
+        traced_wall_ns=traced_wall,
+        busy_ns=busy,
+        kernel_sum_ns=busy,
+        kernel_union_ns=busy,
+        kernel_count={n: [100 * n] * len(v) for n, v in busy.items()},
+    )
     return s, t_true, share * t_true
 
 

@@ -7,8 +7,8 @@ import contextlib
 
 import numpy as np
 import pytest
-from conftest import cpu_op, kernel, launch
 
+from conftest import cpu_op, kernel, launch
 from hostgap.capture.floor import null_kernel_delays, summarise
 from hostgap.load import load_trace
 
@@ -65,8 +65,7 @@ def test_graph_mode_control_flow_with_fake_cuda(monkeypatch):
     }
     for name, value in fake.items():
         monkeypatch.setattr(torch.cuda, name, value)
-    w = Workload(preset="tiny", arch=get_preset("tiny"), prompt_len=8, batch=2, mode="static",
-                 max_new_tokens=8)
+    w = Workload(preset="tiny", arch=get_preset("tiny"), prompt_len=8, batch=2, mode="static", max_new_tokens=8)
     ref = HFEngine(w)
     ref.prepare()
     ref.generate(6)

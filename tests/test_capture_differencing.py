@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import pytest
-from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from budget import examples
 from hostgap.capture.differencing import (
     Series,
     bootstrap_slopes,
@@ -114,8 +114,11 @@ def test_sweep_points_span_a_decade(n1, n2):
 
 @settings(**examples(60), deadline=None)
 @given(
-    t=st.floats(1e3, 1e8), gshare=st.floats(0.01, 0.99), base=st.floats(0, 1e9),
-    n2=st.integers(3, 600), repeats=st.integers(1, 6),
+    t=st.floats(1e3, 1e8),
+    gshare=st.floats(0.01, 0.99),
+    base=st.floats(0, 1e9),
+    n2=st.integers(3, 600),
+    repeats=st.integers(1, 6),
 )
 def test_split_invariants(t, gshare, base, n2, repeats):
     g = t * gshare
@@ -144,8 +147,10 @@ def test_thread_time_cross_check_and_preemption():
     d = difference(s, 1, 32)
     assert d.thread_t_step_ns == pytest.approx(900_000) and d.r2_thread == pytest.approx(1.0)
     assert difference(base, 1, 32).thread_t_step_ns is None
-    raw = {"untraced_wall_ns": {"1": [100, 100], "8": [100, 200]},
-           "untraced_thread_ns": {"1": [99, 100], "8": [100, 100]}}
+    raw = {
+        "untraced_wall_ns": {"1": [100, 100], "8": [100, 200]},
+        "untraced_thread_ns": {"1": [99, 100], "8": [100, 100]},
+    }
     assert preempted_share(raw) == pytest.approx(0.25)
     assert preempted_share({"untraced_wall_ns": {"1": [5]}, "untraced_thread_ns": {"1": [0]}}) is None
     assert disturbed(100, 94) and not disturbed(100, 96) and not disturbed(100, 0)
@@ -155,9 +160,14 @@ def test_default_estimator_is_theil_sen_over_every_run():
     # runs at N = 1, 2, 3 with values chosen so the median pairwise slope (not the two-point
     # slope of minima or medians) is the answer: pairs (1,2): 10-0=10, (1,3): (21-0)/2=10.5,
     # (2,3): 11 -> slopes over all runs, median 10.5
-    s = Series(wall_ns={1: [0.0], 2: [10.0], 3: [21.0]}, traced_wall_ns={1: [0.0], 3: [30.0]},
-               busy_ns={1: [0.0], 2: [1.0], 3: [2.0]}, kernel_sum_ns={}, kernel_union_ns={},
-               kernel_count={1: [1], 3: [3]})
+    s = Series(
+        wall_ns={1: [0.0], 2: [10.0], 3: [21.0]},
+        traced_wall_ns={1: [0.0], 3: [30.0]},
+        busy_ns={1: [0.0], 2: [1.0], 3: [2.0]},
+        kernel_sum_ns={},
+        kernel_union_ns={},
+        kernel_count={1: [1], 3: [3]},
+    )
     d = difference(s, 1, 3)
     assert d.estimator == "theil-sen" and d.t_step_ns == pytest.approx(10.5)
     assert d.g_step_ns == pytest.approx(1.0) and d.h_step_ns == pytest.approx(9.5)
@@ -219,3 +229,82 @@ def test_intervals_are_cut_to_the_possible_range():
     assert _interval(Slope(-2.0, -3.0, -1.0), 0.0) is None
     assert _interval(Slope(1.0, float("nan"), float("nan")), 0.0) is None
     assert _interval(None) is None
+
+
+def test_percentile_interval_by_hand():
+    """The bootstrap interval's ends are the (1 - level) / 2 and (1 + level) / 2 quantiles: on
+    0, 1, ..., 100 the 90 % interval is [5, 95] and the 50 % interval [25, 75] (mutation audit:
+    a lower end taken at 50 (1 + level) made every interval zero-width, unnoticed)."""
+    samples = np.arange(101.0)
+    assert percentile_ci(samples, 0.90) == pytest.approx((5.0, 95.0), abs=1e-9)
+    assert percentile_ci(samples, 0.50) == pytest.approx((25.0, 75.0), abs=1e-9)
+    assert percentile_ci(samples[::-1], 0.90) == pytest.approx((5.0, 95.0), abs=1e-9)  # sample order does not matter
+
+
+def _kendall_accepts(num, den, c, level=0.95):
+    """Brute force: Kendall's S of num - c * den against N over every pair at different N, its
+    tie-corrected normal approximation with continuity correction."""
+    from statistics import NormalDist
+
+    x = [n for n, v in num.items() for _ in v]
+    r = [a - c * b for n in num for a, b in zip(num[n], den[n])]
+    s = sum(
+        np.sign(x[j] - x[i]) * np.sign(r[j] - r[i]) for i in range(len(x)) for j in range(i + 1, len(x)) if x[i] != x[j]
+    )
+    m = len(x)
+    ties = sum(k * (k - 1) * (2 * k + 5) for k in (x.count(v) for v in set(x)))
+    sigma = math.sqrt((m * (m - 1) * (2 * m + 5) - ties) / 18)
+    return abs(s) - 1 <= NormalDist().inv_cdf(0.5 + level / 2) * sigma
+
+
+def test_paired_ratio_is_the_set_kendall_accepts():
+    """The interval's ends are the outermost ratios the test accepts (a fine scan agrees), the
+    runs' shared noise cancels (a run stretched 20 % in both moves nothing), and num/den and
+    den/num give reciprocal intervals."""
+    from hostgap.capture.differencing import paired_ratio
+
+    rng = np.random.default_rng(4)
+    ns = [1, 1, 13, 23, 41, 72, 128, 128]
+    num: dict[int, list[float]] = {}
+    den: dict[int, list[float]] = {}
+    for n in ns:
+        slow = 1 + 0.2 * rng.random()  # shared by the run's compute and wall
+        num.setdefault(n, []).append((3e6 + 0.7e6 * n) * slow * (1 + 0.01 * rng.standard_normal()))
+        den.setdefault(n, []).append((9e6 + 2e6 * n) * slow)
+    c = paired_ratio(num, den, 0.355)
+    assert c is not None and c.lo < 0.355 < c.hi and c.hi - c.lo < 0.02  # the truth: 0.35
+    grid = np.linspace(0.30, 0.40, 20001)
+    ok = [g for g in grid if _kendall_accepts(num, den, g)]
+    step = grid[1] - grid[0]
+    assert abs(min(ok) - c.lo) <= step and abs(max(ok) - c.hi) <= step
+    inv = paired_ratio(den, num, 1 / 0.355)
+    assert inv is not None and inv.lo == pytest.approx(1 / c.hi) and inv.hi == pytest.approx(1 / c.lo)
+    # the point estimate is kept inside the interval
+    assert paired_ratio(num, den, 0.5).hi == 0.5
+
+
+def test_paired_ratio_needs_paired_runs_and_a_bounded_answer():
+    from hostgap.capture.differencing import paired_ratio
+
+    assert paired_ratio({1: [1.0, 2.0], 2: [3.0]}, {1: [1.0], 2: [3.0]}, 1.0) is None  # unpaired
+    assert paired_ratio({1: [1.0], 2: [3.0]}, {1: [1.0], 2: [3.0]}, 1.0) is None  # two runs
+    assert paired_ratio({1: [1.0, 1.1, 0.9]}, {1: [1.0, 1.0, 1.0]}, 1.0) is None  # one N
+    # den without a trend: every ratio is accepted, no bounded interval
+    assert paired_ratio({1: [1.0, 2.0], 2: [1.5, 1.7]}, {1: [5.0, 5.0], 2: [5.0, 5.0]}, 0.3) is None
+
+
+def test_cpu_difference_reports_the_paired_share_and_falls_back_when_unpaired():
+    """The traced runs' compute and wall paired: the share interval is the paired one; a series
+    whose traced wall lacks a run falls back to the MOVER ratio, said in the method."""
+    from hostgap.capture.differencing import paired_ratio
+
+    ns = [1, 2, 4, 8]
+    s = _series(ns, lambda n: 1_000_000 + 400_000 * n, lambda n: 500_000 + 100_000 * n)
+    tw = {n: [int((1_000_000 + 400_000 * n) * 1.2) + 37 * k * n for k in range(2)] for n in ns}
+    paired = Series(**{**s.__dict__, "traced_wall_ns": tw})
+    d = difference(paired, 1, 8, activity="cpu-compute")
+    want = paired_ratio(paired.busy_ns, tw, d.compute_share)
+    assert want is not None and d.ci["compute_share"] == pytest.approx([want.lo, want.hi])
+    assert "paired traced runs" in d.ci["method"]
+    d1 = difference(s, 1, 8, activity="cpu-compute")  # one traced wall per N, two busy: unpaired
+    assert "paired" not in d1.ci["method"] and d1.ci["compute_share"] is not None

@@ -56,10 +56,30 @@ class _Stand(Engine):
         events, t = [], 0
         for i in range(n):  # one prefill step, then decode steps
             kind = "prefill" if i == 0 else "decode"
-            events.append({"ph": "X", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": t, "dur": self.STEP,
-                           "name": f"hostgap.step#{i}:{kind}:b1:q{128 if i == 0 else 1}:s{129 + i}", "args": {}})
-            events.append({"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": t + 10, "dur": self.COMPUTE,
-                           "name": "aten::addmm", "args": {}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t,
+                    "dur": self.STEP,
+                    "name": f"hostgap.step#{i}:{kind}:b1:q{128 if i == 0 else 1}:s{129 + i}",
+                    "args": {},
+                }
+            )
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t + 10,
+                    "dur": self.COMPUTE,
+                    "name": "aten::addmm",
+                    "args": {},
+                }
+            )
             t += self.STEP
         path = trace_dir / f"{self.name}_{n}_{len(LOG)}.json"
         path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
@@ -82,7 +102,7 @@ class StandB(_Stand):
 
 
 @pytest.fixture
-def stands(monkeypatch):
+def stands(monkeypatch, quiet_machine):
     monkeypatch.setitem(engine_mod.ENGINES, "stand_a", StandA)
     monkeypatch.setitem(engine_mod.ENGINES, "stand_b", StandB)
     monkeypatch.setattr("hostgap.capture.interleave.time.sleep", lambda s: None)
@@ -92,14 +112,26 @@ def stands(monkeypatch):
 
 
 def _cfgs(tmp_path, **kw) -> list[MeasureConfig]:
-    base = dict(preset="tiny", device="cpu", n1=1, n2=8, repeats=3, traced_repeats=1, warmup=1,
-                retries=0, n_boot=200, out=str(tmp_path / "runs"), keep_traces="none")
+    base = dict(
+        preset="tiny",
+        device="cpu",
+        n1=1,
+        n2=8,
+        repeats=3,
+        traced_repeats=1,
+        warmup=1,
+        retries=0,
+        n_boot=200,
+        out=str(tmp_path / "runs"),
+        keep_traces="none",
+    )
     base.update(kw)
     return [MeasureConfig(engine=e, **base) for e in ("stand_a", "stand_b")]
 
 
 def _attempts(monkeypatch):
     """Count attempts on each stand-in: every attempt starts with the warm-up's traced call."""
+
     def gen_traced(self, n, d, _orig=_Stand.generate_traced):
         if Path(d).name == ".warmup":
             self.attempt += 1
@@ -124,15 +156,16 @@ def test_runs_interleave_and_the_difference_is_exact(stands, tmp_path, monkeypat
     assert sched == b["interleaved"]["untraced_schedule"]
     sweep = sweep_points(1, 8)
     assert len(sched) == 2 * 3 * len(sweep)
-    pairs = [sched[i:i + 2] for i in range(0, len(sched), 2)]
+    pairs = [sched[i : i + 2] for i in range(0, len(sched), 2)]
     assert all(p[0][1] == p[1][1] for p in pairs)
     assert [p[0][0] for p in pairs] == ["stand_a" if i % 2 == 0 else "stand_b" for i in range(len(pairs))]
     timed = [e for e in LOG if e[2:] == ("untraced",)][2:]  # after one warm-up call each
     assert [[e[0], e[1]] for e in timed] == sched
     # traced runs interleave too
     traced = [e for e in LOG if e[1] == "traced"][2:]  # after one warm-up call each
-    assert [e[0] for e in traced] == [["stand_a", "stand_b"][j] for i in range(len(traced) // 2)
-                                      for j in pair_order(2, i)]
+    assert [e[0] for e in traced] == [
+        ["stand_a", "stand_b"][j] for i in range(len(traced) // 2) for j in pair_order(2, i)
+    ]
     # each side valid, with its own split; the difference is B - A, exactly
     assert a["valid"] and b["valid"] and a["engine"] == "stand_a" and b["engine"] == "stand_b"
     assert a["differencing"]["preempted_basis"] == "other-cpu" and a["differencing"]["preempted_share"] == 0
@@ -173,8 +206,29 @@ def test_cli_prints_the_difference_and_exits_3_when_invalid(stands, tmp_path, mo
     from hostgap.cli import cli
 
     _attempts(monkeypatch)
-    args = ["measure", "-p", "tiny", "--engine", "stand_a,stand_b", "--device", "cpu", "--n2", "8", "-r", "3",
-            "--traced-repeats", "1", "--warmup", "1", "--retries", "0", "--no-db", "-q", "-o", str(tmp_path)]
+    args = [
+        "measure",
+        "-p",
+        "tiny",
+        "--engine",
+        "stand_a,stand_b",
+        "--device",
+        "cpu",
+        "--n2",
+        "8",
+        "-r",
+        "3",
+        "--traced-repeats",
+        "1",
+        "--warmup",
+        "1",
+        "--retries",
+        "0",
+        "--no-db",
+        "-q",
+        "-o",
+        str(tmp_path),
+    ]
     r = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "stand_b - stand_a (interleaved, 95 % CI): wall +0.200 ms/step" in r.stdout
@@ -190,10 +244,18 @@ def test_cli_prints_the_difference_and_exits_3_when_invalid(stands, tmp_path, mo
 
 def _result(engine: str, t: float, lo: float, hi: float, h=None, valid=True) -> dict:
     h = h or (t / 2, lo / 2, hi / 2)
-    return {"engine": engine, "run_id": engine, "valid": valid, "invalid_reasons": [] if valid else ["x"],
-            "interleaved": {"engines": ["a", "b"]},
-            "differencing": {"t_step_ns": t, "h_step_ns": h[0],
-                             "ci": {"level": 0.95, "t_step_ns": [lo, hi], "h_step_ns": [h[1], h[2]]}}}
+    return {
+        "engine": engine,
+        "run_id": engine,
+        "valid": valid,
+        "invalid_reasons": [] if valid else ["x"],
+        "interleaved": {"engines": ["a", "b"]},
+        "differencing": {
+            "t_step_ns": t,
+            "h_step_ns": h[0],
+            "ci": {"level": 0.95, "t_step_ns": [lo, hi], "h_step_ns": [h[1], h[2]]},
+        },
+    }
 
 
 def test_difference_interval_by_hand():
@@ -247,9 +309,12 @@ def test_the_engine_learns_which_trace_is_analysed_in_the_attempt_kept(stands, t
     an earlier, contended attempt."""
     _attempts(monkeypatch)
     chosen: dict[str, list[tuple[int, Path]]] = {}
-    monkeypatch.setattr(_Stand, "chose_anatomy_trace",
-                        lambda self, path: chosen.setdefault(self.name, []).append((self.attempt, Path(path))),
-                        raising=False)
+    monkeypatch.setattr(
+        _Stand,
+        "chose_anatomy_trace",
+        lambda self, path: chosen.setdefault(self.name, []).append((self.attempt, Path(path))),
+        raising=False,
+    )
     StandB.busy = (1,)
     a, b = measure_together(_cfgs(tmp_path, retries=1))
     for r in (a, b):

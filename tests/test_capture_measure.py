@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 pytest.importorskip("torch")
@@ -26,11 +26,29 @@ N2 = 64
 
 
 def _measure(tmp: Path, db: Path, *extra: str) -> dict:
-    r = CliRunner().invoke(cli, [
-        "measure", "-p", "tiny", "--device", "cpu", "--n2", str(N2), "--repeats", "7",
-        "--out", str(tmp / "runs"), "--db", str(db), "--json", "-q", *extra,
-    ], catch_exceptions=False)
-    result = json.loads(r.output[r.output.index("{"):])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "measure",
+            "-p",
+            "tiny",
+            "--device",
+            "cpu",
+            "--n2",
+            str(N2),
+            "--repeats",
+            "7",
+            "--out",
+            str(tmp / "runs"),
+            "--db",
+            str(db),
+            "--json",
+            "-q",
+            *extra,
+        ],
+        catch_exceptions=False,
+    )
+    result = json.loads(r.output[r.output.index("{") :])
     # valid: exit 0; invalid (a busy machine, a failed check): exit 3 with its reasons
     assert r.exit_code == (0 if result["valid"] else 3), r.output[-2000:]
     return result
@@ -117,13 +135,44 @@ def test_split_and_invariants(tiny_run):
     for s in steps:
         assert s["gpu_active_ns"] <= s["wall_ns"]
     # contract keys for fit/regimes
-    for key in ("schema_version", "run_id", "preset", "arch", "device", "device_name", "mode", "engine",
-                "batch", "prompt_len", "dtype", "n1", "n2", "threads", "repeats", "differencing",
-                "taxbreak", "steps_decode", "verdict", "anatomy_summary"):
+    for key in (
+        "schema_version",
+        "run_id",
+        "preset",
+        "arch",
+        "device",
+        "device_name",
+        "mode",
+        "engine",
+        "batch",
+        "prompt_len",
+        "dtype",
+        "n1",
+        "n2",
+        "threads",
+        "repeats",
+        "differencing",
+        "taxbreak",
+        "steps_decode",
+        "verdict",
+        "anatomy_summary",
+    ):
         assert key in result
-    for key in ("t_step_ns", "g_step_ns", "h_step_ns", "k_step", "host_fraction", "kernel_sum_step_ns",
-                "ci", "r2_wall", "r2_gpu", "slope_agreement", "profiler_inflation", "copies_per_step",
-                "activity"):
+    for key in (
+        "t_step_ns",
+        "g_step_ns",
+        "h_step_ns",
+        "k_step",
+        "host_fraction",
+        "kernel_sum_step_ns",
+        "ci",
+        "r2_wall",
+        "r2_gpu",
+        "slope_agreement",
+        "profiler_inflation",
+        "copies_per_step",
+        "activity",
+    ):
         assert key in d
 
 
@@ -157,9 +206,32 @@ def _count(db: Path) -> int:
 @pytest.mark.slow
 def test_sweep_resumes_after_interrupt(tmp_path):
     db, out = tmp_path / "runs.sqlite", tmp_path / "runs"
-    args = [sys.executable, "-m", "hostgap", "sweep", "-p", "tiny", "-b", "1,2,3", "-L", "16",
-            "--device", "cpu", "--n2", "8", "--repeats", "2", "--traced-repeats", "1",
-            "--warmup", "1", "--db", str(db), "--out", str(out)]
+    args = [
+        sys.executable,
+        "-m",
+        "hostgap",
+        "sweep",
+        "-p",
+        "tiny",
+        "-b",
+        "1,2,3",
+        "-L",
+        "16",
+        "--device",
+        "cpu",
+        "--n2",
+        "8",
+        "--repeats",
+        "2",
+        "--traced-repeats",
+        "1",
+        "--warmup",
+        "1",
+        "--db",
+        str(db),
+        "--out",
+        str(out),
+    ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 240

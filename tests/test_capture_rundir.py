@@ -108,9 +108,11 @@ def test_run_killed_by_sigkill_is_removed_by_the_next_run(tmp_path, capsys):
     import sys
 
     victim = tmp_path / "20261201-victim"
-    code = ("import sys, time; from pathlib import Path; from hostgap.capture.rundir import RunDir; "
-            "r = RunDir.create(Path(sys.argv[1])); (r.path / 'traces' / 'big.json').write_bytes(b'x' * 100000); "
-            "print('ready', flush=True); time.sleep(60)")
+    code = (
+        "import sys, time; from pathlib import Path; from hostgap.capture.rundir import RunDir; "
+        "r = RunDir.create(Path(sys.argv[1])); (r.path / 'traces' / 'big.json').write_bytes(b'x' * 100000); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code, str(victim)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGKILL)
@@ -150,6 +152,7 @@ def test_file_mode_follows_the_umask_without_setting_it(tmp_path, monkeypatch):
 
     old = os.umask(0o027)
     try:
+
         def no_umask(*_):
             raise AssertionError("os.umask called: it changes the mask for every thread")
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_capture_interleave import LOG, StandA
 
 from hostgap.capture import engine as engine_mod
 from hostgap.capture.protocol import MeasureConfig, cell_key, measure
 from hostgap.capture.vllm_engine import VllmOptions  # noqa: F401 (imports vllm_runtime in its order)
 from hostgap.capture.vllm_runtime import rank_cores
 from hostgap.cli import cli
+from test_capture_interleave import LOG, StandA
 
 
 class StandTP(StandA):
@@ -40,7 +40,7 @@ class StandTP(StandA):
 
 
 @pytest.fixture
-def stand_tp(monkeypatch):
+def stand_tp(monkeypatch, quiet_machine):
     monkeypatch.setitem(engine_mod.ENGINES, "stand_tp", StandTP)
     monkeypatch.setattr("hostgap.capture.interleave.time.sleep", lambda s: None)
     LOG.clear()
@@ -50,8 +50,20 @@ def test_rank_traces_follow_the_kept_traces(stand_tp, tmp_path):
     """keep_traces "ends", N1 = 1, N2 = 8, one traced repeat: the sweep's traced runs at
     1, 2, 4, 8 (or whatever it holds) leave only trace_n1_r0 and trace_n8_r0, each with both
     ranks."""
-    cfg = MeasureConfig(engine="stand_tp", preset="tiny", device="cpu", n1=1, n2=8, repeats=3, traced_repeats=1,
-                        warmup=1, retries=0, n_boot=200, out=str(tmp_path / "runs"), keep_traces="ends")
+    cfg = MeasureConfig(
+        engine="stand_tp",
+        preset="tiny",
+        device="cpu",
+        n1=1,
+        n2=8,
+        repeats=3,
+        traced_repeats=1,
+        warmup=1,
+        retries=0,
+        n_boot=200,
+        out=str(tmp_path / "runs"),
+        keep_traces="ends",
+    )
     r = measure(cfg)
     run = Path(r["run_dir"])
     kept = sorted(p.name for p in (run / "traces" / "ranks").iterdir())

@@ -22,8 +22,9 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "validate.sh"
 def test_validate_cpu_test(tmp_path):
     out = tmp_path / "val"
     env = dict(os.environ, PYTHON=sys.executable)
-    p = subprocess.run(["bash", str(SCRIPT), "--cpu-test", "--out", str(out)], capture_output=True,
-                       text=True, env=env, timeout=600)
+    p = subprocess.run(
+        ["bash", str(SCRIPT), "--cpu-test", "--out", str(out)], capture_output=True, text=True, env=env, timeout=600
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     floor = json.loads((out / "floor-cpu.json").read_text())
     assert floor["kind"] == "launch_floor" and floor["samples"] == 200
@@ -39,11 +40,15 @@ def test_validate_cpu_test(tmp_path):
         if r["valid"]:
             assert 0 <= r["host_fraction"] <= 1 and 0 <= r["g_step_ns"] <= r["t_step_ns"]
         else:
-            assert r["invalid_reasons"] and f"invalid: {r['invalid_reasons'].splitlines()[0]}" in (out / "summary.md").read_text()
+            assert (
+                r["invalid_reasons"]
+                and f"invalid: {r['invalid_reasons'].splitlines()[0]}" in (out / "summary.md").read_text()
+            )
     summary = (out / "summary.md").read_text()
     assert summary.count("| tiny |") == len(all_rows)
     # rerunning resumes: every cell is already done
-    again = subprocess.run(["bash", str(SCRIPT), "--cpu-test", "--out", str(out)], capture_output=True,
-                           text=True, env=env, timeout=600)
+    again = subprocess.run(
+        ["bash", str(SCRIPT), "--cpu-test", "--out", str(out)], capture_output=True, text=True, env=env, timeout=600
+    )
     assert again.returncode == 0
     assert f"0 measured, {len(cells)} already done" in again.stdout + again.stderr

@@ -29,9 +29,15 @@ NS = [1, 13, 23, 41, 72, 128]
 
 
 def _good() -> dict:
-    return {"t_step_ns": 1e6, "g_step_ns": 4e5, "h_step_ns": 6e5, "host_fraction": 0.6,
-            "fit_wall": {"r2": 0.9999, "max_residual": 0.01}, "fit_gpu": {"r2": 0.999, "max_residual": 0.02},
-            "profiler_inflation": 0.5}
+    return {
+        "t_step_ns": 1e6,
+        "g_step_ns": 4e5,
+        "h_step_ns": 6e5,
+        "host_fraction": 0.6,
+        "fit_wall": {"r2": 0.9999, "max_residual": 0.01},
+        "fit_gpu": {"r2": 0.999, "max_residual": 0.02},
+        "profiler_inflation": 0.5,
+    }
 
 
 def test_linear_fit_constant_input_has_r2_one():
@@ -91,7 +97,8 @@ def _cpu_series(t, inflation, share, base=5e6):
         wall_ns={n: [base + t * n] * 5 for n in NS},
         traced_wall_ns={n: [base * 2 + tt * n] * 2 for n in NS},
         busy_ns={n: [base + share * tt * n] * 2 for n in NS},
-        kernel_sum_ns={n: [share * tt * n] for n in NS}, kernel_union_ns={n: [share * tt * n] for n in NS},
+        kernel_sum_ns={n: [share * tt * n] for n in NS},
+        kernel_union_ns={n: [share * tt * n] for n in NS},
         kernel_count={n: [100 * n] for n in NS},
     )
 
@@ -187,16 +194,39 @@ def test_agreement_tolerance_and_advice():
 
 
 def _result(run_id: str, valid: bool, **diff) -> dict:
-    d = {**_good(), "activity": "cpu-compute", "k_step": 160.0, "ci": {}, "contended": not valid,
-         "contention_flags": [] if valid else ["80% of untraced runs preempted (limit 50%)"], **diff}
+    d = {
+        **_good(),
+        "activity": "cpu-compute",
+        "k_step": 160.0,
+        "ci": {},
+        "contended": not valid,
+        "contention_flags": [] if valid else ["80% of untraced runs preempted (limit 50%)"],
+        **diff,
+    }
     why = [] if valid else v.reasons(d, {"contended": True, "flags": d["contention_flags"]})
-    return {"run_id": run_id, "created": "2026-12-01T00:00:00Z", "preset": "tiny", "engine": "hf",
-            "mode": "eager", "device": "cpu", "device_name": "cpu", "batch": 1, "prompt_len": 128,
-            "dtype": "float32", "n1": 1, "n2": 128, "threads": 1, "sweep": NS, "hdbi": None,
-            "valid": valid, "invalid_reasons": why,
-            "verdict": {"verdict": "host-bound", "basis": "host_fraction"} if valid else
-            {"verdict": "invalid", "basis": "validity", "reasons": why},
-            "differencing": d}
+    return {
+        "run_id": run_id,
+        "created": "2026-12-01T00:00:00Z",
+        "preset": "tiny",
+        "engine": "hf",
+        "mode": "eager",
+        "device": "cpu",
+        "device_name": "cpu",
+        "batch": 1,
+        "prompt_len": 128,
+        "dtype": "float32",
+        "n1": 1,
+        "n2": 128,
+        "threads": 1,
+        "sweep": NS,
+        "hdbi": None,
+        "valid": valid,
+        "invalid_reasons": why,
+        "verdict": {"verdict": "host-bound", "basis": "host_fraction"}
+        if valid
+        else {"verdict": "invalid", "basis": "validity", "reasons": why},
+        "differencing": d,
+    }
 
 
 def test_summary_of_an_invalid_run_shows_no_verdict_and_no_impossible_value():
@@ -218,16 +248,19 @@ def test_store_keeps_validity_and_migrates_version_1(tmp_path):
     con = sqlite3.connect(path)  # a version-1 database as the previous release wrote it
     con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
     con.execute("INSERT INTO meta VALUES ('schema_version', '1')")
-    cols = ("run_id TEXT PRIMARY KEY, created TEXT NOT NULL, cell_key TEXT, preset TEXT, engine TEXT, "
-            "device TEXT, device_name TEXT, mode TEXT, batch INTEGER, prompt_len INTEGER, dtype TEXT, "
-            "n1 INTEGER, n2 INTEGER, threads INTEGER, t_step_ns REAL, g_step_ns REAL, h_step_ns REAL, "
-            "host_fraction REAL, hdbi REAL, verdict TEXT, activity TEXT, run_dir TEXT, results TEXT NOT NULL")
+    cols = (
+        "run_id TEXT PRIMARY KEY, created TEXT NOT NULL, cell_key TEXT, preset TEXT, engine TEXT, "
+        "device TEXT, device_name TEXT, mode TEXT, batch INTEGER, prompt_len INTEGER, dtype TEXT, "
+        "n1 INTEGER, n2 INTEGER, threads INTEGER, t_step_ns REAL, g_step_ns REAL, h_step_ns REAL, "
+        "host_fraction REAL, hdbi REAL, verdict TEXT, activity TEXT, run_dir TEXT, results TEXT NOT NULL"
+    )
     con.execute(f"CREATE TABLE runs ({cols})")
     old_bad = {"run_id": "old-bad", "differencing": {**_good(), "host_fraction": -1.41, "h_step_ns": -1e6}}
     old_ok = {"run_id": "old-ok", "differencing": _good()}
     for r in (old_bad, old_ok):
-        con.execute("INSERT INTO runs (run_id, created, results) VALUES (?, '2026-11-30', ?)",
-                    (r["run_id"], json.dumps(r)))
+        con.execute(
+            "INSERT INTO runs (run_id, created, results) VALUES (?, '2026-11-30', ?)", (r["run_id"], json.dumps(r))
+        )
     con.commit()
     con.close()
     with RunsDB(path) as db:
@@ -255,7 +288,7 @@ def test_runs_table_and_measure_exit_status(tmp_path, monkeypatch):
     rows = {r["run_id"]: r for r in json.loads(CliRunner().invoke(cli, ["runs", "--db", str(db), "--json"]).output)}
     assert rows["bad-1"]["valid"] == 0 and rows["bad-1"]["contended"] == 1
     assert rows["good-1"]["valid"] == 1 and rows["good-1"]["contended"] == 0
-    from hostgap.cli.measure import _verdict_cell
+    from hostgap.cli.runs import _verdict_cell
 
     assert _verdict_cell(rows["bad-1"]).startswith("invalid: machine busy")
     assert _verdict_cell(rows["good-1"]) == "host-bound"
@@ -263,7 +296,7 @@ def test_runs_table_and_measure_exit_status(tmp_path, monkeypatch):
     import hostgap.capture.protocol as protocol
 
     for valid, code in ((False, v.EXIT_INVALID), (True, 0)):
-        monkeypatch.setattr(protocol, "measure", lambda cfg, **kw: _result(f"m-{valid}", valid))
+        monkeypatch.setattr(protocol, "measure", lambda cfg, valid=valid, **kw: _result(f"m-{valid}", valid))
         r = CliRunner().invoke(cli, ["measure", "--device", "cpu", "--no-db", "--json", "-q"])
         assert r.exit_code == code, r.output
         assert json.loads(r.output)["valid"] is valid
@@ -280,9 +313,11 @@ def test_regimes_leave_out_invalid_runs_and_mark_busy_cells(tmp_path):
     from hostgap.cli import cli
 
     arch = {"name": "tiny"}
-    docs = [dict(_result("ok-b1", True), arch=arch, batch=1),
-            dict(_result("busy-b2", True), arch=arch, batch=2),
-            dict(_result("bad-b4", False, host_fraction=-1.4), arch=arch, batch=4)]
+    docs = [
+        dict(_result("ok-b1", True), arch=arch, batch=1),
+        dict(_result("busy-b2", True), arch=arch, batch=2),
+        dict(_result("bad-b4", False, host_fraction=-1.4), arch=arch, batch=4),
+    ]
     docs[1]["differencing"]["contended"] = True
     files = []
     for d in docs:
@@ -310,10 +345,16 @@ def test_report_verdict_card_of_an_invalid_run():
     j = judge(d, {"contended": False, "flags": []}, None, "cpu-compute", None)
     assert not j["valid"] and j["verdict"]["verdict"] == "invalid" and j["agreement"] is None
     r = {**_result("bad", False), "verdict": j["verdict"], "invalid_reasons": j["invalid_reasons"]}
-    k = key_numbers(Input(source="bad", kind="run", label="bad", trace_path=None, results=r,
-                          anatomy=anatomy_from_results(r)))
+    k = key_numbers(
+        Input(source="bad", kind="run", label="bad", trace_path=None, results=r, anatomy=anatomy_from_results(r))
+    )
     assert k["verdict"] == "invalid" and "host fraction outside [0, 1]" in k["verdict_note"]
-    ok = judge(_good(), {"contended": False, "flags": []}, None, "cpu-compute",
-               {"summary": {"steady": {"host_fraction": {"median": 0.75}}}})
+    ok = judge(
+        _good(),
+        {"contended": False, "flags": []},
+        None,
+        "cpu-compute",
+        {"summary": {"steady": {"host_fraction": {"median": 0.75}}}},
+    )
     assert ok["valid"] and ok["verdict"]["verdict"] == "host-bound"
     assert ok["agreement"]["difference"] == pytest.approx(0.15) and not ok["agreement"]["agree"]

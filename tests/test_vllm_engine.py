@@ -69,8 +69,9 @@ def test_presets_that_cannot_run_are_refused_before_starting():
     with pytest.raises(HostgapError, match="eager or graph"):
         ve.validate_options(TINY, ve.VllmOptions(mode="static"), 10)
     with pytest.raises(HostgapError, match="max_model_len"):
-        ve.validate_options(TINY, ve.VllmOptions(chunked_prefill=False, max_num_batched_tokens=64,
-                                                 max_model_len=512), 10)
+        ve.validate_options(
+            TINY, ve.VllmOptions(chunked_prefill=False, max_num_batched_tokens=64, max_model_len=512), 10
+        )
 
 
 def test_engine_env_keeps_everything_in_the_run_dir(tmp_path):
@@ -102,10 +103,12 @@ def test_child_output_goes_to_the_log(tmp_path, capfd):
 
 def test_last_error_line_finds_the_root_cause(tmp_path):
     log = tmp_path / "engine.log"
-    log.write_text("(EngineCore pid=1) INFO 11-30 [core.py:1] starting\n"
-                   "(EngineCore pid=1) ERROR 11-30 [core.py:2] ValueError: To serve at least one request "
-                   "with the models's max seq len (4096), (0.06 GiB KV cache is needed\n"
-                   "RuntimeError: Engine core initialization failed. See root cause above.\n")
+    log.write_text(
+        "(EngineCore pid=1) INFO 11-30 [core.py:1] starting\n"
+        "(EngineCore pid=1) ERROR 11-30 [core.py:2] ValueError: To serve at least one request "
+        "with the models's max seq len (4096), (0.06 GiB KV cache is needed\n"
+        "RuntimeError: Engine core initialization failed. See root cause above.\n"
+    )
     assert ve.last_error_line(log).startswith("ValueError: To serve at least one request")
     assert ve.last_error_line(tmp_path / "none.log") == ""
 
@@ -126,10 +129,12 @@ def test_prompt_ids_are_fixed_and_in_vocab():
 
 
 def test_measure_engine_vllm_without_vllm_exits_2(tmp_path):
-    code = ("import sys; sys.modules['vllm'] = None\n"
-            "from hostgap.cli import main\n"
-            "sys.argv = ['hostgap', 'measure', '--engine', 'vllm', '--preset', 'tiny', '--out', %r]\n"
-            "main()" % str(tmp_path))
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"
+        "from hostgap.cli import main\n"
+        "sys.argv = ['hostgap', 'measure', '--engine', 'vllm', '--preset', 'tiny', '--out', %r]\n"
+        "main()" % str(tmp_path)
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr[-2000:]
     lines = [x for x in res.stderr.splitlines() if x.strip() and not x.startswith("USDT")]
@@ -154,8 +159,11 @@ def test_engine_start_failure_is_one_line_with_the_root_cause(tmp_path, monkeypa
             assert kw["profiler_config"]["torch_profiler_with_stack"] is False
             assert os.environ["VLLM_NO_USAGE_STATS"] == "1" and "VLLM_CPU_KVCACHE_SPACE" not in os.environ
             os.write(1, b"a child's print\n")
-            os.write(2, b"(EngineCore pid=9) ERROR [core.py:1] ValueError: To serve at least one request "
-                        b"with the models's max seq len (256), 0.5 GiB KV cache is needed\n")
+            os.write(
+                2,
+                b"(EngineCore pid=9) ERROR [core.py:1] ValueError: To serve at least one request "
+                b"with the models's max seq len (256), 0.5 GiB KV cache is needed\n",
+            )
             raise RuntimeError("Engine core initialization failed. See root cause above.")
 
     fake.LLM = LLM
@@ -181,11 +189,13 @@ def test_engine_start_failure_is_one_line_with_the_root_cause(tmp_path, monkeypa
 
 
 def test_engine_timing_takes_the_fastest_call_per_n_and_the_two_point_slope():
-    calls = [{"n_tokens": 1, "wall_ns": 60, "engine_ns": 45, "engine_decode_ns": 0},
-             {"n_tokens": 1, "wall_ns": 50, "engine_ns": 40, "engine_decode_ns": 0},
-             {"n_tokens": 6, "wall_ns": 95, "engine_ns": 80, "engine_decode_ns": 30},
-             {"n_tokens": 11, "wall_ns": 150, "engine_ns": 120, "engine_decode_ns": 70},
-             {"n_tokens": 11, "traced": True, "wall_ns": 140, "engine_ns": 1, "engine_decode_ns": 1}]
+    calls = [
+        {"n_tokens": 1, "wall_ns": 60, "engine_ns": 45, "engine_decode_ns": 0},
+        {"n_tokens": 1, "wall_ns": 50, "engine_ns": 40, "engine_decode_ns": 0},
+        {"n_tokens": 6, "wall_ns": 95, "engine_ns": 80, "engine_decode_ns": 30},
+        {"n_tokens": 11, "wall_ns": 150, "engine_ns": 120, "engine_decode_ns": 70},
+        {"n_tokens": 11, "traced": True, "wall_ns": 140, "engine_ns": 1, "engine_decode_ns": 1},
+    ]
     t = ve.engine_timing(calls)
     assert t["by_n"]["1"] == {"wall_ns": 50, "engine_ns": 40, "engine_decode_ns": 0}
     assert t["per_step"] == {"wall_ns": 10.0, "engine_ns": 8.0, "frontend_ns": 2.0}
@@ -193,16 +203,22 @@ def test_engine_timing_takes_the_fastest_call_per_n_and_the_two_point_slope():
 
 
 def test_contention_counts_untraced_calls_only():
-    calls = [{"wall_ns": 1000, "other_cpu_ns": 10}, {"wall_ns": 1000, "other_cpu_ns": 60},
-             {"wall_ns": 2000, "other_cpu_ns": 100}, {"wall_ns": 500, "other_cpu_ns": 500, "traced": True},
-             {"wall_ns": 800, "other_cpu_ns": None}]
+    calls = [
+        {"wall_ns": 1000, "other_cpu_ns": 10},
+        {"wall_ns": 1000, "other_cpu_ns": 60},
+        {"wall_ns": 2000, "other_cpu_ns": 100},
+        {"wall_ns": 500, "other_cpu_ns": 500, "traced": True},
+        {"wall_ns": 800, "other_cpu_ns": None},
+    ]
     c = ve.contention(calls)
     assert c["calls"] == 3
     assert c["other_cpu_share"] == pytest.approx((10 + 60 + 100) / 4000)
     assert c["preempted_share"] == pytest.approx(1 / 3)  # 60 > 5 % of 1000; 100 is not > 100
     assert ve.contention([{"wall_ns": 5, "other_cpu_ns": None}]) is None
     rows = __import__("hostgap.capture.vllm_split", fromlist=["x"]).engine_rows({"contention": c})
-    assert rows == [("other work during runs", "4 % of a core", "33 % of 3 runs over 5 % (CPU time of other processes)")]
+    assert rows == [
+        ("other work during runs", "4 % of a core", "33 % of 3 runs over 5 % (CPU time of other processes)")
+    ]
 
 
 class _StuckCore:

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-
 FAKE_VLLM = textwrap.dedent('''
     """A stand-in for vLLM's offline engine (hostgap's failure tests)."""
     import os, queue, subprocess, sys, time
@@ -116,10 +115,37 @@ def fake_vllm(tmp_path):
 
 def _start(fake: Path, tmp_path: Path, mode: str) -> tuple[subprocess.Popen, Path, Path]:
     mark, out = tmp_path / "mark.txt", tmp_path / "runs"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]),
-               FAKE_VLLM_MODE=mode, FAKE_VLLM_MARK=str(mark), PYTHONUNBUFFERED="1")
-    args = [sys.executable, "-m", "hostgap", "measure", "-p", "tiny", "--engine", "vllm", "--device", "cpu",
-            "--n2", "4", "-r", "1", "--traced-repeats", "1", "--warmup", "1", "--no-db", "-q", "--out", str(out)]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]),
+        FAKE_VLLM_MODE=mode,
+        FAKE_VLLM_MARK=str(mark),
+        PYTHONUNBUFFERED="1",
+    )
+    args = [
+        sys.executable,
+        "-m",
+        "hostgap",
+        "measure",
+        "-p",
+        "tiny",
+        "--engine",
+        "vllm",
+        "--device",
+        "cpu",
+        "--n2",
+        "4",
+        "-r",
+        "1",
+        "--traced-repeats",
+        "1",
+        "--warmup",
+        "1",
+        "--no-db",
+        "-q",
+        "--out",
+        str(out),
+    ]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env), mark, out
 
 
@@ -146,7 +172,7 @@ def _procs() -> dict[int, tuple[int, str, str]]:
             argv0 = (d / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         out[int(d.name)] = (int(fields[1]), argv0, fields[0])
     return out
 

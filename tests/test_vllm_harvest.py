@@ -9,11 +9,11 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from conftest import annotation, corpus_path, cpu_op, kernel, launch
-from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from budget import examples
+from conftest import annotation, corpus_path, cpu_op, kernel, launch
 from hostgap.anatomy.markers import composition
 from hostgap.capture import harvest as hv
 from hostgap.cli import cli
@@ -30,8 +30,10 @@ def vllm_annotation(record: list) -> str:
         for i, v in enumerate((1, q, s, q * q, q * s)):
             a[i] += v
     c, g = acc["ctx"], acc["gen"]
-    return (f"execute_{c[1] + g[1]}_context_{c[0]}(sq{c[1]}sk{c[2]}sqsq{c[3]}sqsk{c[4]})"
-            f"_generation_{g[0]}(sq{g[1]}sk{g[2]}sqsq{g[3]}sqsk{g[4]})")
+    return (
+        f"execute_{c[1] + g[1]}_context_{c[0]}(sq{c[1]}sk{c[2]}sqsq{c[3]}sqsk{c[4]})"
+        f"_generation_{g[0]}(sq{g[1]}sk{g[2]}sqsq{g[3]}sqsk{g[4]})"
+    )
 
 
 request_row = st.tuples(st.integers(1, 300), st.integers(0, 4000), st.booleans())
@@ -88,7 +90,10 @@ def test_trace_and_worker_records_join_per_request(kineto_trace):
     req = hv.join_requests(rows, recs, ids, "t")
     assert len(req) == 7
     last = [r for r in req if r["step"] == rows[2]["step"]]
-    assert {(r["request"], r["phase"], r["q"], r["s"]) for r in last} == {(0, "decode", 1, 102), (2, "prefill", 40, 166)}
+    assert {(r["request"], r["phase"], r["q"], r["s"]) for r in last} == {
+        (0, "decode", 1, 102),
+        (2, "prefill", 40, 166),
+    }
     # per step, the request rows add up to the step's composition
     for row in rows:
         mine = [r for r in req if r["step"] == row["step"]]
@@ -110,8 +115,9 @@ def test_join_refuses_a_shifted_record(kineto_trace):
 
 def test_table_contract_columns_types_and_csv(tmp_path, kineto_trace):
     recs = [[0, 1, [["a", 10, 0, True]]], [0, 1, [["a", 1, 10, False]]]]
-    rows, _ = hv.step_rows(hv.analyze_trace(_micro_steps(recs, kineto_trace)), "src",
-                           {"concurrency": 1, "chunked_prefill": True})
+    rows, _ = hv.step_rows(
+        hv.analyze_trace(_micro_steps(recs, kineto_trace)), "src", {"concurrency": 1, "chunked_prefill": True}
+    )
     out = hv.write_table(rows, tmp_path / "s.parquet", hv.STEP_COLUMNS + hv.EXTRA_COLUMNS, {"x": 1})
     t = pq.read_table(out)
     assert t.column_names[: len(hv.STEP_COLUMNS)] == list(hv.STEP_COLUMNS)
@@ -152,8 +158,9 @@ def test_cli_harvest_trace_mode_and_bad_input(tmp_path, kineto_trace):
         (["--prompt-len", "9:3"], "--prompt-len"),
         (["--chunked", "maybe"], "--chunked"),
     ]:
-        res = runner.invoke(cli, ["harvest", *args, "-o", str(tmp_path / "y.parquet")] if "-o" not in args
-                            else ["harvest", *args])
+        res = runner.invoke(
+            cli, ["harvest", *args, "-o", str(tmp_path / "y.parquet")] if "-o" not in args else ["harvest", *args]
+        )
         assert res.exit_code == 2, (args, res.output)
         assert needle in res.output and res.output.count("\n") == 1 and "Traceback" not in res.output
     assert not (tmp_path / "y.parquet").exists()
@@ -162,10 +169,14 @@ def test_cli_harvest_trace_mode_and_bad_input(tmp_path, kineto_trace):
 def test_gpu_micro_trace_steps_use_launch_time_assignment(kineto_trace):
     """A step's kernels are the ones it launched, even when they run after its marker."""
     rec = [0, 1, [["a", 1, 10, False]]]
-    events = [annotation(vllm_annotation(rec), ts=0, dur=20), launch(ts=5, dur=2, corr=1),
-              kernel("k", ts=30, dur=40, corr=1),
-              annotation(vllm_annotation(rec), ts=100, dur=20), launch(ts=105, dur=2, corr=2),
-              kernel("k", ts=125, dur=10, corr=2)]
+    events = [
+        annotation(vllm_annotation(rec), ts=0, dur=20),
+        launch(ts=5, dur=2, corr=1),
+        kernel("k", ts=30, dur=40, corr=1),
+        annotation(vllm_annotation(rec), ts=100, dur=20),
+        launch(ts=105, dur=2, corr=2),
+        kernel("k", ts=125, dur=10, corr=2),
+    ]
     rows, _ = hv.step_rows(hv.analyze_trace(kineto_trace(events)), "g")
     assert [r["gpu_active_ns"] for r in rows] == [40_000, 10_000]
     assert rows[0]["wall_ns"] == 100_000
@@ -173,9 +184,11 @@ def test_gpu_micro_trace_steps_use_launch_time_assignment(kineto_trace):
 
 def test_cli_live_without_vllm_is_one_line(tmp_path):
     """In an environment without vLLM, a live harvest says how to install it (exit 2)."""
-    code = ("import sys; sys.modules['vllm'] = None\n"
-            "from hostgap.cli import main; sys.argv = ['hostgap', 'harvest', '-o', %r]; main()"
-            % str(tmp_path / "h.parquet"))
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"
+        "from hostgap.cli import main; sys.argv = ['hostgap', 'harvest', '-o', %r]; main()"
+        % str(tmp_path / "h.parquet")
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
     lines = [x for x in res.stderr.splitlines() if x.strip()]
@@ -183,12 +196,17 @@ def test_cli_live_without_vllm_is_one_line(tmp_path):
 
 
 def test_sglang_and_short_vllm_annotations_leave_unknown_fields_null(tmp_path, kineto_trace):
-    sg = kineto_trace([annotation("step[forward_mode=decode bs=8]", ts=0, dur=30),
-                       cpu_op("aten::mm", ts=5, dur=10),
-                       annotation("step[forward_mode=extend bs=2]", ts=100, dur=30),
-                       cpu_op("aten::mm", ts=105, dur=20)])
-    short = kineto_trace([annotation("execute_context_1(40)_generation_3(3)", ts=0, dur=30),
-                          cpu_op("aten::mm", ts=5, dur=10)])
+    sg = kineto_trace(
+        [
+            annotation("step[forward_mode=decode bs=8]", ts=0, dur=30),
+            cpu_op("aten::mm", ts=5, dur=10),
+            annotation("step[forward_mode=extend bs=2]", ts=100, dur=30),
+            cpu_op("aten::mm", ts=105, dur=20),
+        ]
+    )
+    short = kineto_trace(
+        [annotation("execute_context_1(40)_generation_3(3)", ts=0, dur=30), cpu_op("aten::mm", ts=5, dur=10)]
+    )
     out = tmp_path / "t.parquet"
     s = hv.harvest_traces([str(sg), str(short)], out)
     rows = pq.read_table(out).to_pylist()

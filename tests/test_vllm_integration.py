@@ -17,23 +17,33 @@ import pytest
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 if importlib.util.find_spec("vllm") is None:
-    pytest.skip("vLLM is not installed in this Python: install it with scripts/install-vllm.sh "
-                "and run .venv-vllm/bin/pytest -m vllm", allow_module_level=True)
+    pytest.skip(
+        "vLLM is not installed in this Python: install it with scripts/install-vllm.sh "
+        "and run .venv-vllm/bin/pytest -m vllm",
+        allow_module_level=True,
+    )
 
 from hostgap.capture import harvest as hv  # noqa: E402
 from hostgap.capture import vllm_engine as ve  # noqa: E402
 from hostgap.model.arch import get_preset  # noqa: E402
 
-HARVEST = hv.HarvestConfig(concurrency=(1, 3), chunked=(True,), requests=3, prompt_len=(150, 250),
-                           output_len=(3, 6), budget=256, seed=1)
+HARVEST = hv.HarvestConfig(
+    concurrency=(1, 3), chunked=(True,), requests=3, prompt_len=(150, 250), output_len=(3, 6), budget=256, seed=1
+)
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     """One started vLLM engine (tiny, chunked prefill, 256 tokens per step) for the module."""
     run_dir = tmp_path_factory.mktemp("vllm")
-    opts = ve.VllmOptions(dtype="bfloat16", max_model_len=512, max_num_seqs=8,
-                          max_num_batched_tokens=256, chunked_prefill=True, kv_cache_gib=1.0)
+    opts = ve.VllmOptions(
+        dtype="bfloat16",
+        max_model_len=512,
+        max_num_seqs=8,
+        max_num_batched_tokens=256,
+        chunked_prefill=True,
+        kv_cache_gib=1.0,
+    )
     state = {"shm": ve.shm_entries()}
     rt = ve.VllmRuntime(get_preset("tiny"), opts, run_dir, profile=True, record_steps=True)
     rt.start()
@@ -47,9 +57,22 @@ def test_measure_over_the_v1_engine(engine, tmp_path):
 
     rt, _ = engine
     assert rt.startup_ns > 0 and len(rt.pids) >= 2  # EngineCore and Worker are separate processes
-    cfg = MeasureConfig(preset="tiny", engine="vllm", device="cpu", dtype="bfloat16", batch=2,
-                        prompt_len=32, n1=1, n2=8, sweep=(1, 4, 8), repeats=2, traced_repeats=1,
-                        warmup=1, run_dir=str(tmp_path / "run"), n_boot=100)
+    cfg = MeasureConfig(
+        preset="tiny",
+        engine="vllm",
+        device="cpu",
+        dtype="bfloat16",
+        batch=2,
+        prompt_len=32,
+        n1=1,
+        n2=8,
+        sweep=(1, 4, 8),
+        repeats=2,
+        traced_repeats=1,
+        warmup=1,
+        run_dir=str(tmp_path / "run"),
+        n_boot=100,
+    )
     res = measure(cfg, engine_kw={"runtime": rt})
     run = tmp_path / "run"
     assert (run / "results.json").exists() and (run / "timings.json").exists()
@@ -104,7 +127,7 @@ def test_small_live_harvest(engine, tmp_path):
         assert s["ctx_q"] + s["gen_q"] <= 256  # the token budget
         assert s["wall_ns"] >= s["gpu_active_ns"] >= 0
     # every request ran to its length: prompt prefilled in chunks, then output_len - 1 decodes
-    for (src, idx) in {(r["source"], r["request"]) for r in reqs}:
+    for src, idx in {(r["source"], r["request"]) for r in reqs}:
         mine = [r for r in reqs if r["source"] == src and r["request"] == idx]
         assert idx >= 0
         assert sum(r["q"] for r in mine if r["phase"] == "prefill") == mine[0]["prompt_len"]
@@ -205,4 +228,3 @@ def ve_json(path: Path) -> dict:
     import json
 
     return json.loads(path.read_text())
-

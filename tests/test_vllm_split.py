@@ -21,8 +21,7 @@ def _arr(*x):
 def test_parts_by_hand():
     # step 0: window [0, 100), annotation [0, 60); step 1: window [100, 150), annotation [100, 130)
     # compute: [10, 30) and [50, 70) straddling the annotation's end, [80, 90) after it; [110, 120)
-    parts = vs.step_parts(_arr(0, 100), _arr(100, 50), _arr(60, 130),
-                          _arr(10, 50, 80, 110), _arr(30, 70, 90, 120))
+    parts = vs.step_parts(_arr(0, 100), _arr(100, 50), _arr(60, 130), _arr(10, 50, 80, 110), _arr(30, 70, 90, 120))
     assert parts["compute_ns"].tolist() == [20 + 20 + 10, 10]
     assert parts["worker_host_ns"].tolist() == [60 - (20 + 10), 30 - 10]
     assert parts["between_ns"].tolist() == [(100 - 60) - (10 + 10), 20]
@@ -43,8 +42,12 @@ def test_no_compute_and_an_empty_window():
 
 
 def test_summary_means_add_up_and_shares():
-    parts = {"compute_ns": _arr(10, 20), "worker_host_ns": _arr(30, 30), "between_ns": _arr(60, 50),
-             "wall_ns": _arr(100, 100)}
+    parts = {
+        "compute_ns": _arr(10, 20),
+        "worker_host_ns": _arr(30, 30),
+        "between_ns": _arr(60, 50),
+        "wall_ns": _arr(100, 100),
+    }
     s = vs.summarize(parts)
     assert s["steps"] == 2 and s["step_ns"] == 100.0
     assert (s["compute_ns"], s["worker_host_ns"], s["between_ns"]) == (15.0, 30.0, 55.0)
@@ -52,16 +55,27 @@ def test_summary_means_add_up_and_shares():
 
 
 def test_steady_decode_rows():
-    steps = [{"kind": "prefill", "wall_ns": 9}, {"kind": "decode", "wall_ns": 5},
-             {"kind": "decode", "wall_ns": 6}, {"kind": "unknown", "wall_ns": 1}, {"kind": "decode", "wall_ns": 0}]
+    steps = [
+        {"kind": "prefill", "wall_ns": 9},
+        {"kind": "decode", "wall_ns": 5},
+        {"kind": "decode", "wall_ns": 6},
+        {"kind": "unknown", "wall_ns": 1},
+        {"kind": "decode", "wall_ns": 0},
+    ]
     assert [s["wall_ns"] for s in vs.decode_rows(steps)] == [6]
     assert [s["wall_ns"] for s in vs.decode_rows(steps[:2])] == [5]  # too few to drop one
     assert vs.decode_rows(steps[:1]) == []
 
 
 def test_frontend_beside_the_tiling():
-    split = {"step_ns": 100.0, "steps": 3, "compute_ns": 20.0, "worker_host_ns": 30.0, "between_ns": 50.0,
-             "shares": {"compute_ns": 0.2, "worker_host_ns": 0.3, "between_ns": 0.5}}
+    split = {
+        "step_ns": 100.0,
+        "steps": 3,
+        "compute_ns": 20.0,
+        "worker_host_ns": 30.0,
+        "between_ns": 50.0,
+        "shares": {"compute_ns": 0.2, "worker_host_ns": 0.3, "between_ns": 0.5},
+    }
     out = vs.with_frontend(split, {"per_step": {"wall_ns": 120.0, "engine_ns": 110.0, "frontend_ns": 10.0}})
     assert out["frontend_ns"] == 10.0 and out["step_ns"] == 100.0
     neg = vs.with_frontend(split, {"per_step": {"frontend_ns": -3.0}})
@@ -71,15 +85,20 @@ def test_frontend_beside_the_tiling():
     assert vs.with_frontend({"unavailable": "x"}, {}) == {"unavailable": "x"}
     rows = vs.rows(out)
     assert rows[0] == ("per-process split (traced)", "0.000 ms", "mean of 3 decode steps; parts add up to it")
-    assert [r[0].strip() for r in rows[1:]] == ["Worker compute", "Worker host in execute_",
-                                                "between Worker steps", "frontend beyond EngineCore"]
+    assert [r[0].strip() for r in rows[1:]] == [
+        "Worker compute",
+        "Worker host in execute_",
+        "between Worker steps",
+        "frontend beyond EngineCore",
+    ]
     assert rows[3][2].startswith("50.0 % ·")
     assert vs.rows(None) == [] and vs.rows({"unavailable": "no decode steps"})[0][2] == "no decode steps"
 
 
 def test_engine_rows():
     assert vs.engine_rows({"startup_ns": 31_200_000_000, "shutdown_ns": 5_060_000_000}) == [
-        ("engine start-up / shutdown", "31.2 s / 5.1 s", "outside every timed call")]
+        ("engine start-up / shutdown", "31.2 s / 5.1 s", "outside every timed call")
+    ]
     assert vs.engine_rows({"startup_ns": 0}) == []
     assert vs.engine_rows({"startup_ns": 2e9, "shutdown_ns": 0})[0][1] == "2.0 s / -"
 
@@ -97,8 +116,13 @@ def test_parts_tile_every_step_of_a_real_worker_trace():
     dec = [s for s in steps if s["kind"] == "decode"]
     assert len(dec) >= 5
     seg_s, seg_e = vs.active_segments(trace)
-    parts = vs.step_parts(np.array([s["start_ns"] for s in dec]), np.array([s["wall_ns"] for s in dec]),
-                          np.array([s["marker_end_ns"] for s in dec]), seg_s, seg_e)
+    parts = vs.step_parts(
+        np.array([s["start_ns"] for s in dec]),
+        np.array([s["wall_ns"] for s in dec]),
+        np.array([s["marker_end_ns"] for s in dec]),
+        seg_s,
+        seg_e,
+    )
     total = parts["compute_ns"] + parts["worker_host_ns"] + parts["between_ns"]
     assert total.tolist() == [s["wall_ns"] for s in dec]
     assert all(min(parts[k]) >= 0 for k in vs.PARTS)
@@ -106,8 +130,12 @@ def test_parts_tile_every_step_of_a_real_worker_trace():
     # independently of the loader: each step's execute_ annotation from the raw JSON (µs),
     # in order, bounds the two host parts
     raw = json.loads(gzip.open(FIXTURE).read())["traceEvents"]
-    annot = [e["dur"] * 1000 for e in sorted(
-        (e for e in raw if e.get("ph") == "X" and e.get("name", "").startswith("execute_")), key=lambda e: e["ts"])]
+    annot = [
+        e["dur"] * 1000
+        for e in sorted(
+            (e for e in raw if e.get("ph") == "X" and e.get("name", "").startswith("execute_")), key=lambda e: e["ts"]
+        )
+    ]
     assert len(annot) == len(steps)
     for j, s in enumerate(dec):
         a = annot[s["index"]]
@@ -121,7 +149,9 @@ def test_parts_tile_every_step_of_a_real_worker_trace():
     few = vs.split_of_trace(trace, steps[:4])  # the steps given are the ones used
     assert few["steps"] == 2 and few["step_ns"] == pytest.approx((dec[1]["wall_ns"] + dec[2]["wall_ns"]) / 2)
     assert vs.split_of_trace(trace, [s for s in steps if s["kind"] != "decode"]) is None
-    assert split["compute_ns"] + split["worker_host_ns"] + split["between_ns"] == pytest.approx(split["step_ns"], abs=1e-6)
+    assert split["compute_ns"] + split["worker_host_ns"] + split["between_ns"] == pytest.approx(
+        split["step_ns"], abs=1e-6
+    )
 
 
 RAW = """\
@@ -143,15 +173,24 @@ def test_thread_states_per_engine_process():
     st = vs.process_states(RAW, {10: "frontend", 20: "EngineCore", 30: "Worker"})
     p = st["processes"]
     assert set(p) == {"frontend", "EngineCore", "Worker"}  # pid 99 is not an engine process
-    assert p["frontend"] == {"samples": 80, "running": 10 / 80, "socket_poll": 40 / 80, "lock_gil": 30 / 80, "idle": 0.0}
+    assert p["frontend"] == {
+        "samples": 80,
+        "running": 10 / 80,
+        "socket_poll": 40 / 80,
+        "lock_gil": 30 / 80,
+        "idle": 0.0,
+    }
     # sched_yield is a busy wait: running; clock_nanosleep is idle (not a lock, despite its name)
     assert p["EngineCore"] == {"samples": 100, "running": 0.75, "socket_poll": 0.0, "lock_gil": 0.0, "idle": 0.25}
     assert p["Worker"] == {"samples": 80, "running": 0.75, "socket_poll": 0.0, "lock_gil": 0.25, "idle": 0.0}
     assert "not a critical path" in st["basis"]
     assert vs.process_states(RAW, {}) is None
     rows = vs.state_rows(st)
-    assert [r[0].strip() for r in rows] == ["frontend threads (py-spy)", "EngineCore threads (py-spy)",
-                                            "Worker threads (py-spy)"]
+    assert [r[0].strip() for r in rows] == [
+        "frontend threads (py-spy)",
+        "EngineCore threads (py-spy)",
+        "Worker threads (py-spy)",
+    ]
     assert rows[0][1] == "run 12 % · poll 50 % · lock 38 % · idle 0 %"
     assert rows[1][1] == "run 75 % · poll 0 % · lock 0 % · idle 25 %" and rows[1][2].startswith("100 samples")
     assert vs.state_rows(None) == []
@@ -166,10 +205,22 @@ def test_report_draws_one_stacked_bar_for_a_vllm_run():
     from hostgap.report import figures as F
     from hostgap.report.inputs import Input
 
-    split = {"steps": 30, "step_ns": 7.0e6, "compute_ns": 2.0e6, "worker_host_ns": 4.0e6, "between_ns": 1.0e6,
-             "shares": {}, "frontend_ns": 0.0}
-    inp = Input(source="r", kind="run", label="r", trace_path=None,
-                results={"engine_facts": {"engine": "vllm", "process_split": split}})
+    split = {
+        "steps": 30,
+        "step_ns": 7.0e6,
+        "compute_ns": 2.0e6,
+        "worker_host_ns": 4.0e6,
+        "between_ns": 1.0e6,
+        "shares": {},
+        "frontend_ns": 0.0,
+    }
+    inp = Input(
+        source="r",
+        kind="run",
+        label="r",
+        trace_path=None,
+        results={"engine_facts": {"engine": "vllm", "process_split": split}},
+    )
     f = F.processes_figure(inp, "fig-processes-0")
     assert f.svg is not None and "Worker host in execute_ (4.000 ms)" in f.svg
     assert "add up to the traced step (7.000 ms" in f.caption
@@ -180,10 +231,10 @@ def test_report_draws_one_stacked_bar_for_a_vllm_run():
 def test_parts_tile_any_timeline():
     """Property: on generated step windows, annotations and compute intervals, every step's three
     parts are >= 0, add up to its wall, and compute never exceeds the window."""
-    from budget import examples
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
+    from budget import examples
     from hostgap.anatomy.intervals import merge
 
     @settings(**examples(200), deadline=None)
@@ -192,10 +243,12 @@ def test_parts_tile_any_timeline():
         start = np.concatenate(([0], np.cumsum(walls)[:-1])).astype(np.int64)
         wall = np.array(walls, dtype=np.int64)
         m_end = np.array([data.draw(st.integers(s, s + 2 * w + 1)) for s, w in zip(start, wall)], dtype=np.int64)
-        ivs = data.draw(st.lists(st.tuples(st.integers(-5, int(start[-1] + wall[-1] + 5)), st.integers(0, 30)),
-                                 max_size=12))
-        seg_s, seg_e = merge(np.array([a for a, _ in ivs], dtype=np.int64),
-                             np.array([a + d for a, d in ivs], dtype=np.int64))
+        ivs = data.draw(
+            st.lists(st.tuples(st.integers(-5, int(start[-1] + wall[-1] + 5)), st.integers(0, 30)), max_size=12)
+        )
+        seg_s, seg_e = merge(
+            np.array([a for a, _ in ivs], dtype=np.int64), np.array([a + d for a, d in ivs], dtype=np.int64)
+        )
         p = vs.step_parts(start, wall, m_end, seg_s, seg_e)
         assert (p["compute_ns"] + p["worker_host_ns"] + p["between_ns"]).tolist() == wall.tolist()
         for k in vs.PARTS:

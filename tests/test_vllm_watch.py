@@ -60,6 +60,7 @@ def child():
 
 # -- process states -----------------------------------------------------------------------
 
+
 def test_describe_status_of_raw_wait_statuses():
     assert vw.describe_status(signal.SIGKILL) == "killed by SIGKILL"
     assert vw.describe_status(signal.SIGTERM) == "killed by SIGTERM"
@@ -108,6 +109,7 @@ def test_log_tail_is_one_line_of_the_last_lines(tmp_path):
 
 
 # -- the watchdog ---------------------------------------------------------------------------
+
 
 def test_dead_engine_core_ends_a_blocked_wait(child, tmp_path):
     log = tmp_path / "engine.log"
@@ -170,8 +172,9 @@ def test_engine_exceptions_become_one_line(child, tmp_path):
     with pytest.raises(vw.EngineFailure) as e:
         with w.waiting("stop the profiler", 10):
             raise RuntimeError("call failed\nTraceback (most recent call last): ...")
-    assert str(e.value) == (f"vLLM engine (tiny): stop the profiler failed: RuntimeError: call failed "
-                            f"(log: {tmp_path / 'engine.log'})")
+    assert str(e.value) == (
+        f"vLLM engine (tiny): stop the profiler failed: RuntimeError: call failed (log: {tmp_path / 'engine.log'})"
+    )
     with pytest.raises(HostgapError, match="mine"):  # hostgap's own errors pass unchanged
         with w.waiting("x", 10):
             raise HostgapError("vllm", "mine")
@@ -232,10 +235,14 @@ def test_ctrl_c_outside_a_wait_is_a_plain_interrupt():
 
 # -- bounded ends ------------------------------------------------------------------------------
 
+
 def test_end_processes_kills_what_ignores_sigterm(child):
-    stubborn = child(sys.executable, "-c",
-                     "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                     "print('ready', flush=True); time.sleep(600)")
+    stubborn = child(
+        sys.executable,
+        "-c",
+        "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(600)",
+    )
     polite = child()
     time.sleep(0.5)  # let the stubborn one install its handler
     killed = vw.end_processes([stubborn.pid, polite.pid], grace_s=0.5)
@@ -257,6 +264,7 @@ def test_ctrl_c_during_cleanup_waits_for_it():
 
 
 # -- other work on the machine ------------------------------------------------------------------
+
 
 def test_cpu_ticks_from_proc(tmp_path):
     (tmp_path / "stat").write_text("cpu  10 1 5 100 7 2 3 4 0 0\ncpu0 1 1 1 1 1 1 1 1 0 0\n")
@@ -300,14 +308,17 @@ def test_log_tail_skips_the_profiler_table(tmp_path):
         "                                                   Name    Self CPU %      Self CPU\n"
         "aten::unsqueeze         0.00%       5.200us         0.00%       6.111us       3.056us             2\n"
         "USDT:2026-12-01 20:50:44 5771:5771 SyncActivityProfilerHandler.cpp:59] profiler_stop\n"
-        "Self CPU time total: 135.063ms\n")
+        "Self CPU time total: 135.063ms\n"
+    )
     assert vw.log_tail(log, 3) == "(EngineCore pid=5) ERROR [core.py:1] RuntimeError: worker died"
 
 
 def test_log_tail_leaves_out_the_frontends_records(tmp_path):
     log = tmp_path / "engine.log"
-    log.write_text("(EngineCore pid=5) INFO [core.py:1] ready\n"
-                   "(MainProcess pid=4) WARNING [base.py:380] ValueError: Tokenizer not available\n")
+    log.write_text(
+        "(EngineCore pid=5) INFO [core.py:1] ready\n"
+        "(MainProcess pid=4) WARNING [base.py:380] ValueError: Tokenizer not available\n"
+    )
     assert vw.log_tail(log) == "(EngineCore pid=5) INFO [core.py:1] ready"
 
 
@@ -346,8 +357,10 @@ def test_descendants_from_proc(tmp_path):
     proc(13, 11, "gone", state="Z")
     proc(14, 1, "other")
     (tmp_path / "self").mkdir()
-    assert vw.descendants(10, proc_root=str(tmp_path)) == [vw.Proc(11, 10, "VLLM::EngineCore"),
-                                                           vw.Proc(12, 11, "VLLM::Worker")]
+    assert vw.descendants(10, proc_root=str(tmp_path)) == [
+        vw.Proc(11, 10, "VLLM::EngineCore"),
+        vw.Proc(12, 11, "VLLM::Worker"),
+    ]
     assert vw.descendants(14, proc_root=str(tmp_path)) == []
     assert vw.descendants(10, proc_root=str(tmp_path / "missing")) == []
 

@@ -23,9 +23,12 @@ G(N): kernel time is not inflated by the profiler. On a CPU the analogue (time i
 operators) is measured inside traced runs whose host time the profiler inflates, so it is never
 set beside the untraced wall directly: the **compute share** ``c = slope(G) / slope(W_traced)``
 is taken on the traced basis and applied to the untraced wall, ``g_step = c * t_step``
-(:func:`difference`, ``basis``). Intervals of products, differences and ratios of independent
-estimates combine their own intervals by MOVER (Zou and Donner), on the log scale for products
-and ratios.
+(:func:`difference`, ``basis``). The compute share's interval uses that both slopes come from
+the same traced runs (a slow period stretches a run's compute and its wall together): it is
+the set of shares ``c`` for which Kendall's test finds no trend of ``G - c W_traced`` in N
+(:func:`paired_ratio`, a rank form of Fieller's interval). Intervals of products, differences
+and ratios of independent estimates combine their own intervals by MOVER (Zou and Donner), on
+the log scale for products and ratios.
 
 The multi-point check fits X(N) = a + b N by least squares over the per-N estimates and reports
 R², the largest relative residual from the robust line (one bad N is caught even when R² stays
@@ -37,9 +40,20 @@ Everything here is pure: arrays in, frozen dataclasses out.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import cast
 
 import numpy as np
 
+from hostgap.capture.intervals import (
+    Slope,
+    complement,
+    mover_difference,
+    mover_product,
+    mover_ratio,
+    paired_ratio,
+    theil_sen,
+    theil_sen_line,
+)
 from hostgap.checks import LINEARITY_R2, LINEARITY_RESIDUAL  # the linearity check's limits
 
 ESTIMATORS = ("theil-sen", "median", "min", "mean")
@@ -130,8 +144,7 @@ def slope_agreement(two_point: float, fitted: float) -> float | None:
     return abs(two_point - fitted) / abs(fitted)
 
 
-def bootstrap_slopes(r1, r2, dn: int, estimator: str = "min", n_boot: int = 2000,
-                     seed: int = 0) -> np.ndarray:
+def bootstrap_slopes(r1, r2, dn: int, estimator: str = "min", n_boot: int = 2000, seed: int = 0) -> np.ndarray:
     """Bootstrap distribution of (est(R2*) - est(R1*)) / dn, resampling each side's repeats
     with replacement (vectorised: one ``n_boot x repeats`` index draw per side)."""
     rng = np.random.default_rng(seed)
@@ -139,7 +152,9 @@ def bootstrap_slopes(r1, r2, dn: int, estimator: str = "min", n_boot: int = 2000
     b = np.asarray(r2, dtype=np.float64)
     ia = rng.integers(0, len(a), size=(n_boot, len(a)))
     ib = rng.integers(0, len(b), size=(n_boot, len(b)))
-    return (estimate(b[ib], estimator, axis=1) - estimate(a[ia], estimator, axis=1)) / dn
+    # reduced along axis 1 of a 2-D draw: arrays (one value per resample)
+    diff = cast(np.ndarray, estimate(b[ib], estimator, axis=1) - estimate(a[ia], estimator, axis=1))
+    return diff / dn
 
 
 def percentile_ci(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
@@ -149,96 +164,14 @@ def percentile_ci(samples: np.ndarray, level: float = 0.95) -> tuple[float, floa
 
 # -- slopes with intervals ----------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Slope:
-    """A per-step slope and its interval (``lo`` <= ``value`` <= ``hi``)."""
 
-    value: float
-    lo: float
-    hi: float
-
-
-def _ties(v: np.ndarray) -> float:
-    """sum k (k - 1) (2 k + 5) over the groups of k equal values (Kendall's tau tie term)."""
-    _u, k = np.unique(v, return_counts=True)
-    k = k[k > 1].astype(np.float64)
-    return float(np.sum(k * (k - 1) * (2 * k + 5)))
-
-
-def theil_sen_line(x, y, level: float = 0.95) -> tuple[float, float, float, float]:
-    """(slope, intercept, lo, hi): the median of the pairwise slopes between points at different
-    x, the intercept median(y) - slope * median(x), and Sen's interval from the normal
-    approximation of Kendall's tau with tie corrections (as scipy.stats.theilslopes computes
-    it; done here in numpy, without importing scipy.stats)."""
-    from statistics import NormalDist
-
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    i, j = np.triu_indices(len(x), k=1)
-    dx, dy = x[j] - x[i], y[j] - y[i]
-    keep = dx != 0
-    if not keep.any():
-        raise ValueError("a Theil-Sen line needs at least two distinct x")
-    slopes = np.sort(dy[keep] / dx[keep])
-    b = float(np.median(slopes))
-    a = float(np.median(y) - b * np.median(x))
-    n, nt = len(y), len(slopes)
-    sigma = np.sqrt((n * (n - 1) * (2 * n + 5) - _ties(x) - _ties(y)) / 18.0)
-    z = NormalDist().inv_cdf(0.5 * (1 + level))
-    hi_i = min(int(np.round((nt + z * sigma) / 2.0)), nt - 1)
-    lo_i = max(int(np.round((nt - z * sigma) / 2.0)) - 1, 0)
-    return b, a, float(slopes[lo_i]), float(slopes[hi_i])
-
-
-def theil_sen(series: dict[int, list], level: float = 0.95) -> Slope | None:
-    """Theil-Sen slope over every run of ``series`` (N -> repeats) with Sen's interval; None
-    with fewer than two distinct N."""
-    x = np.concatenate([np.full(len(v), n, dtype=np.float64) for n, v in series.items() if v] or [[]])
-    y = np.concatenate([np.asarray(v, dtype=np.float64) for v in series.values() if v] or [[]])
-    if len(np.unique(x)) < 2:
-        return None
-    b, _a, lo, hi = theil_sen_line(x, y, level)
-    return Slope(b, min(lo, b), max(hi, b))
-
-
-def bootstrap_slope(series: dict[int, list], n1: int, n2: int, estimator: str, n_boot: int,
-                    seed: int, level: float = 0.95) -> Slope:
+def bootstrap_slope(
+    series: dict[int, list], n1: int, n2: int, estimator: str, n_boot: int, seed: int, level: float = 0.95
+) -> Slope:
     """Two-point slope of the per-N ``estimator`` with a percentile bootstrap interval."""
-    v = two_point_slope(n1, estimate(series[n1], estimator), n2, estimate(series[n2], estimator))
+    v = two_point_slope(n1, float(estimate(series[n1], estimator)), n2, float(estimate(series[n2], estimator)))
     lo, hi = percentile_ci(bootstrap_slopes(series[n1], series[n2], n2 - n1, estimator, n_boot, seed), level)
     return Slope(v, min(lo, v), max(hi, v))
-
-
-def mover_difference(a: Slope, b: Slope) -> Slope:
-    """a - b for independent estimates (MOVER: each side's half-widths added in quadrature)."""
-    d = a.value - b.value
-    lo = d - float(np.hypot(a.value - a.lo, b.hi - b.value))
-    hi = d + float(np.hypot(a.hi - a.value, b.value - b.lo))
-    return Slope(d, lo, hi)
-
-
-def mover_product(a: Slope, b: Slope) -> Slope | None:
-    """a * b for independent positive estimates (MOVER on the log scale); None unless both
-    intervals are positive."""
-    if min(a.lo, b.lo) <= 0:
-        return None
-    p = a.value * b.value
-    lo = p * float(np.exp(-np.hypot(np.log(a.value / a.lo), np.log(b.value / b.lo))))
-    hi = p * float(np.exp(np.hypot(np.log(a.hi / a.value), np.log(b.hi / b.value))))
-    return Slope(p, lo, hi)
-
-
-def mover_ratio(a: Slope, b: Slope) -> Slope | None:
-    """a / b for independent positive estimates (MOVER on the log scale); None unless both
-    intervals are positive."""
-    if min(a.lo, b.lo) <= 0:
-        return None
-    return mover_product(a, Slope(1 / b.value, 1 / b.hi, 1 / b.lo))
-
-
-def complement(share: Slope) -> Slope:
-    """1 - share, with its interval."""
-    return Slope(1 - share.value, 1 - share.hi, 1 - share.lo)
 
 
 @dataclass(frozen=True)
@@ -262,6 +195,8 @@ class Series:
     h2d_bytes: dict[int, list[int]] = field(default_factory=dict)
     d2h_bytes: dict[int, list[int]] = field(default_factory=dict)
     thread_ns: dict[int, list[int]] = field(default_factory=dict)  # untraced runs' thread CPU time
+    wall_rounds: dict[int, list[int]] = field(default_factory=dict)  # round of each untraced run (-1: none)
+    wall_seq: dict[int, list[int]] = field(default_factory=dict)  # position of each untraced run in run order
 
 
 @dataclass(frozen=True)
@@ -281,9 +216,9 @@ class Differencing:
     h_step_ns: float
     k_step: float
     host_fraction: float | None
-    kernel_sum_step_ns: float
-    kernel_union_step_ns: float
-    sum_minus_union_step_ns: float
+    kernel_sum_step_ns: float | None
+    kernel_union_step_ns: float | None
+    sum_minus_union_step_ns: float | None
     copies_per_step: float | None
     copy_step_ns: float | None
     h2d_bytes_per_step: float | None
@@ -317,7 +252,7 @@ class Differencing:
 def _slope(series: dict[int, list[int]], n1: int, n2: int, estimator: str) -> float | None:
     if n1 not in series or n2 not in series or not series[n1] or not series[n2]:
         return None
-    return two_point_slope(n1, estimate(series[n1], estimator), n2, estimate(series[n2], estimator))
+    return two_point_slope(n1, float(estimate(series[n1], estimator)), n2, float(estimate(series[n2], estimator)))
 
 
 def _fit(series: dict[int, list[int]], estimator: str) -> LinearFit | None:
@@ -331,8 +266,16 @@ def _within(series: dict[int, list[int]], n1: int, n2: int) -> dict[int, list[in
     return {n: v for n, v in series.items() if n1 <= n <= n2 and v}
 
 
-def slope_with_interval(series: dict[int, list[int]], n1: int, n2: int, estimator: str, *,
-                        n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> Slope:
+def slope_with_interval(
+    series: dict[int, list[int]],
+    n1: int,
+    n2: int,
+    estimator: str,
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> Slope:
     """The per-step slope of ``series`` between ``n1`` and ``n2`` and its interval:
     Theil-Sen over every run (``theil-sen``), else the two-point slope of the per-N estimate
     with a percentile bootstrap."""
@@ -355,10 +298,18 @@ def _interval(x: Slope | None, lo: float = -np.inf, hi: float = np.inf) -> list[
     return [float(a), float(b)] if a <= b else None
 
 
-def split(t: Slope, g_traced: Slope, activity: str, traced_t: Slope | None = None) -> dict:
+_TINY = 1e-9
+"""How close to 0 or 1 a share's interval may reach before MOVER's log scale (at 0 it has none)."""
+
+
+def split(
+    t: Slope, g_traced: Slope, activity: str, traced_t: Slope | None = None, paired_share: Slope | None = None
+) -> dict:
     """g, h, the host fraction and (CPU) the compute share, each with its interval, on one
-    basis: GPU ``g = g_traced``; CPU ``g = t * share`` with ``share = g_traced / traced_t``.
-    Intervals are None where MOVER does not apply (an interval reaching 0)."""
+    basis: GPU ``g = g_traced``; CPU ``g = t * share`` with ``share = g_traced / traced_t``, its
+    interval ``paired_share`` (:func:`paired_ratio`) where the traced runs give one, else the
+    MOVER ratio of the two slopes' intervals (as if independent: wider). Intervals are None
+    where MOVER does not apply (an interval reaching 0)."""
     if activity == "gpu":
         g = g_traced
         share = mover_ratio(g, t)
@@ -368,7 +319,10 @@ def split(t: Slope, g_traced: Slope, activity: str, traced_t: Slope | None = Non
         if traced_t is None or traced_t.value <= 0:
             raise ValueError("a CPU split needs a positive traced wall slope")
         share_value = g_traced.value / traced_t.value
-        share = mover_ratio(g_traced, traced_t)
+        share = paired_share or mover_ratio(g_traced, traced_t)
+        if share is not None:  # a share lies in (0, 1): cut to it, so the products below exist
+            v = share.value
+            share = Slope(v, min(max(share.lo, _TINY), v), max(min(share.hi, 1 - _TINY), v))
         g_val = t.value * share_value
         prod = mover_product(t, share) if share else None
         rest = mover_product(t, complement(share)) if share else None
@@ -376,7 +330,9 @@ def split(t: Slope, g_traced: Slope, activity: str, traced_t: Slope | None = Non
         h = Slope(t.value - g_val, rest.lo, rest.hi) if rest else Slope(t.value - g_val, np.nan, np.nan)
     frac = complement(share) if share else None
     return {
-        "g": g, "h": h, "share": share_value,
+        "g": g,
+        "h": h,
+        "share": share_value,
         "host_fraction": (1 - share_value) if share_value is not None else None,
         "ci_g": _interval(g, 0.0) if np.isfinite(g.lo) else None,
         "ci_h": _interval(h, 0.0) if np.isfinite(h.lo) else None,
@@ -385,9 +341,18 @@ def split(t: Slope, g_traced: Slope, activity: str, traced_t: Slope | None = Non
     }
 
 
-def difference(series: Series, n1: int, n2: int, *, estimator: str = "theil-sen", activity: str = "gpu",
-               n_boot: int = 2000, level: float = 0.95, seed: int = 0,
-               prompt_len: int | None = None) -> Differencing:
+def difference(
+    series: Series,
+    n1: int,
+    n2: int,
+    *,
+    estimator: str = "theil-sen",
+    activity: str = "gpu",
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+    prompt_len: int | None = None,
+) -> Differencing:
     """Apply the differencing method to ``series`` between ``n1`` and ``n2`` (module doc)."""
     if not n1 < n2:
         raise ValueError(f"need n1 < n2, got {n1}, {n2}")
@@ -396,23 +361,50 @@ def difference(series: Series, n1: int, n2: int, *, estimator: str = "theil-sen"
     for name, ser in (("untraced wall", series.wall_ns), ("traced busy", series.busy_ns)):
         if not (ser.get(n1) and ser.get(n2)):
             raise ValueError(f"series lack repeats at n1 or n2 ({name})")
-    kw = dict(n_boot=n_boot, level=level)
-    t = slope_with_interval(series.wall_ns, n1, n2, estimator, seed=seed, **kw)
-    gt = slope_with_interval(series.busy_ns, n1, n2, estimator, seed=seed + 1, **kw)
-    tt = (slope_with_interval(series.traced_wall_ns, n1, n2, estimator, seed=seed + 2, **kw)
-          if series.traced_wall_ns.get(n1) and series.traced_wall_ns.get(n2) else None)
-    sp = split(t, gt, activity, tt)
+    t = slope_with_interval(series.wall_ns, n1, n2, estimator, seed=seed, n_boot=n_boot, level=level)
+    by_rounds = None
+    if estimator == "theil-sen" and series.wall_rounds:  # runs in rounds: batch-means interval
+        from hostgap.capture.rounds import round_interval
+
+        iv = round_interval(t.value, series.wall_ns, series.wall_rounds, n1, n2, level, series.wall_seq)
+        by_rounds = Slope(t.value, *iv) if iv else None
+        t = by_rounds or t
+    gt = slope_with_interval(series.busy_ns, n1, n2, estimator, seed=seed + 1, n_boot=n_boot, level=level)
+    tt = (
+        slope_with_interval(series.traced_wall_ns, n1, n2, estimator, seed=seed + 2, n_boot=n_boot, level=level)
+        if series.traced_wall_ns.get(n1) and series.traced_wall_ns.get(n2)
+        else None
+    )
+    paired = None
+    if activity != "gpu" and tt is not None and tt.value > 0:
+        paired = paired_ratio(
+            _within(series.busy_ns, n1, n2), _within(series.traced_wall_ns, n1, n2), gt.value / tt.value, level
+        )
+    sp = split(t, gt, activity, tt, paired)
     k = _slope(series.kernel_count, n1, n2, "median")
     ksum = _slope(series.kernel_sum_ns, n1, n2, estimator)
     kun = _slope(series.kernel_union_ns, n1, n2, estimator)
     infl = None
     if series.traced_wall_ns.get(n2) and series.wall_ns.get(n2):
         infl = float(estimate(series.traced_wall_ns[n2], estimator) / estimate(series.wall_ns[n2], estimator) - 1)
-    method = ("Theil-Sen slope over every run of the sweep, Sen's interval" if estimator == "theil-sen"
-              else f"percentile bootstrap over repeats ({n_boot} resamples, estimator {estimator})")
+    method = (
+        "Theil-Sen slope over every run of the sweep, Sen's interval"
+        if estimator == "theil-sen"
+        else f"percentile bootstrap over repeats ({n_boot} resamples, estimator {estimator})"
+    )
+    if by_rounds is not None:
+        method = (
+            "Theil-Sen slope over every run of the sweep; wall interval from the spread of the "
+            "rounds' slopes (batch means), traced intervals Sen's"
+        )
     ci = {
         "level": level,
-        "method": method + "; g, h and the host fraction combined by MOVER",
+        "method": method
+        + (
+            "; compute share from the paired traced runs (Kendall's test inverted); g, h and the host fraction by MOVER"
+            if paired is not None
+            else "; g, h and the host fraction combined by MOVER"
+        ),
         "repeats_untraced": [len(series.wall_ns[n1]), len(series.wall_ns[n2])],
         "repeats_traced": [len(series.busy_ns[n1]), len(series.busy_ns[n2])],
         "t_step_ns": _interval(t, 0.0),
@@ -426,21 +418,35 @@ def difference(series: Series, n1: int, n2: int, *, estimator: str = "theil-sen"
     fw, fg = _fit(series.wall_ns, est), _fit(series.busy_ns, est)
     fk = _fit(series.kernel_count, "median")
     opt = lambda s: _slope(s, n1, n2, "median") if s else None  # noqa: E731
-    two_t = _slope(series.wall_ns, n1, n2, est)
-    two_g = _slope(series.busy_ns, n1, n2, est)
+    # both series have repeats at n1 and n2 (checked above), so both slopes exist
+    two_t = cast(float, _slope(series.wall_ns, n1, n2, est))
+    two_g = cast(float, _slope(series.busy_ns, n1, n2, est))
     ft = _fit(series.thread_ns, est) if series.thread_ns else None
     return Differencing(
-        n1=n1, n2=n2, estimator=estimator, activity=activity,
-        t_step_ns=t.value, g_step_ns=sp["g"].value, h_step_ns=sp["h"].value,
+        n1=n1,
+        n2=n2,
+        estimator=estimator,
+        activity=activity,
+        t_step_ns=t.value,
+        g_step_ns=sp["g"].value,
+        h_step_ns=sp["h"].value,
         k_step=k if k is not None else float("nan"),
         host_fraction=sp["host_fraction"] if t.value > 0 else None,
-        kernel_sum_step_ns=ksum, kernel_union_step_ns=kun,
+        kernel_sum_step_ns=ksum,
+        kernel_union_step_ns=kun,
         sum_minus_union_step_ns=ksum - kun if ksum is not None and kun is not None else None,
-        copies_per_step=opt(series.copies), copy_step_ns=opt(series.copy_ns),
-        h2d_bytes_per_step=opt(series.h2d_bytes), d2h_bytes_per_step=opt(series.d2h_bytes),
-        profiler_inflation=infl, traced_t_step_ns=tt.value if tt else None, ci=ci,
-        fit_wall=fw, fit_gpu=fg, fit_kernels=fk,
-        r2_wall=fw.r2 if fw else None, r2_gpu=fg.r2 if fg else None,
+        copies_per_step=opt(series.copies),
+        copy_step_ns=opt(series.copy_ns),
+        h2d_bytes_per_step=opt(series.h2d_bytes),
+        d2h_bytes_per_step=opt(series.d2h_bytes),
+        profiler_inflation=infl,
+        traced_t_step_ns=tt.value if tt else None,
+        ci=ci,
+        fit_wall=fw,
+        fit_gpu=fg,
+        fit_kernels=fk,
+        r2_wall=fw.r2 if fw else None,
+        r2_gpu=fg.r2 if fg else None,
         slope_agreement=slope_agreement(two_t, fw.slope) if fw else None,
         slope_agreement_gpu=slope_agreement(two_g, fg.slope) if fg else None,
         kv_range=(prompt_len + n1, prompt_len + n2 - 1) if prompt_len is not None else None,
@@ -464,3 +470,27 @@ def sweep_points(n1: int, n2: int, points: int = 5) -> list[int]:
     if lo < n2:
         vals.update(int(round(v)) for v in np.geomspace(lo, n2, points))
     return sorted(v for v in vals if n1 <= v <= n2)
+
+
+def series_from_raw(raw: dict) -> Series:
+    """The differencing input from ``timings.json`` content (the raw timings of a run)."""
+    tr = {int(n): v for n, v in raw["traced"].items()}
+
+    def col(key):
+        return {n: [int(s[key]) for s in v] for n, v in tr.items() if v}
+
+    return Series(
+        wall_ns={int(n): list(v) for n, v in raw["untraced_wall_ns"].items()},
+        traced_wall_ns=col("wall_ns"),
+        busy_ns=col("busy_ns"),
+        kernel_sum_ns=col("kernel_sum_ns"),
+        kernel_union_ns=col("kernel_union_ns"),
+        kernel_count=col("kernel_count"),
+        copies=col("copies"),
+        copy_ns=col("copy_ns"),
+        h2d_bytes=col("h2d_bytes"),
+        d2h_bytes=col("d2h_bytes"),
+        thread_ns={int(n): list(v) for n, v in raw.get("untraced_thread_ns", {}).items() if v and all(v)},
+        wall_rounds={int(n): list(v) for n, v in raw.get("untraced_rounds", {}).items()},
+        wall_seq={int(n): list(v) for n, v in raw.get("untraced_seq", {}).items()},
+    )

@@ -91,7 +91,7 @@ class Engine(abc.ABC):
     def generate_traced(self, n_tokens: int, trace_dir: Path) -> tuple[int, Path]:
         """Generate under the profiler (one annotation per step); return (wall ns, trace file)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a default that does nothing, for engines with nothing to release
         """Release the model and any worker processes."""
 
     def describe(self) -> dict:
@@ -121,9 +121,7 @@ def load_engine(name: str) -> type[Engine]:
     try:
         target = ENGINES[name]
     except KeyError:
-        raise HostgapError(
-            f"--engine {name}", f"unknown engine; known: {', '.join(ENGINES)}"
-        ) from None
+        raise HostgapError(f"--engine {name}", f"unknown engine; known: {', '.join(ENGINES)}") from None
     if isinstance(target, str):
         module, _, attr = target.partition(":")
         try:

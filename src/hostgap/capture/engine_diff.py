@@ -37,7 +37,7 @@ def engine_difference(base: dict, other: dict) -> dict:
     for r in (base, other):
         if not is_valid(r):
             why += [f"{r.get('engine')}: {x}" for x in (r.get("invalid_reasons") or ["checks failed"])]
-    parts = {}
+    parts: dict[str, dict[str, float] | None] = {}
     for key, src, words in QUANTITIES:
         a, b = _slope(base, src), _slope(other, src)
         if a is None or b is None:
@@ -51,9 +51,11 @@ def engine_difference(base: dict, other: dict) -> dict:
     if why:
         parts = dict.fromkeys(parts)  # not a result: no number
     return {
-        "base": base.get("engine"), "other": other.get("engine"),
+        "base": base.get("engine"),
+        "other": other.get("engine"),
         "runs": [base.get("run_id"), other.get("run_id")],
-        "valid": not why, "invalid_reasons": why,
+        "valid": not why,
+        "invalid_reasons": why,
         **parts,
         "level": level,
         "method": "MOVER difference of the two engines' intervals (conservative under shared drift)",
@@ -65,11 +67,14 @@ def difference_line(diff: dict) -> str:
     """The terminal line of :func:`engine_difference`."""
     head = f"{diff['other']} - {diff['base']}"
     if not diff["valid"]:
-        return (f"{head}: invalid, no difference reported: " + "; ".join(diff["invalid_reasons"]))
+        return f"{head}: invalid, no difference reported: " + "; ".join(diff["invalid_reasons"])
     pct = int(round(100 * diff["level"]))
     txt = []
     for key, _src, words in QUANTITIES:
         p = diff[key]
         txt.append(f"{words} {p['value'] / 1e6:+.3f} ms/step [{p['lo'] / 1e6:+.3f}, {p['hi'] / 1e6:+.3f}]")
-    return (f"{head} ({diff['schedule']}, {pct} % CI): " + ", ".join(txt)
-            + " (the engine's own host cost beyond the in-process loop)")
+    return (
+        f"{head} ({diff['schedule']}, {pct} % CI): "
+        + ", ".join(txt)
+        + " (the engine's own host cost beyond the in-process loop)"
+    )

@@ -78,8 +78,16 @@ def measure_floor(device: str = "auto", samples: int = 200, warmup: int = 50) ->
         xs, name, method = _cuda_samples(torch, samples, warmup)
     else:
         xs, name, method = _cpu_samples(torch, samples, warmup)
-    return Floor(SCHEMA_VERSION, "launch_floor", device, name, method=method, created=utc_now(),
-                 torch=torch.__version__, **summarise(xs))
+    return Floor(
+        SCHEMA_VERSION,
+        "launch_floor",
+        device,
+        name,
+        method=method,
+        created=utc_now(),
+        torch=torch.__version__,
+        **summarise(xs),
+    )
 
 
 def _cpu_samples(torch, samples: int, warmup: int):
@@ -100,8 +108,10 @@ def _cpu_samples(torch, samples: int, warmup: int):
         torch.add(a, b, out=c)
         xs[i] = clock() - t0
     xs = np.maximum(xs - int(np.median(empty)), 0)
-    method = ("CPU dispatch floor: wall of one torch.add(a, b, out=c) on 1-element float32 "
-              "tensors, 1 thread, minus the median timer overhead")
+    method = (
+        "CPU dispatch floor: wall of one torch.add(a, b, out=c) on 1-element float32 "
+        "tensors, 1 thread, minus the median timer overhead"
+    )
     return xs, cpu_model(), method
 
 
@@ -140,8 +150,10 @@ def _cuda_samples(torch, samples: int, warmup: int):
     xs = null_kernel_delays(trace)
     if len(xs) < MIN_SAMPLES:
         raise HostgapError("hostgap floor", f"only {len(xs)} empty-kernel launches linked in the trace")
-    method = ("CUDA null-kernel floor: spin_kernel<<<1,1>>> (torch.cuda._sleep(0)) then "
-              "cudaDeviceSynchronize; kernel.start - cudaLaunchKernel.start from a CUPTI trace")
+    method = (
+        "CUDA null-kernel floor: spin_kernel<<<1,1>>> (torch.cuda._sleep(0)) then "
+        "cudaDeviceSynchronize; kernel.start - cudaLaunchKernel.start from a CUPTI trace"
+    )
     return xs, torch.cuda.get_device_name(), method
 
 

@@ -27,29 +27,73 @@ import os
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 from hostgap.capture.rundir import file_mode
 from hostgap.errors import HostgapError
 
 HARVEST_SCHEMA_VERSION = 1
 
-COMPOSITION = ("ctx_requests", "ctx_q", "ctx_s", "ctx_qq", "ctx_qs",
-               "gen_requests", "gen_q", "gen_s", "gen_qq", "gen_qs")
-STEP_COLUMNS = ("schema_version", "source", "step", "kind", "wall_ns", "gpu_active_ns",
-                "host_exposed_ns", "host_wait_ns", *COMPOSITION)
+COMPOSITION = (
+    "ctx_requests",
+    "ctx_q",
+    "ctx_s",
+    "ctx_qq",
+    "ctx_qs",
+    "gen_requests",
+    "gen_q",
+    "gen_s",
+    "gen_qq",
+    "gen_qs",
+)
+STEP_COLUMNS = (
+    "schema_version",
+    "source",
+    "step",
+    "kind",
+    "wall_ns",
+    "gpu_active_ns",
+    "host_exposed_ns",
+    "host_wait_ns",
+    *COMPOSITION,
+)
 """The contract columns, in order. Extra columns follow them (:data:`EXTRA_COLUMNS`)."""
-EXTRA_COLUMNS = ("activity", "engine", "preset", "concurrency", "chunked_prefill",
-                 "max_num_batched_tokens", "kernel_count", "kernel_sum_ns", "host_fraction",
-                 "queued", "partial", "start_ns")
-REQUEST_COLUMNS = ("schema_version", "source", "step", "request", "phase", "q", "s",
-                   "prompt_len", "output_len")
-INT_COLUMNS = {"schema_version", "step", "wall_ns", "gpu_active_ns", "host_exposed_ns",
-               "host_wait_ns", *COMPOSITION, "concurrency", "max_num_batched_tokens",
-               "kernel_count", "kernel_sum_ns", "start_ns", "request", "q", "s", "prompt_len",
-               "output_len"}
+EXTRA_COLUMNS = (
+    "activity",
+    "engine",
+    "preset",
+    "concurrency",
+    "chunked_prefill",
+    "max_num_batched_tokens",
+    "kernel_count",
+    "kernel_sum_ns",
+    "host_fraction",
+    "queued",
+    "partial",
+    "start_ns",
+)
+REQUEST_COLUMNS = ("schema_version", "source", "step", "request", "phase", "q", "s", "prompt_len", "output_len")
+INT_COLUMNS = {
+    "schema_version",
+    "step",
+    "wall_ns",
+    "gpu_active_ns",
+    "host_exposed_ns",
+    "host_wait_ns",
+    *COMPOSITION,
+    "concurrency",
+    "max_num_batched_tokens",
+    "kernel_count",
+    "kernel_sum_ns",
+    "start_ns",
+    "request",
+    "q",
+    "s",
+    "prompt_len",
+    "output_len",
+}
 BOOL_COLUMNS = {"chunked_prefill", "queued", "partial"}
 FLOAT_COLUMNS = {"host_fraction"}
 
@@ -57,6 +101,7 @@ Progress = Callable[[str], None]
 
 
 # -- workload -----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Request:
@@ -112,8 +157,7 @@ def validate(cfg: HarvestConfig) -> None:
         raise HostgapError("--requests", f"must be >= 1, got {cfg.requests}")
 
 
-def make_requests(n: int, prompt_len: tuple[int, int], output_len: tuple[int, int],
-                  seed: int) -> list[Request]:
+def make_requests(n: int, prompt_len: tuple[int, int], output_len: tuple[int, int], seed: int) -> list[Request]:
     """``n`` requests: prompt lengths log-uniform over ``prompt_len``, outputs uniform."""
     rng = random.Random(seed)
     lo, hi = prompt_len
@@ -151,6 +195,7 @@ def run_closed_loop(runtime, requests: list[Request], concurrency: int, prompts:
 
 # -- tables -------------------------------------------------------------------------------
 
+
 def step_rows(anatomy: dict, source: str, extra: dict | None = None) -> tuple[list[dict], int]:
     """Table rows from an anatomy dict (``analyze(...).to_dict()``); steps that scheduled no
     tokens (vLLM's empty ``execute_0_...`` iterations) are left out. Returns (rows, dropped)."""
@@ -159,10 +204,19 @@ def step_rows(anatomy: dict, source: str, extra: dict | None = None) -> tuple[li
         if s.get("kind") == "unknown" and not _tokens(s):
             dropped += 1
             continue
-        row = {"schema_version": HARVEST_SCHEMA_VERSION, "source": source, "step": s["index"],
-               "kind": s.get("kind")}
-        for c in ("wall_ns", "gpu_active_ns", "host_exposed_ns", "host_wait_ns", *COMPOSITION,
-                  "kernel_count", "kernel_sum_ns", "host_fraction", "queued", "partial"):
+        row = {"schema_version": HARVEST_SCHEMA_VERSION, "source": source, "step": s["index"], "kind": s.get("kind")}
+        for c in (
+            "wall_ns",
+            "gpu_active_ns",
+            "host_exposed_ns",
+            "host_wait_ns",
+            *COMPOSITION,
+            "kernel_count",
+            "kernel_sum_ns",
+            "host_fraction",
+            "queued",
+            "partial",
+        ):
             row[c] = s.get(c)
         row["start_ns"] = s.get("start_ns")
         row["activity"] = anatomy.get("activity")
@@ -200,22 +254,32 @@ def join_requests(rows: list[dict], records: list, ids: dict, source: str) -> li
     for row, rec in zip(rows, recs):
         comp = log_composition(rec)
         if any(comp[k] != row[k] for k in COMPOSITION):
-            raise HostgapError(source, f"step {row['step']}: trace composition {_brief(row)} "
-                                       f"differs from the Worker's record {_brief(comp)}")
+            raise HostgapError(
+                source,
+                f"step {row['step']}: trace composition {_brief(row)} differs from the Worker's record {_brief(comp)}",
+            )
         for rid, q, computed, ctx in rec[2]:
             req = ids.get(rid) or ids.get(rid.split("-", 1)[0])  # the Worker's ids carry a suffix
-            out.append({
-                "schema_version": HARVEST_SCHEMA_VERSION, "source": source, "step": row["step"],
-                "request": req.index if req else -1, "phase": "prefill" if ctx else "decode",
-                "q": q, "s": computed + q, "prompt_len": req.prompt_len if req else None,
-                "output_len": req.output_len if req else None,
-            })
+            out.append(
+                {
+                    "schema_version": HARVEST_SCHEMA_VERSION,
+                    "source": source,
+                    "step": row["step"],
+                    "request": req.index if req else -1,
+                    "phase": "prefill" if ctx else "decode",
+                    "q": q,
+                    "s": computed + q,
+                    "prompt_len": req.prompt_len if req else None,
+                    "output_len": req.output_len if req else None,
+                }
+            )
     return out
 
 
 def _brief(f: dict) -> str:
-    return "ctx {}/{}q/{}s gen {}/{}q/{}s".format(*(f[k] for k in (
-        "ctx_requests", "ctx_q", "ctx_s", "gen_requests", "gen_q", "gen_s")))
+    return "ctx {}/{}q/{}s gen {}/{}q/{}s".format(
+        *(f[k] for k in ("ctx_requests", "ctx_q", "ctx_s", "gen_requests", "gen_q", "gen_s"))
+    )
 
 
 def write_table(rows: list[dict], path: Path, columns: tuple[str, ...], meta: dict) -> Path:
@@ -228,8 +292,15 @@ def write_table(rows: list[dict], path: Path, columns: tuple[str, ...], meta: di
     arrays = []
     for c in names:
         vals = [r.get(c) for r in rows]
-        typ = (pa.int64() if c in INT_COLUMNS else pa.bool_() if c in BOOL_COLUMNS
-               else pa.float64() if c in FLOAT_COLUMNS else pa.string())
+        typ = (
+            pa.int64()
+            if c in INT_COLUMNS
+            else pa.bool_()
+            if c in BOOL_COLUMNS
+            else pa.float64()
+            if c in FLOAT_COLUMNS
+            else pa.string()
+        )
         if typ == pa.string():
             vals = [None if v is None else str(v) for v in vals]
         arrays.append(pa.array(vals, type=typ))
@@ -270,11 +341,17 @@ def read_table(path: Path) -> list[dict]:
 def table_meta(kind: str, **kw) -> dict:
     from hostgap import __version__
 
-    return {"schema_version": HARVEST_SCHEMA_VERSION, "table": kind, "hostgap": __version__,
-            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **kw}
+    return {
+        "schema_version": HARVEST_SCHEMA_VERSION,
+        "table": kind,
+        "hostgap": __version__,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **kw,
+    }
 
 
 # -- sources ------------------------------------------------------------------------------
+
 
 def analyze_trace(path: Path) -> dict:
     from hostgap.anatomy.steps import AnatomyConfig, analyze
@@ -289,8 +366,11 @@ def harvest_traces(paths: list[str], out: Path, progress: Progress | None = None
     for p in paths:
         a = analyze_trace(Path(p))
         if a["marker_family"] not in ("vllm", "sglang", "hostgap"):
-            raise HostgapError(p, f"no engine step annotations (vLLM execute_..., SGLang step[...]); "
-                                  f"found marker family {a['marker_family']!r}")
+            raise HostgapError(
+                p,
+                f"no engine step annotations (vLLM execute_..., SGLang step[...]); "
+                f"found marker family {a['marker_family']!r}",
+            )
         r, d = step_rows(a, Path(p).name, {"engine": a["marker_family"]})
         rows += r
         dropped += d
@@ -301,8 +381,15 @@ def harvest_traces(paths: list[str], out: Path, progress: Progress | None = None
         raise HostgapError(", ".join(paths), "no engine steps with tokens in these traces")
     meta = table_meta("steps", mode="traces", sources=sources, dropped_empty_steps=dropped)
     write_table(rows, out, STEP_COLUMNS + EXTRA_COLUMNS, meta)
-    return {"steps": str(out), "requests": None, "rows": len(rows), "request_rows": 0,
-            "dropped_empty_steps": dropped, "sources": sources, "kinds": _kinds(rows)}
+    return {
+        "steps": str(out),
+        "requests": None,
+        "rows": len(rows),
+        "request_rows": 0,
+        "dropped_empty_steps": dropped,
+        "sources": sources,
+        "kinds": _kinds(rows),
+    }
 
 
 def engine_options(cfg: HarvestConfig, chunked: bool):
@@ -310,13 +397,21 @@ def engine_options(cfg: HarvestConfig, chunked: bool):
     from hostgap.capture.vllm_common import VllmOptions
 
     budget = cfg.budget if chunked else max(cfg.max_model_len, 2048)
-    return VllmOptions(mode=cfg.mode, dtype=cfg.dtype, kv_cache_gib=cfg.kv_cache_gib,
-                       max_model_len=cfg.max_model_len, max_num_seqs=max(cfg.concurrency),
-                       max_num_batched_tokens=budget, chunked_prefill=chunked, seed=cfg.seed)
+    return VllmOptions(
+        mode=cfg.mode,
+        dtype=cfg.dtype,
+        kv_cache_gib=cfg.kv_cache_gib,
+        max_model_len=cfg.max_model_len,
+        max_num_seqs=max(cfg.concurrency),
+        max_num_batched_tokens=budget,
+        chunked_prefill=chunked,
+        seed=cfg.seed,
+    )
 
 
-def harvest_level(rt, cfg: HarvestConfig, concurrency: int, keep_traces: Path | None = None
-                  ) -> tuple[list[dict], list[dict], int]:
+def harvest_level(
+    rt, cfg: HarvestConfig, concurrency: int, keep_traces: Path | None = None
+) -> tuple[list[dict], list[dict], int]:
     """One concurrency level on a started runtime (``record_steps`` and ``profile`` on):
     returns (step rows, request rows, empty steps dropped)."""
     o = rt.opts
@@ -336,8 +431,13 @@ def harvest_level(rt, cfg: HarvestConfig, concurrency: int, keep_traces: Path | 
         ids = run_closed_loop(rt, reqs, concurrency, prompts)
     records = rt.take_steps()
     trace = got[0]
-    extra = {"engine": "vllm", "preset": rt.arch.name, "concurrency": concurrency,
-             "chunked_prefill": o.chunked_prefill, "max_num_batched_tokens": o.max_num_batched_tokens}
+    extra = {
+        "engine": "vllm",
+        "preset": rt.arch.name,
+        "concurrency": concurrency,
+        "chunked_prefill": o.chunked_prefill,
+        "max_num_batched_tokens": o.max_num_batched_tokens,
+    }
     try:
         rows, dropped = step_rows(analyze_trace(trace), source, extra)
         req_rows = join_requests(rows, records, ids, source)
@@ -355,8 +455,9 @@ def write_live(rows: list[dict], req_rows: list[dict], out: Path, meta: dict) ->
     return write_table(req_rows, requests_path(out), REQUEST_COLUMNS, {**meta, "table": "requests"})
 
 
-def harvest_live(cfg: HarvestConfig, out: Path, keep_traces: Path | None = None,
-                 progress: Progress | None = None) -> dict:
+def harvest_live(
+    cfg: HarvestConfig, out: Path, keep_traces: Path | None = None, progress: Progress | None = None
+) -> dict:
     """Run the grid on vLLM (one engine per chunked-prefill setting) and write the step table
     and the request table."""
     from hostgap.capture.vllm_common import validate_options
@@ -375,24 +476,37 @@ def harvest_live(cfg: HarvestConfig, out: Path, keep_traces: Path | None = None,
     with tempfile.TemporaryDirectory(prefix="hostgap-harvest-") as tmp:
         for chunked in cfg.chunked:
             opts = engine_options(cfg, chunked)
-            say(f"starting vLLM ({cfg.preset}, chunked prefill {'on' if chunked else 'off'}, "
-                f"budget {opts.max_num_batched_tokens} tokens/step)")
-            with VllmRuntime(arch, opts, Path(tmp) / f"chunked{int(chunked)}", profile=True,
-                             record_steps=True, failure_dir=failure_dir(out, chunked)) as rt:
+            say(
+                f"starting vLLM ({cfg.preset}, chunked prefill {'on' if chunked else 'off'}, "
+                f"budget {opts.max_num_batched_tokens} tokens/step)"
+            )
+            with VllmRuntime(
+                arch,
+                opts,
+                Path(tmp) / f"chunked{int(chunked)}",
+                profile=True,
+                record_steps=True,
+                failure_dir=failure_dir(out, chunked),
+            ) as rt:
                 say(f"engine up in {rt.startup_ns / 1e9:.1f} s")
                 for c in cfg.concurrency:
                     r, q, d = harvest_level(rt, cfg, c, keep_traces)
                     rows, req_rows, dropped = rows + r, req_rows + q, dropped + d
                     say(f"{r[0]['source'] if r else c}: {cfg.n_requests(c)} requests, {len(r)} steps ({_kinds(r)})")
             engines.append({"chunked_prefill": chunked, **rt.describe()})
-    meta = table_meta("steps", mode="live", config=cfg.to_dict(), engines=engines,
-                      dropped_empty_steps=dropped)
+    meta = table_meta("steps", mode="live", config=cfg.to_dict(), engines=engines, dropped_empty_steps=dropped)
     rpath = write_live(rows, req_rows, out, meta)
-    return {"steps": str(out), "requests": str(rpath), "rows": len(rows),
-            "request_rows": len(req_rows), "dropped_empty_steps": dropped,
-            "kinds": _kinds(rows), "engines": [{k: e[k] for k in ("chunked_prefill", "startup_ns",
-                                                                  "shutdown_ns", "vllm_version")}
-                                               for e in engines]}
+    return {
+        "steps": str(out),
+        "requests": str(rpath),
+        "rows": len(rows),
+        "request_rows": len(req_rows),
+        "dropped_empty_steps": dropped,
+        "kinds": _kinds(rows),
+        "engines": [
+            {k: e[k] for k in ("chunked_prefill", "startup_ns", "shutdown_ns", "vllm_version")} for e in engines
+        ],
+    }
 
 
 def failure_dir(out: Path, chunked: bool) -> Path:
@@ -413,6 +527,19 @@ def _kinds(rows: list[dict]) -> dict:
     return dict(sorted(out.items()))
 
 
-__all__ = ["HarvestConfig", "Request", "make_requests", "harvest_live", "harvest_traces",
-           "step_rows", "join_requests", "log_composition", "write_table", "requests_path",
-           "read_table", "STEP_COLUMNS", "REQUEST_COLUMNS", "HARVEST_SCHEMA_VERSION"]
+__all__ = [
+    "HarvestConfig",
+    "Request",
+    "make_requests",
+    "harvest_live",
+    "harvest_traces",
+    "step_rows",
+    "join_requests",
+    "log_composition",
+    "write_table",
+    "requests_path",
+    "read_table",
+    "STEP_COLUMNS",
+    "REQUEST_COLUMNS",
+    "HARVEST_SCHEMA_VERSION",
+]

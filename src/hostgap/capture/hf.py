@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from hostgap.capture.engine import Engine, Workload, step_name
 from hostgap.capture.workload import (
@@ -146,12 +147,13 @@ class HFEngine(Engine):
         if workload.mode == "graph" and workload.device != "cuda":
             raise HostgapError("--mode graph", "CUDA graphs need --device cuda (use --mode static on CPU)")
         self.torch = import_torch()
-        self.model = None
+        # torch and transformers objects, once built (neither library is typed here)
+        self.model: Any = None
         self._kw = "cache"
-        self._graph = None
-        self._static = None  # buffers of the static/graph step
-        self._prompt = None
-        self._cache = None
+        self._graph: Any = None
+        self._static: Any = None  # buffers of the static/graph step
+        self._prompt: Any = None
+        self._cache: Any = None
         self.last_thread_ns = 0
 
     # -- setup ------------------------------------------------------------------------
@@ -160,14 +162,22 @@ class HFEngine(Engine):
         if w.device == "cpu":
             torch.set_num_threads(max(1, int(w.threads)))
         max_tokens = w.prompt_len + w.max_new_tokens
-        check_fits(w.arch, w.dtype, w.batch, max_tokens, w.device,
-                   source=f"--model {w.model_path}" if w.model_path else None,
-                   **cached_bytes(self._model_cache, w))
+        check_fits(
+            w.arch,
+            w.dtype,
+            w.batch,
+            max_tokens,
+            w.device,
+            source=f"--model {w.model_path}" if w.model_path else None,
+            **cached_bytes(self._model_cache, w),
+        )
         try:
             self.model = self._cached_model()
         except (RuntimeError, MemoryError) as e:
             if "out of memory" in str(e).lower() or isinstance(e, MemoryError):
-                raise HostgapError(f"preset {w.preset}", f"out of memory while building the model: {str(e).splitlines()[0]}") from None
+                raise HostgapError(
+                    f"preset {w.preset}", f"out of memory while building the model: {str(e).splitlines()[0]}"
+                ) from None
             raise
         self._kw = cache_keyword(self.model)
         gen = torch.Generator(device="cpu").manual_seed(w.seed)
@@ -232,7 +242,9 @@ class HFEngine(Engine):
         trace_dir.mkdir(parents=True, exist_ok=True)
         prof = torch.profiler.profile(
             activities=profiler_activities(torch, self.workload.device),
-            record_shapes=False, with_stack=False, profile_memory=False,
+            record_shapes=False,
+            with_stack=False,
+            profile_memory=False,
         )
         with without_usdt_lines(), prof:
             wall_ns = self._run(n_tokens, annotate=True)
@@ -274,7 +286,8 @@ class HFEngine(Engine):
         want = w.prompt_len + n_tokens - 1
         if got != want:
             raise HostgapError(
-                f"--mode {w.mode}", f"decode steps did not advance the KV position ({got} != {want}); "
+                f"--mode {w.mode}",
+                f"decode steps did not advance the KV position ({got} != {want}); "
                 "the captured step is not replaying correctly",
             )
 
@@ -289,8 +302,7 @@ class HFEngine(Engine):
         with self._annotation(rf, 0, "prefill", L, L):
             if w.mode == "eager":
                 self._cache = self._dynamic_cache()
-                out = self.model(self._prompt, use_cache=True, logits_to_keep=1,
-                                 **{self._kw: self._cache})
+                out = self.model(self._prompt, use_cache=True, logits_to_keep=1, **{self._kw: self._cache})
                 ids = out.logits[:, -1, :].argmax(-1)
             else:
                 ids = self._static_prefill()
@@ -303,8 +315,7 @@ class HFEngine(Engine):
         with self._annotation(rf, index, "decode", 1, s):
             if w.mode == "eager":
                 ids_dev = ids_host.to(w.device).view(w.batch, 1)  # H2D: one token id per request
-                out = self.model(ids_dev, use_cache=True, logits_to_keep=1,
-                                 **{self._kw: self._cache})
+                out = self.model(ids_dev, use_cache=True, logits_to_keep=1, **{self._kw: self._cache})
                 ids = out.logits[:, -1, :].argmax(-1)
             else:
                 st = self._static
@@ -344,8 +355,14 @@ class HFEngine(Engine):
         pos = torch.arange(L, device=w.device).view(1, L)
         # mask[b, 0, i, j]: query i (position i) may read slot j <= i
         mask = (st["slots"].view(1, 1, 1, -1) <= pos.view(1, 1, L, 1)).expand(w.batch, 1, L, -1)
-        out = self.model(self._prompt, attention_mask=mask, position_ids=pos.expand(w.batch, L),
-                         use_cache=True, logits_to_keep=1, **{self._kw: self._cache})
+        out = self.model(
+            self._prompt,
+            attention_mask=mask,
+            position_ids=pos.expand(w.batch, L),
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._kw: self._cache},
+        )
         st["pos"].fill_(L)
         return out.logits[:, -1, :].argmax(-1)
 
@@ -354,8 +371,14 @@ class HFEngine(Engine):
         w, st = self.workload, self._static
         pos = st["pos"]
         mask = (st["slots"].view(1, 1, 1, -1) <= pos.view(1, 1, 1, 1)).expand(w.batch, 1, 1, -1)
-        out = self.model(st["ids"], attention_mask=mask, position_ids=pos.expand(w.batch, 1),
-                         use_cache=True, logits_to_keep=1, **{self._kw: self._cache})
+        out = self.model(
+            st["ids"],
+            attention_mask=mask,
+            position_ids=pos.expand(w.batch, 1),
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._kw: self._cache},
+        )
         st["out"].copy_(out.logits[:, -1, :].argmax(-1))
         pos.add_(1)
 
@@ -376,8 +399,6 @@ class HFEngine(Engine):
                 with torch.cuda.graph(graph):
                     self._static_step()
             except RuntimeError as e:
-                raise HostgapError(
-                    "--mode graph", f"CUDA graph capture failed: {str(e).splitlines()[0]}"
-                ) from None
+                raise HostgapError("--mode graph", f"CUDA graph capture failed: {str(e).splitlines()[0]}") from None
             torch.cuda.synchronize()
         self._graph = graph

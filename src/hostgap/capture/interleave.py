@@ -15,15 +15,19 @@ With one engine this is the protocol of :mod:`hostgap.capture.protocol` unchange
 
 from __future__ import annotations
 
+import functools
 import random
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from hostgap.capture.engine import Engine
 from hostgap.capture.results import RESULTS_SCHEMA_VERSION, trace_stats
 from hostgap.capture.rundir import RunDir
 from hostgap.capture.validity import contention_of, disturbed, in_thread
+from hostgap.model.arch import Arch
 
 
 @dataclass
@@ -31,12 +35,12 @@ class Side:
     """One engine's part of a measurement: its resolved config, engine, plan
     (:func:`hostgap.capture.protocol.plan`) and run directory."""
 
-    cfg: object  # MeasureConfig
-    engine: object  # Engine
+    cfg: Any  # a resolved MeasureConfig (hostgap.capture.protocol, which imports this module)
+    engine: Engine
     plan: dict
     run: RunDir
     run_id: str
-    arch: object = None
+    arch: Arch | None = None
     build_s: float = 0.0
     state: dict = field(default_factory=dict)  # the current attempt's runs
 
@@ -51,31 +55,56 @@ def pair_order(k: int, i: int) -> list[int]:
     return [(j + i) % k for j in range(k)]
 
 
-def run_phases(sides: list[Side], tally) -> list[tuple[object, dict]]:
-    """Every phase for every side, interleaved; per side (its loaded N2 trace, raw timings)."""
+def run_phases(sides: list[Side], tally, start: float | None = None) -> list[tuple[object, dict]]:
+    """Every phase for every side, interleaved, then more rounds while the checks ask for them
+    and the budget allows (``start``: :func:`time.monotonic` when the budget began, default
+    now); per side (its loaded N2 trace, raw timings)."""
+    start = time.monotonic() if start is None else start
     for s in sides:
         tally.set_phase("warm-up" if len(sides) == 1 else f"warm-up [{s.cfg.engine}]")
         _warm_up(s, tally)
     first = sides[0].cfg
-    order = list(sides[0].plan["untraced"])
-    random.Random(first.seed).shuffle(order)  # one shuffled order of N, shared by every engine
+    # Rounds: each a run of every N in a shuffled order, one order shared by every engine (the
+    # round structure carries the wall's interval, hostgap.capture.rounds).
+    rng = random.Random(first.seed)
+    order, rounds = [], []
+    for k in range(first.repeats):
+        ns = list(first.sweep)
+        rng.shuffle(ns)
+        order += ns
+        rounds += [k] * len(ns)
     for s in sides:
-        s.state = {"untraced": {n: [] for n in s.cfg.sweep}, "thread": {n: [] for n in s.cfg.sweep},
-                   "other": {n: [] for n in s.cfg.sweep}, "traced": {n: [] for n in s.cfg.sweep},
-                   "anatomy_trace": None, "loaded_n2": None}
+        s.state = {
+            "untraced": {n: [] for n in s.cfg.sweep},
+            "thread": {n: [] for n in s.cfg.sweep},
+            "other": {n: [] for n in s.cfg.sweep},
+            "traced": {n: [] for n in s.cfg.sweep},
+            "round": {n: [] for n in s.cfg.sweep},
+            "seq": {n: [] for n in s.cfg.sweep},
+            "anatomy_trace": None,
+            "loaded_n2": None,
+        }
+    from hostgap.capture import noise
+
+    snaps = [noise.snapshot()]
     tally.set_phase("untraced W(N)")
-    schedule = []  # (engine, N) of every untraced run, in the order they ran
-    for i, n in enumerate(order):
-        for j in pair_order(len(sides), i):
-            _untraced(sides[j], n, tally)
-            schedule.append([sides[j].cfg.engine, n])
+    schedule: list[list] = []  # (engine, N) of every untraced run, in the order they ran
+    t0 = time.monotonic()
+    _untraced_pass(sides, order, schedule, tally, rounds)
+    untraced_s = (time.monotonic() - t0) / max(1, first.repeats)
     # Only where the decode runs on this thread: a device or a multi-process engine (vLLM) makes
     # the thread sleep legitimately, and its CPU time says nothing about preemption.
     extra = {id(s): (_top_up(s, tally) if in_thread(s.cfg) else []) for s in sides}
+    snaps.append(noise.snapshot())
     tally.set_phase("traced G(N), K(N)")
-    for i, (n, r) in enumerate(sides[0].plan["traced"]):
-        for j in pair_order(len(sides), i):
-            _traced(sides[j], n, r, tally)
+    traced = list(sides[0].plan["traced"])
+    random.Random(first.seed + 1).shuffle(traced)  # slow periods must not line up with N
+    t0 = time.monotonic()
+    _traced_pass(sides, traced, tally)
+    traced_s = (time.monotonic() - t0) * len({n for n, _r in traced}) / max(1, len(traced))
+    snaps.append(noise.snapshot())
+    conv = _converge(sides, order, extra, schedule, tally, untraced_s, traced_s, snaps, start)
+    snaps.append(noise.snapshot())
     out = []
     for s in sides:
         stacks = None
@@ -83,13 +112,98 @@ def run_phases(sides: list[Side], tally) -> list[tuple[object, dict]]:
             tally.set_phase("py-spy stacks" if len(sides) == 1 else f"py-spy stacks [{s.cfg.engine}]")
             from hostgap.capture.stacks import sample_during
 
-            stacks = sample_during(lambda s=s: s.engine.generate(s.cfg.n2), s.run.path / "stacks")
+            stacks = sample_during(functools.partial(s.engine.generate, s.cfg.n2), s.run.path / "stacks")
             tally.add(s.cfg.n2)
         raw = _raw(s, order, extra[id(s)], stacks)
+        raw["machine"] = noise.machine_noise(snaps)
+        raw["convergence"] = conv
         if len(sides) > 1:
             raw["interleaved"] = {"engines": [x.cfg.engine for x in sides], "untraced_schedule": schedule}
         out.append((s.state["loaded_n2"], raw))
     return out
+
+
+def _untraced_pass(sides: list[Side], order: list[int], schedule: list[list], tally, rounds: list[int]) -> None:
+    for i, (n, k) in enumerate(zip(order, rounds)):
+        for j in pair_order(len(sides), i):
+            _untraced(sides[j], n, tally, k)
+            schedule.append([sides[j].cfg.engine, n])
+
+
+def _traced_pass(sides: list[Side], runs: list[tuple[int, int]], tally) -> None:
+    for i, (n, r) in enumerate(runs):
+        for j in pair_order(len(sides), i):
+            _traced(sides[j], n, r, tally)
+
+
+def _status(s: Side, order: list[int], extra: list[int]):
+    """The convergence status of one side's runs so far (:func:`hostgap.capture.converge.status_of`);
+    a contended side asks for nothing more (that is the retry's business)."""
+    from hostgap.capture.converge import Status, status_of
+    from hostgap.capture.differencing import difference, series_from_raw
+    from hostgap.capture.validity import repeat_spread
+
+    raw = _raw(s, order, extra, None)
+    if contention_of(s.cfg, raw)["contended"]:
+        return Status(contended=True)
+    cfg = s.cfg
+    first: dict = next((v[0] for v in s.state["traced"].values() if v), {})
+    d = difference(
+        series_from_raw(raw),
+        cfg.n1,
+        cfg.n2,
+        estimator=cfg.estimator,
+        activity=first.get("activity", "gpu"),
+        n_boot=200,
+        seed=cfg.seed,
+        prompt_len=cfg.prompt_len,
+    )
+    return status_of(d.to_dict(), repeat_spread(s.state["untraced"]))
+
+
+def _converge(
+    sides: list[Side],
+    order: list[int],
+    extra: dict,
+    schedule: list[list],
+    tally,
+    untraced_s: float,
+    traced_s: float,
+    snaps: list[dict],
+    start: float,
+) -> dict:
+    """More rounds until the checks pass or the budget is spent (:mod:`hostgap.capture.converge`);
+    untraced rounds extend ``order`` (the run order recorded in the timings)."""
+    from hostgap.capture import converge as cv
+    from hostgap.capture import noise
+
+    cfg = sides[0].cfg
+    rng = random.Random(cfg.seed + 2)
+    sweep = list(cfg.sweep)
+
+    def check():
+        return cv.worst([_status(s, order, extra[id(s)]) for s in sides])
+
+    def measure(r) -> None:
+        k = len(sides) * sum(sweep) * (int(r.untraced) + int(r.traced))
+        tally.total += k
+        if r.untraced:
+            tally.set_phase("measuring more: untraced round")
+            ns = list(sweep)
+            rng.shuffle(ns)
+            nxt = 1 + max(x for v in sides[0].state["round"].values() for x in v)
+            _untraced_pass(sides, ns, schedule, tally, [nxt] * len(ns))
+            order.extend(ns)
+        if r.traced:
+            tally.set_phase("measuring more: traced round")
+            ns = list(sweep)
+            rng.shuffle(ns)
+            _traced_pass(sides, [(n, len(sides[0].state["traced"][n])) for n in ns], tally)
+        snaps.append(noise.snapshot())
+
+    budget = _budget(sides)
+    out = cv.converge(check, measure, time.monotonic, start, budget, cv.Costs(untraced_s, traced_s))
+    return out.to_dict()
 
 
 def _raw(s: Side, order: list[int], extra: list[int], stacks) -> dict:
@@ -98,6 +212,8 @@ def _raw(s: Side, order: list[int], extra: list[int], stacks) -> dict:
         "schema_version": RESULTS_SCHEMA_VERSION,
         "untraced_wall_ns": {str(n): v for n, v in st["untraced"].items()},
         "untraced_thread_ns": {str(n): v for n, v in st["thread"].items()},
+        "untraced_rounds": {str(n): v for n, v in st["round"].items()},
+        "untraced_seq": {str(n): v for n, v in st["seq"].items()},
         "untraced_order": order + extra,
         "untraced_extra": extra,
         "traced": {str(n): v for n, v in st["traced"].items()},
@@ -122,9 +238,11 @@ def _warm_up(s: Side, tally) -> None:
     tally.add(2)
 
 
-def _untraced(s: Side, n: int, tally) -> None:
+def _untraced(s: Side, n: int, tally, round_index: int = -1) -> None:
     st = s.state
     st["untraced"][n].append(int(s.engine.generate(n)))
+    st["round"][n].append(round_index)  # -1: a repair run outside the rounds
+    st["seq"][n].append(sum(len(v) for v in st["seq"].values()))  # position in run order
     st["thread"][n].append(int(getattr(s.engine, "last_thread_ns", 0)))
     other = getattr(s.engine, "last_other_cpu_ns", None)
     st["other"][n].append(None if other is None else int(other))
@@ -168,8 +286,7 @@ def _traced(s: Side, n: int, r: int, tally) -> None:
             chose(path)
     del loaded
     keep = cfg.keep_traces == "all" or (cfg.keep_traces == "ends" and r == 0 and n in (cfg.n1, cfg.n2))
-    stats.update({"wall_ns": int(wall), "thread_ns": thread_ns,
-                  "trace": run.rel(path) if keep or first_n2 else None})
+    stats.update({"wall_ns": int(wall), "thread_ns": thread_ns, "trace": run.rel(path) if keep or first_n2 else None})
     if ranks is not None:
         stats["rank_traces"] = run.rel(ranks) if keep or first_n2 else None
     st["traced"][n].append(stats)
@@ -190,19 +307,42 @@ def _rename_ranks(ranks: Path, stem: str) -> Path:
     return dst
 
 
+def _budget(sides: list[Side]) -> float:
+    """The measurement's budget: the largest of the sides' (engines measured together share one)."""
+    from hostgap.capture.converge import default_budget
+
+    return max(
+        float(b)
+        if (b := getattr(s.cfg, "budget", None)) is not None
+        else default_budget(getattr(s.cfg, "engine", "hf"))
+        for s in sides
+    )
+
+
 def measure_until_quiet(sides: list[Side], tally) -> list[tuple[object, dict]]:
     """Run every phase; while any side's runs were contended, run them all again (every side:
     the comparison needs them measured together), at most ``retries`` times. Returns the last
     attempt's per-side results, with ``attempts`` (each attempt's contention flags) in the raw
     timings."""
+    from hostgap.capture.converge import RESERVE_S
+
     retries = sides[0].cfg.retries
+    budget = _budget(sides)
+    start = time.monotonic()
     attempts: list[list[dict]] = [[] for _ in sides]
     while True:
-        outs = run_phases(sides, tally)
+        t0 = time.monotonic()
+        outs = run_phases(sides, tally, start)
+        took = time.monotonic() - t0
         conts = [contention_of(s.cfg, raw) for s, (_t, raw) in zip(sides, outs)]
         for a, c in zip(attempts, conts):
             a.append(c)
-        if not any(c["contended"] for c in conts) or len(attempts[0]) > retries:
+        # another attempt only when it can finish within the budget (one as long as this one)
+        spent = time.monotonic() - start + took + 1.0 + RESERVE_S > budget
+        if not any(c["contended"] for c in conts) or len(attempts[0]) > retries or spent:
+            if any(c["contended"] for c in conts) and spent and len(attempts[0]) <= retries:
+                for c in conts:
+                    c["budget_spent"] = True
             for (_t, raw), a in zip(outs, attempts):
                 raw["attempts"] = a
             return outs

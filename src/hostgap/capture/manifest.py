@@ -21,11 +21,11 @@ PACKAGES = ("hostgap", "torch", "transformers", "numpy", "scipy", "msgspec", "vl
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def package_versions(names=PACKAGES) -> dict:
-    out = {}
+    out: dict[str, str | None] = {}
     for n in names:
         try:
             out[n] = metadata.version(n)
@@ -98,8 +98,15 @@ def _meminfo(key: str) -> int | None:
 
 
 NVSMI_FIELDS = (
-    "name", "memory.total", "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem",
-    "driver_version", "power.limit", "pstate",
+    "name",
+    "memory.total",
+    "clocks.sm",
+    "clocks.mem",
+    "clocks.max.sm",
+    "clocks.max.mem",
+    "driver_version",
+    "power.limit",
+    "pstate",
 )
 
 
@@ -110,17 +117,24 @@ def gpu_facts() -> list[dict]:
     if torch is not None and torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            gpus.append({
-                "index": i, "name": p.name, "memory_bytes": int(p.total_memory),
-                "capability": f"{p.major}.{p.minor}", "sms": p.multi_processor_count,
-                "cuda_runtime": torch.version.cuda,
-            })
+            gpus.append(
+                {
+                    "index": i,
+                    "name": p.name,
+                    "memory_bytes": int(p.total_memory),
+                    "capability": f"{p.major}.{p.minor}",
+                    "sms": p.multi_processor_count,
+                    "cuda_runtime": torch.version.cuda,
+                }
+            )
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
             out = subprocess.run(
                 [smi, f"--query-gpu={','.join(NVSMI_FIELDS)}", "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=10,
+                capture_output=True,
+                text=True,
+                timeout=10,
             ).stdout
             for i, line in enumerate(l for l in out.splitlines() if l.strip()):
                 vals = [v.strip() for v in line.split(",")]
@@ -134,8 +148,14 @@ def gpu_facts() -> list[dict]:
     return gpus
 
 
-ENV_KEYS = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF",
-            "CUDA_LAUNCH_BLOCKING", "HOSTGAP_DB")
+ENV_KEYS = (
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "CUDA_LAUNCH_BLOCKING",
+    "HOSTGAP_DB",
+)
 
 
 def manifest(argv: list[str] | None = None, extra: dict | None = None) -> dict:

@@ -27,12 +27,13 @@ import contextlib
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import cast
 
 from hostgap.capture import rundir
-from hostgap.capture.differencing import ESTIMATORS, Series, difference, sweep_points
+from hostgap.capture.differencing import ESTIMATORS, difference, series_from_raw, sweep_points
 from hostgap.capture.engine import Workload, load_engine
 from hostgap.capture.engine_diff import engine_difference
 from hostgap.capture.interleave import Side, measure_until_quiet
@@ -44,9 +45,23 @@ from hostgap.errors import HostgapError
 from hostgap.model.arch import Arch, get_preset
 
 __all__ = [  # the run's pieces live in the modules they come from; these names are the API here
-    "RESULTS_SCHEMA_VERSION", "MeasureConfig", "Progress", "cell_key", "contention_of", "disturbed", "in_thread",
-    "make_arch", "make_workload", "measure", "measure_together", "new_run_id", "plan", "preempted_share",
-    "resolve", "series_from_raw", "validate",
+    "RESULTS_SCHEMA_VERSION",
+    "MeasureConfig",
+    "Progress",
+    "cell_key",
+    "contention_of",
+    "disturbed",
+    "in_thread",
+    "make_arch",
+    "make_workload",
+    "measure",
+    "measure_together",
+    "new_run_id",
+    "plan",
+    "preempted_share",
+    "resolve",
+    "series_from_raw",
+    "validate",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -84,6 +99,7 @@ class MeasureConfig:
     kv_cache_gib: float | None = None  # vLLM engine: KV-cache space (GiB); None: the engine's default
     tp: int = 1  # vLLM engine: tensor-parallel ranks (one Worker and one trace per rank)
     retries: int = 2  # re-measurements when the machine was busy (contention)
+    budget: float | None = None  # seconds for the runs, re-measurements included; None: per engine (capture.converge)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -106,6 +122,8 @@ def validate(cfg: MeasureConfig) -> None:
         raise HostgapError("--estimator", f"use one of {', '.join(ESTIMATORS)}")
     if cfg.retries < 0:
         raise HostgapError("--retries", f"must be >= 0, got {cfg.retries}")
+    if cfg.budget is not None and not cfg.budget > 0:
+        raise HostgapError("--budget", f"must be a positive number of seconds, got {cfg.budget}")
     if cfg.tp < 1:
         raise HostgapError("--tp", f"must be >= 1, got {cfg.tp}")
     if cfg.tp > 1 and cfg.engine != "vllm":
@@ -140,15 +158,25 @@ def resolve(cfg: MeasureConfig) -> MeasureConfig:
     if cfg.mode == "graph" and device != "cuda" and cfg.engine != "vllm":
         # (vLLM on CPU: graph mode means its torch.compile path, which works there)
         raise HostgapError("--mode graph", "CUDA graphs need a CUDA device (use --mode static on CPU)")
-    return replace(cfg, device=device, preset=preset, n2=n2, sweep=sweep,
-                   dtype=resolve_dtype(cfg.dtype, device))
+    from hostgap.capture.converge import default_budget
+
+    return replace(
+        cfg,
+        device=device,
+        preset=preset,
+        n2=n2,
+        sweep=sweep,
+        dtype=resolve_dtype(cfg.dtype, device),
+        budget=cfg.budget if cfg.budget is not None else default_budget(cfg.engine),
+    )
 
 
 def make_arch(cfg: MeasureConfig) -> Arch:
     from hostgap.capture.workload import arch_from_checkpoint, with_context
 
-    arch = arch_from_checkpoint(cfg.model_path) if cfg.model_path else get_preset(cfg.preset)
-    need = cfg.prompt_len + cfg.n2
+    # a resolved config (resolve()): N2 is filled, and so is the preset when no model path is given
+    arch = arch_from_checkpoint(cfg.model_path) if cfg.model_path else get_preset(cast(str, cfg.preset))
+    need = cfg.prompt_len + cast(int, cfg.n2)
     if arch.family == "gpt2" and need > arch.max_positions:
         raise HostgapError(f"preset {arch.name}", f"prompt + N2 = {need} exceeds its {arch.max_positions} positions")
     return with_context(arch, need) if not cfg.model_path else arch
@@ -156,12 +184,22 @@ def make_arch(cfg: MeasureConfig) -> Arch:
 
 def make_workload(cfg: MeasureConfig, arch: Arch) -> Workload:
     return Workload(
-        preset=cfg.preset or "local", arch=arch, batch=cfg.batch, prompt_len=cfg.prompt_len,
-        device=cfg.device, mode=cfg.mode, dtype=cfg.dtype, threads=cfg.threads,
-        model_path=cfg.model_path, seed=cfg.seed, max_new_tokens=cfg.n2,
-        extra={"trace_gzip": cfg.trace_gzip,
-               **({"kv_cache_gib": cfg.kv_cache_gib} if cfg.kv_cache_gib is not None else {}),
-               **({"tp": cfg.tp} if cfg.tp > 1 else {})},
+        preset=cfg.preset or "local",
+        arch=arch,
+        batch=cfg.batch,
+        prompt_len=cfg.prompt_len,
+        device=cfg.device,
+        mode=cfg.mode,
+        dtype=cfg.dtype,
+        threads=cfg.threads,
+        model_path=cfg.model_path,
+        seed=cfg.seed,
+        max_new_tokens=cast(int, cfg.n2),  # filled by resolve()
+        extra={
+            "trace_gzip": cfg.trace_gzip,
+            **({"kv_cache_gib": cfg.kv_cache_gib} if cfg.kv_cache_gib is not None else {}),
+            **({"tp": cfg.tp} if cfg.tp > 1 else {}),
+        },
     )
 
 
@@ -172,6 +210,7 @@ def new_run_id(cfg: MeasureConfig) -> str:
 
 
 # -- the run ------------------------------------------------------------------------------
+
 
 @dataclass
 class _Tally:
@@ -197,16 +236,19 @@ class _Tally:
 
 def plan(cfg: MeasureConfig) -> dict:
     """Which N each phase runs, and how many tokens that is (for the progress bar and ETA)."""
-    sweep = list(cfg.sweep)
-    traced = [(n, r) for n in sweep for r in range(cfg.traced_repeats if n in (cfg.n1, cfg.n2) else 1)]
-    warm = [min(cfg.n2, 16)] * cfg.warmup
+    # a resolved config (resolve()): N2 and the sweep are filled
+    n2 = cast(int, cfg.n2)
+    sweep = list(cast(tuple[int, ...], cfg.sweep))
+    traced = [(n, r) for n in sweep for r in range(cfg.traced_repeats if n in (cfg.n1, n2) else 1)]
+    warm = [min(n2, 16)] * cfg.warmup
     untraced = [n for _ in range(cfg.repeats) for n in sweep]
-    tokens = sum(warm) + 2 + sum(untraced) + sum(n for n, _ in traced) + (cfg.n2 if cfg.stacks else 0)
+    tokens = sum(warm) + 2 + sum(untraced) + sum(n for n, _ in traced) + (n2 if cfg.stacks else 0)
     return {"warmup": warm, "untraced": untraced, "traced": traced, "tokens": tokens}
 
 
-def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str] | None = None,
-            engine_kw: dict | None = None) -> dict:
+def measure(
+    cfg: MeasureConfig, progress: Progress | None = None, argv: list[str] | None = None, engine_kw: dict | None = None
+) -> dict:
     """Run the protocol for ``cfg``; write the run directory; return the results dict.
 
     ``cfg`` may be unresolved (``device="auto"`` ...); it is validated and resolved first.
@@ -214,8 +256,12 @@ def measure(cfg: MeasureConfig, progress: Progress | None = None, argv: list[str
     return measure_together([cfg], progress, argv, engine_kw)[0]
 
 
-def measure_together(cfgs: list[MeasureConfig], progress: Progress | None = None,
-                     argv: list[str] | None = None, engine_kw: dict | None = None) -> list[dict]:
+def measure_together(
+    cfgs: list[MeasureConfig],
+    progress: Progress | None = None,
+    argv: list[str] | None = None,
+    engine_kw: dict | None = None,
+) -> list[dict]:
     """Measure one workload on several engines (``cfgs`` differ in ``engine`` only), their runs
     interleaved (:mod:`hostgap.capture.interleave`); one run directory and results dict per
     engine. With two engines each results dict carries ``engine_difference``
@@ -278,15 +324,29 @@ def _side(cfg: MeasureConfig, side_cls, engine_kw: dict | None):
         from hostgap.capture.hf import cached_bytes
 
         cached = cached_bytes(engine_kw["model_cache"], work)
-    check_fits(arch, cfg.dtype, cfg.batch, cfg.prompt_len + cfg.n2, cfg.device,
-               source=f"--model {cfg.model_path}" if cfg.model_path else None, **cached)
+    check_fits(
+        arch,
+        cfg.dtype,
+        cfg.batch,
+        cfg.prompt_len + cast(int, cfg.n2),  # filled by resolve()
+        cfg.device,
+        source=f"--model {cfg.model_path}" if cfg.model_path else None,
+        **cached,
+    )
     kw = dict(engine_kw or {})
     if cfg.engine == "vllm" and "runtime" not in kw:
         kw.setdefault("run_dir", str(run_root))  # vLLM's cache, config and log inside the run
     engine = load_engine(cfg.engine)(work, **kw)
     run = rundir.RunDir.create(run_root)
-    run.write_json("config.json", {"schema_version": RESULTS_SCHEMA_VERSION, "run_id": run_id,
-                                   "config": cfg.to_dict(), "workload": work.to_dict()})
+    run.write_json(
+        "config.json",
+        {
+            "schema_version": RESULTS_SCHEMA_VERSION,
+            "run_id": run_id,
+            "config": cfg.to_dict(),
+            "workload": work.to_dict(),
+        },
+    )
     return side_cls(cfg=cfg, engine=engine, plan=plan(cfg), run=run, run_id=run_id, arch=arch)
 
 
@@ -339,34 +399,35 @@ def preempted_share(raw: dict) -> float | None:
     return _preempted_share(raw.get("untraced_wall_ns", {}), raw.get("untraced_thread_ns", {}))
 
 
-def series_from_raw(raw: dict) -> Series:
-    """The differencing input from ``timings.json`` content."""
-    tr = {int(n): v for n, v in raw["traced"].items()}
-
-    def col(key):
-        return {n: [int(s[key]) for s in v] for n, v in tr.items() if v}
-
-    return Series(
-        wall_ns={int(n): list(v) for n, v in raw["untraced_wall_ns"].items()},
-        traced_wall_ns=col("wall_ns"), busy_ns=col("busy_ns"), kernel_sum_ns=col("kernel_sum_ns"),
-        kernel_union_ns=col("kernel_union_ns"), kernel_count=col("kernel_count"),
-        copies=col("copies"), copy_ns=col("copy_ns"), h2d_bytes=col("h2d_bytes"),
-        d2h_bytes=col("d2h_bytes"),
-        thread_ns={int(n): list(v) for n, v in raw.get("untraced_thread_ns", {}).items() if v and all(v)},
-    )
-
-
-def _results(cfg: MeasureConfig, arch: Arch, run_id: str, raw: dict, describe: dict, run,
-             build_s: float, n2_trace=None) -> dict:
+def _results(
+    cfg: MeasureConfig, arch: Arch, run_id: str, raw: dict, describe: dict, run, build_s: float, n2_trace=None
+) -> dict:
     series = series_from_raw(raw)
-    activity = next(iter(next(iter(raw["traced"].values()))), {}).get("activity", "gpu")
-    diff = difference(series, cfg.n1, cfg.n2, estimator=cfg.estimator, activity=activity,
-                      n_boot=cfg.n_boot, seed=cfg.seed, prompt_len=cfg.prompt_len)
+    first_traced: dict = next(iter(next(iter(raw["traced"].values()))), {})
+    activity = first_traced.get("activity", "gpu")
+    diff = difference(
+        series,
+        cfg.n1,
+        cast(int, cfg.n2),  # filled by resolve()
+        estimator=cfg.estimator,
+        activity=activity,
+        n_boot=cfg.n_boot,
+        seed=cfg.seed,
+        prompt_len=cfg.prompt_len,
+    )
     floor_file = cfg.floor_file if cfg.device == "cuda" else None  # no launch floor on a CPU
     anatomy = None
     if raw["anatomy_trace"]:
         anatomy = anatomy_of(run.path / raw["anatomy_trace"], floor_file, n2_trace)
     return build_results(
-        schema_version=RESULTS_SCHEMA_VERSION, run_id=run_id, cfg=cfg, arch=arch, diff=diff,
-        anatomy=anatomy, describe=describe, raw=raw, run_dir=str(run.path), build_s=build_s,
+        schema_version=RESULTS_SCHEMA_VERSION,
+        run_id=run_id,
+        cfg=cfg,
+        arch=arch,
+        diff=diff,
+        anatomy=anatomy,
+        describe=describe,
+        raw=raw,
+        run_dir=str(run.path),
+        build_s=build_s,
     )

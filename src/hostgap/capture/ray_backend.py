@@ -73,8 +73,9 @@ def _forget(cfg) -> None:
         marker.unlink(missing_ok=True)
 
 
-def run_sweep_ray(cells, db, *, address: str | None = None, retries: int = 2, on_cell=None,
-                  measure_fn=None) -> SweepOutcome:
+def run_sweep_ray(
+    cells, db, *, address: str | None = None, retries: int = 2, on_cell=None, measure_fn=None
+) -> SweepOutcome:
     """:func:`hostgap.capture.sweep.run_sweep` with the cells as Ray tasks (module docstring).
     ``measure_fn`` replaces :func:`~hostgap.capture.protocol.measure` on the workers."""
     for c in cells:
@@ -124,4 +125,3 @@ def _settle(ray, ref, i, key, cfg, db, out: SweepOutcome, emit, total) -> None:
         out.run_ids.append(result["run_id"])
         emit(i, total, key, "done" + cell_flags(result))
     _forget(cfg)
-

@@ -77,10 +77,21 @@ def cell_key(cfg) -> str:
     """The identity of a grid cell for resuming sweeps: what the workload is, not how long
     it was measured for (``cfg``: a :class:`~hostgap.capture.protocol.MeasureConfig`)."""
     what = cfg.preset or f"model:{cfg.model_path}"
-    return "|".join(str(x) for x in (
-        what, cfg.engine, cfg.device, cfg.mode, f"b{cfg.batch}", f"L{cfg.prompt_len}", cfg.dtype,
-        f"t{cfg.threads}" if cfg.device == "cpu" else "t-", f"n{cfg.n1}-{cfg.n2}",
-    ) + ((f"tp{cfg.tp}",) if cfg.tp > 1 else ()))
+    return "|".join(
+        str(x)
+        for x in (
+            what,
+            cfg.engine,
+            cfg.device,
+            cfg.mode,
+            f"b{cfg.batch}",
+            f"L{cfg.prompt_len}",
+            cfg.dtype,
+            f"t{cfg.threads}" if cfg.device == "cpu" else "t-",
+            f"n{cfg.n1}-{cfg.n2}",
+        )
+        + ((f"tp{cfg.tp}",) if cfg.tp > 1 else ())
+    )
 
 
 def _contention(cfg, raw: dict) -> dict:
@@ -92,24 +103,48 @@ def _contention(cfg, raw: dict) -> dict:
 
 
 def _steady_fraction(anatomy: dict | None) -> float | None:
-    steady = (_summary_of(anatomy).get("steady") or {})
+    steady = _summary_of(anatomy).get("steady") or {}
     return (steady.get("host_fraction") or {}).get("median")
 
 
-def judge(d: dict, cont: dict, hdbi: float | None, activity: str, anatomy: dict | None) -> dict:
+def judge(
+    d: dict, cont: dict, hdbi: float | None, activity: str, anatomy: dict | None, conv: dict | None = None
+) -> dict:
     """Validity, the one verdict and the agreement of the two estimates, for ``build_results``.
-    An invalid measurement gets ``{"verdict": "invalid", "reasons": [...]}`` as its verdict."""
+    An invalid measurement gets ``{"verdict": "invalid", "reasons": [...]}`` as its verdict;
+    when the re-measurement budget ran out first (``conv``), the last reason says how much
+    more to give it."""
+    from hostgap.capture.converge import budget_hint
+
     why = validity.reasons(d, cont)
+    hint = budget_hint(conv) if why else None
+    if hint:
+        why.append(hint)
+    elif why and cont.get("budget_spent"):
+        why.append("no time left in the budget to measure again: try a larger --budget")
     if why:
-        v = {"verdict": "invalid", "basis": "validity", "host_fraction": None, "host_wait_share": None,
-             "hdbi": None, "reasons": why, "note": "invalid measurement, not a result: " + "; ".join(why)}
+        v = {
+            "verdict": "invalid",
+            "basis": "validity",
+            "host_fraction": None,
+            "host_wait_share": None,
+            "hdbi": None,
+            "reasons": why,
+            "note": "invalid measurement, not a result: " + "; ".join(why),
+        }
     else:
         v = make_verdict(d["host_fraction"], hdbi=hdbi).to_dict()
         if activity != "gpu":
-            v["note"] = ("CPU run: host fraction = 1 - compute share of the traced runs; HDBI and "
-                         "the launch floor are GPU-only (not applicable)")
-    return {"valid": not why, "invalid_reasons": why, "verdict": v,
-            "agreement": validity.agreement(d["host_fraction"], _steady_fraction(anatomy))}
+            v["note"] = (
+                "CPU run: host fraction = 1 - compute share of the traced runs; HDBI and "
+                "the launch floor are GPU-only (not applicable)"
+            )
+    return {
+        "valid": not why,
+        "invalid_reasons": why,
+        "verdict": v,
+        "agreement": validity.agreement(d["host_fraction"], _steady_fraction(anatomy)),
+    }
 
 
 def _summary_of(anatomy: dict | None) -> dict:
@@ -125,8 +160,19 @@ def _hdbi(taxbreak: dict | None, activity: str) -> float | None:
     return None if v is None else float(v)
 
 
-def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy: dict | None,
-                  describe: dict, raw: dict, run_dir: str, build_s: float) -> dict:
+def build_results(
+    *,
+    schema_version: int,
+    run_id: str,
+    cfg,
+    arch,
+    diff,
+    anatomy: dict | None,
+    describe: dict,
+    raw: dict,
+    run_dir: str,
+    build_s: float,
+) -> dict:
     """The results dict (``results.json``). Keys of the cross-module contract come first."""
     d = diff.to_dict()
     activity = diff.activity
@@ -134,7 +180,7 @@ def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy:
     steps = (anatomy or {}).get("steps") or []
     hdbi = _hdbi(taxbreak, activity)
     cont = _contention(cfg, raw)  # thread time only where the decode runs on this thread
-    j = judge(d, cont, hdbi, activity, anatomy)
+    j = judge(d, cont, hdbi, activity, anatomy, raw.get("convergence"))
     k_n2 = raw["traced"][str(cfg.n2)][0]
     return {
         "schema_version": schema_version,
@@ -197,12 +243,15 @@ def build_results(*, schema_version: int, run_id: str, cfg, arch, diff, anatomy:
             "contended": cont["contended"],
             "contention_flags": cont["flags"],
             "attempts": cont["attempts"],
+            "machine": raw.get("machine"),  # steal, pressure, frequency, throttling (capture.noise)
+            "convergence": raw.get("convergence"),  # the rounds measured beyond the default
             "thread_t_step_ns": d["thread_t_step_ns"] if validity.in_thread(cfg) else None,
             "r2_thread": d["r2_thread"] if validity.in_thread(cfg) else None,
             "kernels_per_output_token": k_n2["kernel_count"] / cfg.n2,
             "unique_kernels": k_n2["unique_kernels"],
-            "note": (f"mean per decode step over KV lengths {d['kv_range'][0]}..{d['kv_range'][1]}"
-                     if d["kv_range"] else ""),
+            "note": (
+                f"mean per decode step over KV lengths {d['kv_range'][0]}..{d['kv_range'][1]}" if d["kv_range"] else ""
+            ),
         },
         "hdbi": hdbi,
         "taxbreak": taxbreak,

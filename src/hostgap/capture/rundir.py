@@ -111,7 +111,7 @@ def remove_stale(parent: Path) -> list[Path]:
     """Remove the run directories under ``parent`` that are marked incomplete by a process of
     this host that no longer runs; return them. Directories of live processes, of other hosts
     and without the marker are left alone."""
-    removed = []
+    removed: list[Path] = []
     try:
         marked = sorted(Path(parent).glob(f"*/{INCOMPLETE}"))
     except OSError:
@@ -164,8 +164,11 @@ class RunDir:
         path = Path(path)
         removed = remove_stale(path.parent)
         if removed:
-            print(f"hostgap: removed {len(removed)} incomplete run director{'y' if len(removed) == 1 else 'ies'} "
-                  f"left by interrupted runs: {', '.join(p.name for p in removed)}", file=sys.stderr)
+            print(
+                f"hostgap: removed {len(removed)} incomplete run director{'y' if len(removed) == 1 else 'ies'} "
+                f"left by interrupted runs: {', '.join(p.name for p in removed)}",
+                file=sys.stderr,
+            )
         if path.exists() and any(path.iterdir()):
             raise HostgapError(str(path), "run directory already exists and is not empty")
         try:

@@ -30,8 +30,8 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from hostgap.errors import HostgapError
 
@@ -100,7 +100,7 @@ def parse_raw(text: str) -> dict[str, Counter]:
         for i, f in enumerate(frames[:3]):
             if f.startswith("thread ("):
                 thread = f"{frames[0]}|{f}" if i else f
-                frames = frames[i + 1:]
+                frames = frames[i + 1 :]
                 break
         per_thread[thread][classify(frames)] += n
     return per_thread
@@ -120,7 +120,7 @@ def summarise(text: str) -> dict:
     if not per:
         return {"samples": 0, "note": "py-spy recorded no samples"}
     busiest = max(per, key=lambda t: sum(per[t].values()) - per[t]["waiting"])
-    total = Counter()
+    total: Counter[str] = Counter()
     for c in per.values():
         total.update(c)
     return {
@@ -130,8 +130,7 @@ def summarise(text: str) -> dict:
     }
 
 
-def sample_during(fn: Callable[[], object], out_dir: Path, rate_hz: int = 100,
-                  native: bool = True) -> dict:
+def sample_during(fn: Callable[[], object], out_dir: Path, rate_hz: int = 100, native: bool = True) -> dict:
     """Run ``fn`` while py-spy samples this process tree; return the summary (and write the
     raw stacks to ``out_dir/pyspy.txt``)."""
     exe = find_pyspy()
@@ -140,8 +139,21 @@ def sample_during(fn: Callable[[], object], out_dir: Path, rate_hz: int = 100,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = out_dir / "pyspy.txt"
-    cmd = [exe, "record", "--pid", str(os.getpid()), "--rate", str(rate_hz), "--format", "raw",
-           "--idle", "--threads", "--subprocesses", "--output", str(raw)]
+    cmd = [
+        exe,
+        "record",
+        "--pid",
+        str(os.getpid()),
+        "--rate",
+        str(rate_hz),
+        "--format",
+        "raw",
+        "--idle",
+        "--threads",
+        "--subprocesses",
+        "--output",
+        str(raw),
+    ]
     if native:
         cmd.append("--native")
     log = open(out_dir / "pyspy.log", "w")
@@ -162,8 +174,7 @@ def sample_during(fn: Callable[[], object], out_dir: Path, rate_hz: int = 100,
         tail = (out_dir / "pyspy.log").read_text()[-300:].strip().splitlines()
         raise HostgapError("--stacks", f"py-spy wrote no samples ({tail[-1] if tail else 'no output'})")
     summary = summarise(raw.read_text())
-    summary.update({"raw": "stacks/pyspy.txt", "rate_hz": rate_hz, "native": native,
-                    "sampled_wall_ns": wall})
+    summary.update({"raw": "stacks/pyspy.txt", "rate_hz": rate_hz, "native": native, "sampled_wall_ns": wall})
     return summary
 
 

@@ -32,9 +32,11 @@ def _ci_pct(ci: dict, key: str) -> str:
 
 def title(r: dict) -> str:
     threads = f" · {r.get('threads')} thread(s)" if r.get("device") == "cpu" else ""
-    return (f"{r.get('preset') or r.get('model_path')} · {r.get('engine')} {r.get('mode')} · "
-            f"{r.get('device')} ({r.get('device_name')}) · batch {r.get('batch')} · "
-            f"prompt {r.get('prompt_len')} · {r.get('dtype')}{threads}")
+    return (
+        f"{r.get('preset') or r.get('model_path')} · {r.get('engine')} {r.get('mode')} · "
+        f"{r.get('device')} ({r.get('device_name')}) · batch {r.get('batch')} · "
+        f"prompt {r.get('prompt_len')} · {r.get('dtype')}{threads}"
+    )
 
 
 def is_valid(r: dict) -> bool:
@@ -110,19 +112,32 @@ def _anatomy_rows(r: dict) -> list[tuple[str, str, str]]:
     wall = (steady.get("wall_ns") or {}).get("median")
     a = r.get("agreement") or {}
     if hf is not None and wall is not None:
-        rows.append(("host fraction, traced anatomy", _in_range(hf, 0, 1, pct(hf)),
-                     f"host-exposed / wall, median of {steady.get('count')} steady traced steps "
-                     f"(median wall {ms(wall)})"))
+        rows.append(
+            (
+                "host fraction, traced anatomy",
+                _in_range(hf, 0, 1, pct(hf)),
+                f"host-exposed / wall, median of {steady.get('count')} steady traced steps (median wall {ms(wall)})",
+            )
+        )
     if a:
         word = "agree" if a.get("agree") else "DISAGREE"
-        rows.append(("anatomy - differencing", f"{a['difference'] * 100:+.1f} pts",
-                     f"{word} (tolerance ±{a['tolerance'] * 100:.0f} pts)"))
+        rows.append(
+            (
+                "anatomy - differencing",
+                f"{a['difference'] * 100:+.1f} pts",
+                f"{word} (tolerance ±{a['tolerance'] * 100:.0f} pts)",
+            )
+        )
     tb = r.get("taxbreak") or {}
     if tb.get("applicable") and r.get("n2"):
         n = r["n2"]
-        rows.append(("TaxBreak host work / step",
-                     f"FT {ms(tb['ft_ns'] / n)} · CT {ms(tb['ct_ns'] / n)} · KT {ms(tb['kt_ns'] / n)}",
-                     "host work, exposed or hidden; not stacked into host-exposed"))
+        rows.append(
+            (
+                "TaxBreak host work / step",
+                f"FT {ms(tb['ft_ns'] / n)} · CT {ms(tb['ct_ns'] / n)} · KT {ms(tb['kt_ns'] / n)}",
+                "host work, exposed or hidden; not stacked into host-exposed",
+            )
+        )
     return rows
 
 
@@ -132,44 +147,80 @@ def check_rows(r: dict) -> list[tuple[str, str, str]]:
     d = r["differencing"]
     act = d.get("activity", "gpu")
     copies = d.get("copies_per_step")
-    copy_txt = "-" if copies is None else (
-        f"{copies:.2f} (H2D {d.get('h2d_bytes_per_step') or 0:.0f} B, D2H {d.get('d2h_bytes_per_step') or 0:.0f} B)"
+    copy_txt = (
+        "-"
+        if copies is None
+        else (
+            f"{copies:.2f} (H2D {d.get('h2d_bytes_per_step') or 0:.0f} B, D2H {d.get('d2h_bytes_per_step') or 0:.0f} B)"
+        )
     )
     r2w, r2g = d.get("r2_wall"), d.get("r2_gpu")
     sweep = r.get("sweep") or []
-    return [
-        ("linearity R² wall / device", f"{_f4(r2w)} / {_f4(r2g)}",
-         f"N = {sweep[0]}..{sweep[-1]} ({len(sweep)} values)" if sweep else ""),
-        ("two-point vs fitted slope", pct(d.get("slope_agreement"), 2), "wall"),
-        ("kernel sum - union", ms(d.get("sum_minus_union_step_ns"), 4), "per step"),
-        ("copies per step", copy_txt if act == "gpu" else "n/a (CPU)", ""),
-        ("profiler inflation", pct(d.get("profiler_inflation"), 1, signed=True), "traced / untraced wall - 1"),
-    ] + _cpu_rows(d) + _stack_rows(r)
+    return (
+        [
+            (
+                "linearity R² wall / device",
+                f"{_f4(r2w)} / {_f4(r2g)}",
+                f"N = {sweep[0]}..{sweep[-1]} ({len(sweep)} values)" if sweep else "",
+            ),
+            ("two-point vs fitted slope", pct(d.get("slope_agreement"), 2), "wall"),
+            ("kernel sum - union", ms(d.get("sum_minus_union_step_ns"), 4), "per step"),
+            ("copies per step", copy_txt if act == "gpu" else "n/a (CPU)", ""),
+            ("profiler inflation", pct(d.get("profiler_inflation"), 1, signed=True), "traced / untraced wall - 1"),
+        ]
+        + _cpu_rows(d)
+        + _noise_rows(d)
+        + _stack_rows(r)
+    )
+
+
+def _noise_rows(d: dict) -> list[tuple[str, str, str]]:
+    from hostgap.capture.noise import check_rows
+
+    return check_rows(d.get("machine"), d.get("convergence"))
 
 
 def _cpu_rows(d: dict) -> list[tuple[str, str, str]]:
     """On a shared CPU: how many runs were preempted, and t_step from thread CPU time."""
     rows = []
     if d.get("compute_share") is not None:
-        rows.append(("compute share (traced)", pct(d["compute_share"]),
-                     "applied to the untraced wall: CPU compute = share x wall"))
+        rows.append(
+            (
+                "compute share (traced)",
+                pct(d["compute_share"]),
+                "applied to the untraced wall: CPU compute = share x wall",
+            )
+        )
     share = d.get("preempted_share")
     if d.get("repeat_spread") is not None:
         rows.append(("repeat spread", pct(d["repeat_spread"], 1), "IQR / median of untraced repeats"))
     if d.get("contended") is not None:
         flags = d.get("contention_flags") or []
-        rows.append(("machine busy", "yes" if d["contended"] else "no",
-                     "; ".join(flags) if flags else f"{d.get('attempts', 1)} attempt(s)"))
+        rows.append(
+            (
+                "machine busy",
+                "yes" if d["contended"] else "no",
+                "; ".join(flags) if flags else f"{d.get('attempts', 1)} attempt(s)",
+            )
+        )
     if share is None:
         return rows
-    how = ("other processes' CPU time > 5 % of the run's wall" if d.get("preempted_basis") == "other-cpu"
-           else "wall - thread time > 5 %: other work on this CPU")
+    how = (
+        "other processes' CPU time > 5 % of the run's wall"
+        if d.get("preempted_basis") == "other-cpu"
+        else "wall - thread time > 5 %: other work on this CPU"
+    )
     rows.append(("preempted runs", pct(share, 0), how))
     if d.get("traced_preempted_share") is not None:
         rows.append(("preempted traced runs", pct(d["traced_preempted_share"], 0), ""))
     if d.get("thread_t_step_ns") is not None:
-        rows.append(("wall per step from thread time", ms(d["thread_t_step_ns"]),
-                     f"R² {_f4(d.get('r2_thread'))}; cross-check, not the estimate"))
+        rows.append(
+            (
+                "wall per step from thread time",
+                ms(d["thread_t_step_ns"]),
+                f"R² {_f4(d.get('r2_thread'))}; cross-check, not the estimate",
+            )
+        )
     return rows
 
 
@@ -177,8 +228,10 @@ def _stack_rows(r: dict) -> list[tuple[str, str, str]]:
     st = (r.get("stacks") or {}).get("main_thread")
     if not st or not st.get("samples"):
         return []
-    txt = (f"compute {pct(st['compute_share'], 0)}, waiting {pct(st['waiting_share'], 0)}, "
-           f"other {pct(st['other_share'], 0)}")
+    txt = (
+        f"compute {pct(st['compute_share'], 0)}, waiting {pct(st['waiting_share'], 0)}, "
+        f"other {pct(st['other_share'], 0)}"
+    )
     return [("host samples (py-spy)", txt, f"{st['samples']} samples, decode thread")]
 
 
@@ -191,15 +244,22 @@ def footnote(r: dict) -> str:
     ci = d.get("ci") or {}
     rep = ci.get("repeats_untraced") or [r.get("repeats")] * 2
     est = d.get("estimator", "min")
-    how = ("Theil-Sen slope over every run, Sen's interval" if est == "theil-sen"
-           else f"{est} of {rep[-1]} untraced repeats, bootstrap interval")
+    how = (
+        "Theil-Sen slope over every run, Sen's interval"
+        if est == "theil-sen"
+        else f"{est} of {rep[-1]} untraced repeats, bootstrap interval"
+    )
+    if "batch means" in str(ci.get("method", "")):
+        how = "Theil-Sen slope over every run; wall interval from the rounds' slopes"
     lines = [
         f"per decode step: N1={r['n1']}, N2={r['n2']}; {d.get('note', '')}; {how}; "
         f"CI {int(100 * ci.get('level', 0.95))} %",
     ]
     if d.get("activity") == "cpu-compute":
-        lines.append("CPU run: device-active = CPU compute analogue (union of compute ops), its share "
-                     "measured in the traced runs and applied to the untraced wall")
+        lines.append(
+            "CPU run: device-active = CPU compute analogue (union of compute ops), its share "
+            "measured in the traced runs and applied to the untraced wall"
+        )
     if not is_valid(r):
         lines.append("invalid measurement: the numbers above are not a result (docs/measure.md, Validity)")
     return "\n".join(lines)

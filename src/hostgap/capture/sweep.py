@@ -14,9 +14,9 @@ import itertools
 import json
 import shutil
 import time
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Callable
 
 from hostgap.capture.protocol import MeasureConfig, cell_key, measure, resolve, validate
 from hostgap.errors import HostgapError
@@ -24,14 +24,19 @@ from hostgap.errors import HostgapError
 CONFIG_FIELDS = {f.name for f in fields(MeasureConfig)}
 
 
-def grid(base: MeasureConfig, presets=(None,), batches=(None,), contexts=(None,), modes=(None,),
-         engines=(None,)) -> list[MeasureConfig]:
+def grid(
+    base: MeasureConfig, presets=(None,), batches=(None,), contexts=(None,), modes=(None,), engines=(None,)
+) -> list[MeasureConfig]:
     """The cross product; ``None`` entries keep the base value."""
     cells = []
-    for p, b, c, m, e in itertools.product(presets or (None,), batches or (None,), contexts or (None,),
-                                           modes or (None,), engines or (None,)):
-        kw = {k: v for k, v in (("preset", p), ("batch", b), ("prompt_len", c), ("mode", m),
-                                ("engine", e)) if v is not None}
+    for p, b, c, m, e in itertools.product(
+        presets or (None,), batches or (None,), contexts or (None,), modes or (None,), engines or (None,)
+    ):
+        kw = {
+            k: v
+            for k, v in (("preset", p), ("batch", b), ("prompt_len", c), ("mode", m), ("engine", e))
+            if v is not None
+        }
         cells.append(replace(base, **kw))
     return cells
 
@@ -62,21 +67,18 @@ class SweepOutcome:
     total: int
     done: int = 0
     skipped: int = 0
-    failed: list = None
-    run_ids: list = None
+    failed: list = field(default_factory=list)
+    run_ids: list = field(default_factory=list)
     interrupted: bool = False
-
-    def __post_init__(self):
-        self.failed = self.failed or []
-        self.run_ids = self.run_ids or []
 
 
 CellProgress = Callable[[int, int, str, str], None]
 """``on_cell(index, total, key, status)`` with status ``start``/``done``/``skip``/``fail: ...``."""
 
 
-def run_sweep(cells: list[MeasureConfig], db, *, on_cell: CellProgress | None = None,
-              progress=None, engine_kw_for=None) -> SweepOutcome:
+def run_sweep(
+    cells: list[MeasureConfig], db, *, on_cell: CellProgress | None = None, progress=None, engine_kw_for=None
+) -> SweepOutcome:
     """Measure every cell not yet in ``db``; KeyboardInterrupt stops cleanly (db consistent)."""
     resolved = []
     for c in cells:

@@ -17,7 +17,8 @@ contention (:func:`contention`)
     the share of runs preempted for more than 5 % of their wall <= :data:`PREEMPTED_LIMIT` in
     the untraced and in the traced runs (CPU, in-thread engine: wall - thread time; an engine in
     other processes, vLLM: the CPU time other processes used during the run, untraced runs);
-    the median relative spread of the untraced repeats (IQR / median per N) <= :data:`SPREAD_LIMIT`.
+    the median relative spread of the untraced repeats (IQR / median per N) <= :data:`SPREAD_LIMIT`;
+    CPU steal over the runs <= :data:`hostgap.capture.noise.STEAL_LIMIT` (``/proc/stat``).
 
 The **agreement** check (:func:`agreement`) compares the differencing host fraction with the
 per-step anatomy's (median over steady decode steps of the traced N2 run); a difference above
@@ -33,9 +34,23 @@ import numpy as np
 
 from hostgap.checks import INFLATION_LIMIT, reasons
 
-__all__ = ["AGREEMENT_TOLERANCE", "DISTURBED", "EXIT_INVALID", "INFLATION_LIMIT", "PREEMPTED_LIMIT", "SPREAD_LIMIT",
-           "agreement", "busy_share", "contention", "contention_of", "disturbed", "in_thread", "preempted_share",
-           "reasons", "repeat_spread"]
+__all__ = [
+    "AGREEMENT_TOLERANCE",
+    "DISTURBED",
+    "EXIT_INVALID",
+    "INFLATION_LIMIT",
+    "PREEMPTED_LIMIT",
+    "SPREAD_LIMIT",
+    "agreement",
+    "busy_share",
+    "contention",
+    "contention_of",
+    "disturbed",
+    "in_thread",
+    "preempted_share",
+    "reasons",
+    "repeat_spread",
+]
 
 EXIT_INVALID = 3
 """``hostgap measure``'s exit status when a measurement is invalid (2 means bad input)."""
@@ -99,8 +114,7 @@ def busy_share(walls: dict, other_cpu: dict | None) -> float | None:
     return float(np.mean(np.asarray(o, dtype=np.float64) > DISTURBED * np.asarray(w, dtype=np.float64)))
 
 
-def contention(untraced: tuple[dict, dict], traced: tuple[dict, dict] | None = None,
-               other: dict | None = None) -> dict:
+def contention(untraced: tuple[dict, dict], traced: tuple[dict, dict] | None = None, other: dict | None = None) -> dict:
     """Contention flags of one measurement: ``untraced``/``traced`` are (walls, thread times)
     per N; ``other``: per N, the CPU time other processes used during each untraced run (an
     engine in other processes), used when thread times are not. ``contended`` is True when any
@@ -121,8 +135,14 @@ def contention(untraced: tuple[dict, dict], traced: tuple[dict, dict] | None = N
         flags.append(f"{pt:.0%} of traced runs preempted (limit {PREEMPTED_LIMIT:.0%})")
     if spread is not None and spread > SPREAD_LIMIT:
         flags.append(f"repeat spread {spread:.0%} (IQR/median; limit {SPREAD_LIMIT:.0%})")
-    return {"contended": bool(flags), "flags": flags, "preempted_share": pu, "preempted_basis": basis,
-            "traced_preempted_share": pt, "repeat_spread": spread}
+    return {
+        "contended": bool(flags),
+        "flags": flags,
+        "preempted_share": pu,
+        "preempted_basis": basis,
+        "traced_preempted_share": pt,
+        "repeat_spread": spread,
+    }
 
 
 def agreement(diff_fraction: float | None, anatomy_fraction: float | None) -> dict | None:
@@ -131,14 +151,23 @@ def agreement(diff_fraction: float | None, anatomy_fraction: float | None) -> di
         return None
     delta = float(anatomy_fraction - diff_fraction)
     ok = abs(delta) <= AGREEMENT_TOLERANCE
-    note = ("the differencing split and the per-step anatomy agree" if ok else
-            f"the per-step anatomy differs by {delta:+.2f} (tolerance {AGREEMENT_TOLERANCE:.2f}): "
-            "trust the differencing split, which rests on every run of the N sweep and repeats; "
-            "the anatomy is one traced run at N2, where profiler cost and any disturbance of "
-            "that single run stay in")
-    return {"differencing": float(diff_fraction), "anatomy": float(anatomy_fraction),
-            "difference": delta, "tolerance": AGREEMENT_TOLERANCE, "agree": ok,
-            "trust": "differencing", "note": note}
+    note = (
+        "the differencing split and the per-step anatomy agree"
+        if ok
+        else f"the per-step anatomy differs by {delta:+.2f} (tolerance {AGREEMENT_TOLERANCE:.2f}): "
+        "trust the differencing split, which rests on every run of the N sweep and repeats; "
+        "the anatomy is one traced run at N2, where profiler cost and any disturbance of "
+        "that single run stay in"
+    )
+    return {
+        "differencing": float(diff_fraction),
+        "anatomy": float(anatomy_fraction),
+        "difference": delta,
+        "tolerance": AGREEMENT_TOLERANCE,
+        "agree": ok,
+        "trust": "differencing",
+        "note": note,
+    }
 
 
 def in_thread(cfg) -> bool:
@@ -153,10 +182,17 @@ def contention_of(cfg, raw: dict) -> dict:
     thread times count only where the decode runs on the measuring thread (:func:`in_thread`);
     elsewhere (an engine in other processes, vLLM) the CPU time other processes used during each
     untraced run, when the engine reports it, stands in for preemption."""
+    from hostgap.capture.noise import noise_flags
+
     walls = {n: v for n, v in raw["untraced_wall_ns"].items()}
     if not in_thread(cfg):
-        return contention((walls, {}), other=raw.get("untraced_other_cpu_ns"))
-    tr = raw.get("traced", {})
-    traced = ({n: [s["wall_ns"] for s in v] for n, v in tr.items()},
-              {n: [s.get("thread_ns", 0) for s in v] for n, v in tr.items()})
-    return contention((walls, raw.get("untraced_thread_ns", {})), traced)
+        c = contention((walls, {}), other=raw.get("untraced_other_cpu_ns"))
+    else:
+        tr = raw.get("traced", {})
+        traced = (
+            {n: [s["wall_ns"] for s in v] for n, v in tr.items()},
+            {n: [s.get("thread_ns", 0) for s in v] for n, v in tr.items()},
+        )
+        c = contention((walls, raw.get("untraced_thread_ns", {})), traced)
+    steal = noise_flags(raw.get("machine"))  # a hypervisor taking the CPU is contention too
+    return {**c, "flags": c["flags"] + steal, "contended": c["contended"] or bool(steal)}

@@ -38,8 +38,10 @@ import glob
 import os
 import random
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from hostgap.capture import vllm_watch as vw
 from hostgap.errors import HostgapError
@@ -77,14 +79,17 @@ MIN_FLOPS = 2e9
 are base + 2 x active params x tokens / MIN_FLOPS, so only a hang reaches them."""
 MIN_INIT_BYTES_S = 50e6
 """A low floor on the rate at which the engine builds dummy weights (B/s), for start-up."""
-NOISE = ("engine core exited unexpectedly",  # hostgap's own line says which process, and how
-         "Passing raw prompts to InputProcessor is deprecated",
-         "Using None for EOS token id because tokenizer is not initialized",
-         "Chat template warmup failed")
+NOISE = (
+    "engine core exited unexpectedly",  # hostgap's own line says which process, and how
+    "Passing raw prompts to InputProcessor is deprecated",
+    "Using None for EOS token id because tokenizer is not initialized",
+    "Chat template warmup failed",
+)
 """Frontend warnings that hostgap's own use of vLLM (token-id prompts, no tokenizer) triggers."""
 
 
 # -- installation and inputs ------------------------------------------------------------------
+
 
 def vllm_version() -> str:
     """The installed vLLM's version, or a one-line error saying how to install it.
@@ -137,8 +142,7 @@ class VllmOptions:
         return asdict(self)
 
 
-def validate_options(arch: Arch, opts: VllmOptions, tokens_in_flight: int,
-                     kv_source: str = "--kv-cache-gib") -> None:
+def validate_options(arch: Arch, opts: VllmOptions, tokens_in_flight: int, kv_source: str = "--kv-cache-gib") -> None:
     """Reject settings vLLM cannot run before an engine starts (one line each).
 
     ``tokens_in_flight``: the most KV tokens the workload holds at once (requests x their
@@ -154,10 +158,14 @@ def validate_options(arch: Arch, opts: VllmOptions, tokens_in_flight: int,
         raise HostgapError(src, f"needs {opts.max_model_len} positions, the model has {arch.max_positions}")
     if opts.kv_cache_gib <= 0:
         raise HostgapError("--kv-cache-gib", f"must be > 0, got {opts.kv_cache_gib}")
-    if not opts.chunked_prefill and opts.max_num_batched_tokens is not None \
-            and opts.max_num_batched_tokens < opts.max_model_len:
-        raise HostgapError("--max-num-batched-tokens",
-                           f"without chunked prefill it must be >= max_model_len ({opts.max_model_len})")
+    if (
+        not opts.chunked_prefill
+        and opts.max_num_batched_tokens is not None
+        and opts.max_num_batched_tokens < opts.max_model_len
+    ):
+        raise HostgapError(
+            "--max-num-batched-tokens", f"without chunked prefill it must be >= max_model_len ({opts.max_model_len})"
+        )
     kv_per_token = arch.kv_bytes_per_token(opts.dtype)
     kv_bytes = int(opts.kv_cache_gib * 2**30)
     need = max(tokens_in_flight, opts.max_model_len) * kv_per_token
@@ -174,7 +182,8 @@ def validate_options(arch: Arch, opts: VllmOptions, tokens_in_flight: int,
     have = available_bytes("cpu")
     if total > have:
         raise HostgapError(
-            src, f"cannot fit in host memory: needs ~{total / 2**30:.1f} GiB (weights "
+            src,
+            f"cannot fit in host memory: needs ~{total / 2**30:.1f} GiB (weights "
             f"{arch.weight_bytes(opts.dtype) / 2**30:.1f} GiB in {opts.dtype} + KV {opts.kv_cache_gib:g} GiB "
             f"+ engine ~{ENGINE_OVERHEAD_BYTES / 2**30:.0f} GiB), {have / 2**30:.1f} GiB available",
         )
@@ -205,6 +214,7 @@ def prompt_ids(vocab: int, lengths: list[int], seed: int) -> list[list[int]]:
 
 
 # -- environment and processes ----------------------------------------------------------------
+
 
 def engine_env(run_dir: Path, log_level: str = "WARNING") -> dict[str, str]:
     """Environment the engine processes start with (PLATFORM.md "vLLM on CPU")."""
@@ -313,6 +323,7 @@ def last_error_line(log_path: Path) -> str:
 
 # -- the worker-side step recorder ------------------------------------------------------------
 
+
 class StepRecorder:
     """Mixed into vLLM's Worker class (``worker_extension_cls``); methods run in the Worker.
 
@@ -321,10 +332,12 @@ class StepRecorder:
     ``is_context`` whether vLLM counts it as a context (prefill) request this step, by the
     rule of its own trace annotation (new request, or no output token yet)."""
 
+    execute_model: Callable[..., Any]  # the Worker's own (declared only: no class attribute)
+
     def hostgap_recorder_on(self) -> bool:
         import time as _time
 
-        self._hostgap_steps = []
+        self._hostgap_steps: list = []
         if hasattr(self, "_hostgap_execute"):
             return True
         original = self._hostgap_execute = self.execute_model

@@ -22,8 +22,8 @@ from hostgap.capture.vllm_common import DTYPES, VllmOptions, prompt_ids, validat
 from hostgap.capture.vllm_runtime import VllmRuntime
 from hostgap.errors import HostgapError
 
-
 # -- the measure engine -----------------------------------------------------------------------
+
 
 def request_timing(outputs) -> list[dict]:
     """The engine's own per-request timestamps (``RequestOutput.metrics``), in ns.
@@ -35,15 +35,21 @@ def request_timing(outputs) -> list[dict]:
         m = getattr(o, "metrics", None)
         if m is None:
             continue
-        ns = {k: int(round(getattr(m, f"{k}_ts", 0.0) * 1e9)) for k in
-              ("queued", "scheduled", "first_token", "last_token")}
+        ns = {
+            k: int(round(getattr(m, f"{k}_ts", 0.0) * 1e9))
+            for k in ("queued", "scheduled", "first_token", "last_token")
+        }
         tokens = len(o.outputs[0].token_ids) if o.outputs else 0
-        rows.append({
-            "request": str(o.request_id), "tokens": tokens, **{f"{k}_ns": v for k, v in ns.items()},
-            "prefill_ns": ns["first_token"] - ns["scheduled"],
-            "decode_ns": ns["last_token"] - ns["first_token"],
-            "engine_ns": ns["last_token"] - ns["queued"],
-        })
+        rows.append(
+            {
+                "request": str(o.request_id),
+                "tokens": tokens,
+                **{f"{k}_ns": v for k, v in ns.items()},
+                "prefill_ns": ns["first_token"] - ns["scheduled"],
+                "decode_ns": ns["last_token"] - ns["first_token"],
+                "engine_ns": ns["last_token"] - ns["queued"],
+            }
+        )
     return rows
 
 
@@ -62,8 +68,9 @@ class VllmEngine(Engine):
 
     name = "vllm"
 
-    def __init__(self, workload: Workload, run_dir: str | Path | None = None,
-                 runtime: VllmRuntime | None = None, **options):
+    def __init__(
+        self, workload: Workload, run_dir: str | Path | None = None, runtime: VllmRuntime | None = None, **options
+    ):
         super().__init__(workload)
         vllm_version()
         w = workload
@@ -71,20 +78,26 @@ class VllmEngine(Engine):
             raise HostgapError("--model", "the vllm engine runs presets only (use --preset)")
         platform = vllm_device()
         if w.device not in ("auto", platform):
-            raise HostgapError(f"--device {w.device}",
-                               f"the installed vLLM runs on {platform}, not {w.device} (docs/vllm.md)")
+            raise HostgapError(
+                f"--device {w.device}", f"the installed vLLM runs on {platform}, not {w.device} (docs/vllm.md)"
+            )
         extra = {**w.extra, **options}
         dtype = extra.get("vllm_dtype", w.dtype if w.dtype in DTYPES else "bfloat16")
         tokens = w.prompt_len + w.max_new_tokens
         self.opts = VllmOptions(
-            mode=w.mode, dtype=dtype, kv_cache_gib=float(extra.get("kv_cache_gib", 1.0)),
+            mode=w.mode,
+            dtype=dtype,
+            kv_cache_gib=float(extra.get("kv_cache_gib", 1.0)),
             max_model_len=tokens + 16,
             max_num_seqs=max(int(extra.get("max_num_seqs", 0)), w.batch, 1),
             max_num_batched_tokens=max(w.batch * w.prompt_len, 2048),
-            chunked_prefill=True, seed=w.seed, tensor_parallel_size=int(extra.get("tp", 1)),
+            chunked_prefill=True,
+            seed=w.seed,
+            tensor_parallel_size=int(extra.get("tp", 1)),
         )
-        validate_options(w.arch, self.opts, w.batch * tokens,
-                         kv_source=f"vLLM KV cache ({self.opts.kv_cache_gib:g} GiB)")
+        validate_options(
+            w.arch, self.opts, w.batch * tokens, kv_source=f"vLLM KV cache ({self.opts.kv_cache_gib:g} GiB)"
+        )
         self.shared = runtime is not None
         if runtime is not None:
             _check_shared(runtime, w, self.opts)
@@ -98,8 +111,7 @@ class VllmEngine(Engine):
         self.rank_traces: dict[str, Path] = {}  # tensor parallel: rank-0 trace -> its run's rank traces
         # a failed run's directory is removed: its engine log is kept beside it
         failed = self.run_dir.parent.with_name(self.run_dir.parent.name + ".failed") if run_dir else None
-        self.runtime = runtime or VllmRuntime(w.arch, self.opts, self.run_dir, profile=True,
-                                              failure_dir=failed)
+        self.runtime = runtime or VllmRuntime(w.arch, self.opts, self.run_dir, profile=True, failure_dir=failed)
         self.prompts = prompt_ids(w.arch.vocab, [w.prompt_len] * w.batch, w.seed)
         self.last_request_timing: list[dict] = []
         self.last_thread_ns = 0
@@ -125,9 +137,16 @@ class VllmEngine(Engine):
         if got != {n_tokens}:
             raise HostgapError("vllm", f"asked for {n_tokens} tokens per request, got {sorted(got)}")
         self.last_request_timing = request_timing(outs)
-        self.calls.append({"n_tokens": n_tokens, "traced": traced, "wall_ns": wall, "other_cpu_ns": other,
-                           "engine_decode_ns": _median([r["decode_ns"] for r in self.last_request_timing]),
-                           "engine_ns": _median([r["engine_ns"] for r in self.last_request_timing])})
+        self.calls.append(
+            {
+                "n_tokens": n_tokens,
+                "traced": traced,
+                "wall_ns": wall,
+                "other_cpu_ns": other,
+                "engine_decode_ns": _median([r["decode_ns"] for r in self.last_request_timing]),
+                "engine_ns": _median([r["engine_ns"] for r in self.last_request_timing]),
+            }
+        )
         return wall
 
     def generate(self, n_tokens: int) -> int:
@@ -184,9 +203,15 @@ class VllmEngine(Engine):
                 self.runtime.log_copy = str(where / "vllm-engine.log")
             from hostgap.capture.rundir import write_json
 
-            write_json(where / "vllm-engine.json", {"schema_version": 1, **self.runtime.describe(),
-                                                     "engine_timing": engine_timing(self.calls),
-                                                     "calls": self.calls})
+            write_json(
+                where / "vllm-engine.json",
+                {
+                    "schema_version": 1,
+                    **self.runtime.describe(),
+                    "engine_timing": engine_timing(self.calls),
+                    "calls": self.calls,
+                },
+            )
 
     def _process_states(self) -> dict | None:
         """With ``--stacks``: the protocol's py-spy samples of the whole process tree (in the run
@@ -200,11 +225,14 @@ class VllmEngine(Engine):
 
     def describe(self) -> dict:
         d = self.runtime.describe()
-        d.update({
-            "device_name": _cpu_name(), "mode": self.opts.mode,
-            "request_timing_last": self.last_request_timing,
-            "engine_timing": engine_timing(self.calls),
-        })
+        d.update(
+            {
+                "device_name": _cpu_name(),
+                "mode": self.opts.mode,
+                "request_timing_last": self.last_request_timing,
+                "engine_timing": engine_timing(self.calls),
+            }
+        )
         from hostgap.capture.vllm_split import with_frontend
 
         d["process_split"] = with_frontend(self.split, d["engine_timing"])
@@ -249,10 +277,13 @@ def contention(calls: list[dict], threshold: float = 0.05) -> dict | None:
         return None
     wall = sum(c["wall_ns"] for c in rows)
     other = sum(c["other_cpu_ns"] for c in rows)
-    return {"other_cpu_share": other / wall,
-            "preempted_share": sum(c["other_cpu_ns"] > threshold * c["wall_ns"] for c in rows) / len(rows),
-            "calls": len(rows), "threshold": threshold,
-            "basis": "CPU time of other processes (/proc/stat minus the engine processes) during each untraced call"}
+    return {
+        "other_cpu_share": other / wall,
+        "preempted_share": sum(c["other_cpu_ns"] > threshold * c["wall_ns"] for c in rows) / len(rows),
+        "calls": len(rows),
+        "threshold": threshold,
+        "basis": "CPU time of other processes (/proc/stat minus the engine processes) during each untraced call",
+    }
 
 
 def engine_timing(calls: list[dict]) -> dict:
@@ -299,8 +330,10 @@ def _check_shared(rt: VllmRuntime, w: Workload, want: VllmOptions) -> None:
     if o.max_num_seqs < w.batch:
         problems.append(f"max_num_seqs {o.max_num_seqs} < batch {w.batch}")
     if (o.max_num_batched_tokens or 0) < w.batch * w.prompt_len:
-        problems.append(f"max_num_batched_tokens {o.max_num_batched_tokens} < B x L = {w.batch * w.prompt_len}"
-                        " (the prefill would take several steps)")
+        problems.append(
+            f"max_num_batched_tokens {o.max_num_batched_tokens} < B x L = {w.batch * w.prompt_len}"
+            " (the prefill would take several steps)"
+        )
     if not rt.profile:
         problems.append("it was started without the profiler")
     if problems:

@@ -21,12 +21,28 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from hostgap.capture import vllm_watch as vw
 from hostgap.capture.vllm_common import (
-    _ENGINE_PROC_PREFIX, CALL_TIMEOUT_S, GRAPH_EXTRA_S, MIN_FLOPS, MIN_INIT_BYTES_S, SHUTDOWN_TIMEOUT_S,
-    STARTUP_BASE_S, VLLM_TESTED, VllmOptions, _mapped_anywhere, engine_env, engine_processes,
-    last_error_line, output_to, patched_env, quiet_frontend_noise, shm_entries, vllm_version,
+    _ENGINE_PROC_PREFIX,
+    CALL_TIMEOUT_S,
+    GRAPH_EXTRA_S,
+    MIN_FLOPS,
+    MIN_INIT_BYTES_S,
+    SHUTDOWN_TIMEOUT_S,
+    STARTUP_BASE_S,
+    VLLM_TESTED,
+    VllmOptions,
+    _mapped_anywhere,
+    engine_env,
+    engine_processes,
+    last_error_line,
+    output_to,
+    patched_env,
+    quiet_frontend_noise,
+    shm_entries,
+    vllm_version,
     write_model_dir,
 )
 from hostgap.capture.vllm_watch import EngineFailure
@@ -38,6 +54,7 @@ STEP_RECORDER = "hostgap.capture.vllm_engine.StepRecorder"
 
 
 # -- one engine ------------------------------------------------------------------------------
+
 
 @dataclass
 class VllmRuntime:
@@ -56,7 +73,7 @@ class VllmRuntime:
     profile: bool = True
     record_steps: bool = False
     failure_dir: Path | None = None  # None: <run_dir>.failed beside the run directory
-    llm: object = None
+    llm: Any = None  # vllm.LLM once started (vLLM is untyped)
     startup_ns: int = 0
     shutdown_ns: int = 0
     version: str = ""
@@ -82,7 +99,7 @@ class VllmRuntime:
     @property
     def kept_log(self) -> Path:
         """Where the engine log is kept when the run fails (named in every failure line)."""
-        return self.failure_dir / "engine.log"
+        return cast(Path, self.failure_dir) / "engine.log"  # filled by __post_init__
 
     @property
     def profile_dir(self) -> Path:
@@ -106,8 +123,7 @@ class VllmRuntime:
         t0 = time.perf_counter_ns()
         try:
             with patched_env(env, drop=("VLLM_CPU_KVCACHE_SPACE",)), output_to(self.log_path):
-                with self.watch.waiting("engine start-up", startup_deadline_s(self.arch, self.opts),
-                                        convert=False):
+                with self.watch.waiting("engine start-up", startup_deadline_s(self.arch, self.opts), convert=False):
                     from vllm import LLM
 
                     quiet_frontend_noise()
@@ -118,8 +134,9 @@ class VllmRuntime:
         except Exception as e:  # noqa: BLE001 - vLLM's own start-up errors: one line
             self._abort()
             detail = last_error_line(self.log_path) or f"{type(e).__name__}: {_first_line(e)}"
-            raise HostgapError(f"preset {self.arch.name}",
-                               f"vLLM could not start the engine: {detail} (log: {self.kept_log})") from None
+            raise HostgapError(
+                f"preset {self.arch.name}", f"vLLM could not start the engine: {detail} (log: {self.kept_log})"
+            ) from None
         self.startup_ns = time.perf_counter_ns() - t0
         quiet_frontend_noise()
         self._find_processes()
@@ -133,7 +150,7 @@ class VllmRuntime:
         self.roles = {p.pid: _role(p) for p in procs}
         me = os.getpid()
         children = {p.pid for p in procs if p.ppid == me}
-        self.watch.watch(self.roles, children)
+        cast(vw.Watchdog, self.watch).watch(self.roles, children)  # started by start(), the caller
 
     def _abort(self) -> None:
         """After a failed or interrupted start: end whatever started, keep the log."""
@@ -145,11 +162,18 @@ class VllmRuntime:
     def _llm_kwargs(self, model_dir: Path) -> dict:
         o = self.opts
         kw = dict(
-            model=str(model_dir), load_format="dummy", skip_tokenizer_init=True,
-            dtype=o.dtype, enforce_eager=o.mode == "eager", disable_log_stats=False,
-            enable_prefix_caching=False, max_model_len=o.max_model_len,
-            max_num_seqs=o.max_num_seqs, enable_chunked_prefill=o.chunked_prefill,
-            kv_cache_memory_bytes=int(o.kv_cache_gib * 2**30), seed=o.seed,
+            model=str(model_dir),
+            load_format="dummy",
+            skip_tokenizer_init=True,
+            dtype=o.dtype,
+            enforce_eager=o.mode == "eager",
+            disable_log_stats=False,
+            enable_prefix_caching=False,
+            max_model_len=o.max_model_len,
+            max_num_seqs=o.max_num_seqs,
+            enable_chunked_prefill=o.chunked_prefill,
+            kv_cache_memory_bytes=int(o.kv_cache_gib * 2**30),
+            seed=o.seed,
             worker_extension_cls=STEP_RECORDER,
         )
         if o.tensor_parallel_size > 1:
@@ -160,9 +184,12 @@ class VllmRuntime:
             kw["max_num_batched_tokens"] = max(o.max_model_len, 2048)
         if self.profile:
             kw["profiler_config"] = {
-                "profiler": "torch", "torch_profiler_dir": str(self.profile_dir),
-                "torch_profiler_with_stack": False, "detailed_trace_annotation": True,
-                "torch_profiler_dump_cuda_time_total": False, "ignore_frontend": True,
+                "profiler": "torch",
+                "torch_profiler_dir": str(self.profile_dir),
+                "torch_profiler_with_stack": False,
+                "detailed_trace_annotation": True,
+                "torch_profiler_dump_cuda_time_total": False,
+                "ignore_frontend": True,
             }
         return kw
 
@@ -195,14 +222,15 @@ class VllmRuntime:
         One deadline covers the call (:func:`work_deadline_s` of its tokens)."""
         eng = self.llm.llm_engine if self.llm is not None else None
         tokens = sum(len(p) for p in prompts) + sum(max_tokens)
-        with self.waiting(f"generate ({len(prompts)} requests, {max(max_tokens)} tokens)",
-                          self.work_deadline_s(tokens)):
+        with self.waiting(
+            f"generate ({len(prompts)} requests, {max(max_tokens)} tokens)", self.work_deadline_s(tokens)
+        ):
             with self.paused():
                 t0 = time.perf_counter_ns()
                 ids = [self.add(p, n) for p, n in zip(prompts, max_tokens)]
             done = self.drain()
             wall = time.perf_counter_ns() - t0
-        assert not eng.has_unfinished_requests()
+        assert eng is not None and not eng.has_unfinished_requests()  # (waiting() needs the engine)
         return wall, [done[i] for i in ids]
 
     def add(self, prompt: list[int], max_tokens: int) -> str:
@@ -257,12 +285,11 @@ class VllmRuntime:
             if self.watch is not None and self.watch.failure is None and not self.watch.interrupted:
                 with self.waiting("stop the profiler (writes the trace)", CALL_TIMEOUT_S):
                     self.llm.stop_profile()
-        new = sorted(set(glob.glob(str(self.profile_dir / "*.pt.trace.json*"))) - before,
-                     key=os.path.getmtime)
+        new = sorted(set(glob.glob(str(self.profile_dir / "*.pt.trace.json*"))) - before, key=os.path.getmtime)
         if not new:
             raise HostgapError(str(self.profile_dir), "the vLLM Worker wrote no trace")
         # one trace per Worker (rank): the newest of each, rank 0 first
-        got.extend(Path(p) for p in sorted(new[-self.opts.tensor_parallel_size:], key=_rank_of))
+        got.extend(Path(p) for p in sorted(new[-self.opts.tensor_parallel_size :], key=_rank_of))
 
     # -- shutdown --------------------------------------------------------------------------
     def close(self) -> None:
@@ -275,10 +302,14 @@ class VllmRuntime:
         if self.llm is None and self.watch is None:
             return
         t0 = time.perf_counter_ns()
-        abnormal = (sys.exc_info()[1] is not None or self.watch is None
-                    or self.watch.failure is not None or self.watch.interrupted)
+        abnormal = (
+            sys.exc_info()[1] is not None
+            or self.watch is None
+            or self.watch.failure is not None
+            or self.watch.interrupted
+        )
         interrupted = None
-        if not abnormal:
+        if not abnormal and self.watch is not None:  # (not abnormal: the watchdog is there)
             self.watch.expect_exit()  # EngineCore's exit is the point now, not a failure
             try:
                 with self.watch.waiting("engine shutdown", SHUTDOWN_TIMEOUT_S + 10, convert=False):
@@ -317,8 +348,12 @@ class VllmRuntime:
             killed = self._reap(sorted(pids))
             t1 = time.monotonic()
         self.llm = None
-        self.leftovers = {"processes_ended": killed, "shm_removed": _remove_new_shm(self.shm_before),
-                          "end_processes_s": round(t1 - t0, 3), "vllm_cleanup_s": round(time.monotonic() - t1, 3)}
+        self.leftovers = {
+            "processes_ended": killed,
+            "shm_removed": _remove_new_shm(self.shm_before),
+            "end_processes_s": round(t1 - t0, 3),
+            "vllm_cleanup_s": round(time.monotonic() - t1, 3),
+        }
 
     def _vllm_shutdown(self) -> None:
         llm = self.llm
@@ -342,7 +377,7 @@ class VllmRuntime:
         import json
 
         try:
-            d = self.failure_dir
+            d = cast(Path, self.failure_dir)  # filled by __post_init__
             d.mkdir(parents=True, exist_ok=True)
             if self.log_path.exists():
                 shutil.copyfile(self.log_path, d / "engine.log")
@@ -352,17 +387,28 @@ class VllmRuntime:
             if cfg.exists():
                 shutil.copyfile(cfg, d / "model-config.json")
             problem = None
+            exc = sys.exc_info()[1]
             if self.watch is not None and self.watch.interrupted:
                 problem = "interrupted (Ctrl-C)"
             elif self.watch is not None and self.watch.failure is not None:
                 problem = str(self.watch.failure)
-            elif sys.exc_info()[1] is not None:
-                problem = f"{type(sys.exc_info()[1]).__name__}: {_first_line(sys.exc_info()[1])}"
-            (d / "engine.json").write_text(json.dumps({
-                "preset": self.arch.name, "options": self.opts.to_dict(), "vllm_version": self.version,
-                "engine_pids": self.roles and {str(k): v for k, v in self.roles.items()},
-                "problem": problem, "leftovers": self.leftovers,
-            }, indent=1, default=str) + "\n")
+            elif exc is not None:
+                problem = f"{type(exc).__name__}: {_first_line(exc)}"
+            (d / "engine.json").write_text(
+                json.dumps(
+                    {
+                        "preset": self.arch.name,
+                        "options": self.opts.to_dict(),
+                        "vllm_version": self.version,
+                        "engine_pids": self.roles and {str(k): v for k, v in self.roles.items()},
+                        "problem": problem,
+                        "leftovers": self.leftovers,
+                    },
+                    indent=1,
+                    default=str,
+                )
+                + "\n"
+            )
         except OSError:
             return None
         self.kept = str(d)
@@ -370,11 +416,16 @@ class VllmRuntime:
 
     def describe(self) -> dict:
         return {
-            "engine": "vllm", "vllm_version": self.version, "vllm_tested": VLLM_TESTED,
-            "options": self.opts.to_dict(), "startup_ns": self.startup_ns,
-            "shutdown_ns": self.shutdown_ns, "engine_pids": self.pids,
+            "engine": "vllm",
+            "vllm_version": self.version,
+            "vllm_tested": VLLM_TESTED,
+            "options": self.opts.to_dict(),
+            "startup_ns": self.startup_ns,
+            "shutdown_ns": self.shutdown_ns,
+            "engine_pids": self.pids,
             "engine_processes": {str(k): v for k, v in self.roles.items()},
-            "engine_log": self.log_copy or str(self.log_path), "leftovers": self.leftovers,
+            "engine_log": self.log_copy or str(self.log_path),
+            "leftovers": self.leftovers,
             "failure_dir": self.kept,
             "processes": "frontend (this process), EngineCore, Worker (rank 0)",
         }
@@ -426,7 +477,7 @@ def _rank_of(path: str) -> int:
 def _role(p: vw.Proc) -> str:
     """``EngineCore`` or ``Worker`` from a ``VLLM::...`` process name."""
     name = p.name.split()[0] if p.name else ""
-    name = name[len(_ENGINE_PROC_PREFIX):] if name.startswith(_ENGINE_PROC_PREFIX) else name
+    name = name[len(_ENGINE_PROC_PREFIX) :] if name.startswith(_ENGINE_PROC_PREFIX) else name
     return "Worker" if name.lower().startswith(("worker", "vllmworker")) else (name or "engine process")
 
 

@@ -44,8 +44,9 @@ DETAIL = {
 }
 
 
-def step_parts(start_ns: np.ndarray, wall_ns: np.ndarray, marker_end_ns: np.ndarray,
-               seg_start: np.ndarray, seg_end: np.ndarray) -> dict[str, np.ndarray]:
+def step_parts(
+    start_ns: np.ndarray, wall_ns: np.ndarray, marker_end_ns: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray
+) -> dict[str, np.ndarray]:
     """Per step, the three parts (int64 ns) from the step windows and the merged (disjoint,
     sorted) device-active segments. The annotation is clipped to its window."""
     from hostgap.anatomy.intervals import covered_each
@@ -57,8 +58,7 @@ def step_parts(start_ns: np.ndarray, wall_ns: np.ndarray, marker_end_ns: np.ndar
     in_marker = covered_each(start, m_end, seg_start, seg_end)
     worker_host = (m_end - start) - in_marker
     between = (end - m_end) - (compute - in_marker)
-    return {"compute_ns": compute, "worker_host_ns": worker_host, "between_ns": between,
-            "wall_ns": end - start}
+    return {"compute_ns": compute, "worker_host_ns": worker_host, "between_ns": between, "wall_ns": end - start}
 
 
 def active_segments(trace) -> tuple[np.ndarray, np.ndarray]:
@@ -90,8 +90,13 @@ def split_of_trace(trace, steps: list[dict] | None = None, warmup: int = 1) -> d
     if not rows:
         return None
     seg_s, seg_e = active_segments(trace)
-    parts = step_parts(np.array([r["start_ns"] for r in rows]), np.array([r["wall_ns"] for r in rows]),
-                       np.array([r["marker_end_ns"] for r in rows]), seg_s, seg_e)
+    parts = step_parts(
+        np.array([r["start_ns"] for r in rows]),
+        np.array([r["wall_ns"] for r in rows]),
+        np.array([r["marker_end_ns"] for r in rows]),
+        seg_s,
+        seg_e,
+    )
     return summarize(parts)
 
 
@@ -121,8 +126,10 @@ def with_frontend(split: dict | None, engine_timing: dict | None) -> dict | None
     out = dict(split)
     out["frontend_ns"] = None if raw is None else max(0.0, float(raw))
     out["frontend_raw_ns"] = raw
-    out["frontend_basis"] = ("untraced runs: frontend wall slope - EngineCore queued->last-token slope; "
-                             "runs beside the step loop, not part of the tiling")
+    out["frontend_basis"] = (
+        "untraced runs: frontend wall slope - EngineCore queued->last-token slope; "
+        "runs beside the step loop, not part of the tiling"
+    )
     return out
 
 
@@ -136,12 +143,18 @@ def rows(split: dict | None) -> list[tuple[str, str, str]]:
     def ms(v):
         return "-" if v is None else f"{v / 1e6:.3f} ms"
 
-    out = [("per-process split (traced)", ms(split["step_ns"]),
-            f"mean of {split['steps']} decode steps; parts add up to it")]
+    out = [
+        (
+            "per-process split (traced)",
+            ms(split["step_ns"]),
+            f"mean of {split['steps']} decode steps; parts add up to it",
+        )
+    ]
     for k in PARTS:
         share = split["shares"].get(k)
-        out.append((f"  {LABELS[k]}", ms(split[k]),
-                    f"{share * 100:.1f} % · {DETAIL[k]}" if share is not None else DETAIL[k]))
+        out.append(
+            (f"  {LABELS[k]}", ms(split[k]), f"{share * 100:.1f} % · {DETAIL[k]}" if share is not None else DETAIL[k])
+        )
     if "frontend_ns" in split:
         out.append((f"  {LABELS['frontend_ns']}", ms(split["frontend_ns"]), "untraced; beside the loop"))
     return out
@@ -157,9 +170,14 @@ def engine_rows(facts: dict) -> list[tuple[str, str, str]]:
         out.append(("engine start-up / shutdown", f"{up / 1e9:.1f} s / {down_txt}", "outside every timed call"))
     c = facts.get("contention")
     if c:
-        out.append(("other work during runs", f"{c['other_cpu_share'] * 100:.0f} % of a core",
-                    f"{c['preempted_share'] * 100:.0f} % of {c['calls']} runs over {c['threshold'] * 100:.0f} % "
-                    "(CPU time of other processes)"))
+        out.append(
+            (
+                "other work during runs",
+                f"{c['other_cpu_share'] * 100:.0f} % of a core",
+                f"{c['preempted_share'] * 100:.0f} % of {c['calls']} runs over {c['threshold'] * 100:.0f} % "
+                "(CPU time of other processes)",
+            )
+        )
     return out
 
 
@@ -167,10 +185,18 @@ def engine_rows(facts: dict) -> list[tuple[str, str, str]]:
 
 STATES = ("running", "socket_poll", "lock_gil", "idle")
 _STATE_RULES = (
-    ("socket_poll", re.compile(r"epoll_wait|\bpoll\b|__poll|\bselect\b|zmq|socket|\brecv|\bsend\b|sendmsg|recvmsg",
-                               re.IGNORECASE)),
-    ("lock_gil", re.compile(r"futex|pthread_cond_|sem_wait|take_gil|PyThread_acquire_lock|acquire \(|"
-                            r"_wait_for_tstate_lock|Condition\.wait|\bwait \(", re.IGNORECASE)),
+    (
+        "socket_poll",
+        re.compile(r"epoll_wait|\bpoll\b|__poll|\bselect\b|zmq|socket|\brecv|\bsend\b|sendmsg|recvmsg", re.IGNORECASE),
+    ),
+    (
+        "lock_gil",
+        re.compile(
+            r"futex|pthread_cond_|sem_wait|take_gil|PyThread_acquire_lock|acquire \(|"
+            r"_wait_for_tstate_lock|Condition\.wait|\bwait \(",
+            re.IGNORECASE,
+        ),
+    ),
     ("idle", re.compile(r"nanosleep|clock_nanosleep|time_sleep|\bsleep\b", re.IGNORECASE)),
 )
 _PROCESS = re.compile(r"^process (\d+)")
@@ -192,7 +218,7 @@ def thread_state(frames: list[str]) -> str:
     return "running"
 
 
-def process_states(raw: str, roles: dict[int, str]) -> dict:
+def process_states(raw: str, roles: dict[int, str]) -> dict | None:
     """Per process of the engine (``roles``: pid -> frontend / EngineCore / Worker), the share
     of py-spy samples (all threads) in each of :data:`STATES`; samples of other processes
     (py-spy's own children, resource trackers) are left out. A thread-state distribution over
@@ -214,8 +240,15 @@ def process_states(raw: str, roles: dict[int, str]) -> dict:
     for role, c in counts.items():
         total = sum(c.values())
         out[role] = {"samples": total, **{s: c[s] / total for s in STATES}}
-    return {"processes": out, "basis": "py-spy samples of every thread of each process during one untraced N2 "
-                                       "run: a thread-state distribution, not a critical path"} if out else None
+    return (
+        {
+            "processes": out,
+            "basis": "py-spy samples of every thread of each process during one untraced N2 "
+            "run: a thread-state distribution, not a critical path",
+        }
+        if out
+        else None
+    )
 
 
 def state_rows(states: dict | None) -> list[tuple[str, str, str]]:
@@ -226,10 +259,14 @@ def state_rows(states: dict | None) -> list[tuple[str, str, str]]:
     for role in ("frontend", "EngineCore", "Worker"):
         s = states["processes"].get(role)
         if s:
-            out.append((f"  {role} threads (py-spy)",
-                        f"run {s['running'] * 100:.0f} % · poll {s['socket_poll'] * 100:.0f} % · "
-                        f"lock {s['lock_gil'] * 100:.0f} % · idle {s['idle'] * 100:.0f} %",
-                        f"{s['samples']} samples; thread states, not a critical path"))
+            out.append(
+                (
+                    f"  {role} threads (py-spy)",
+                    f"run {s['running'] * 100:.0f} % · poll {s['socket_poll'] * 100:.0f} % · "
+                    f"lock {s['lock_gil'] * 100:.0f} % · idle {s['idle'] * 100:.0f} %",
+                    f"{s['samples']} samples; thread states, not a critical path",
+                )
+            )
     return out
 
 

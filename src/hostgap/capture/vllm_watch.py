@@ -29,6 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from hostgap.errors import HostgapError
 
@@ -62,8 +63,8 @@ class Death:
 
 # -- process state without reaping --------------------------------------------------------
 
-def describe_status(wait_status: int | None = None, *, code: int | None = None,
-                    sig: int | None = None) -> str:
+
+def describe_status(wait_status: int | None = None, *, code: int | None = None, sig: int | None = None) -> str:
     """Words for how a process ended: a raw ``waitpid`` status, or an exit code / signal.
 
     >>> describe_status(9), describe_status(1 << 8), describe_status(code=0), describe_status()
@@ -92,7 +93,7 @@ def read_proc_stat(pid: int, root: str = "/proc") -> tuple[str, int | None] | No
         text = Path(f"{root}/{pid}/stat").read_text()
     except (OSError, ValueError):
         return None
-    fields = text[text.rfind(")") + 2:].split()
+    fields = text[text.rfind(")") + 2 :].split()
     if not fields:
         return None
     exit_status = int(fields[49]) if len(fields) > 49 and fields[49].lstrip("-").isdigit() else None
@@ -122,10 +123,10 @@ def descendants(root: int | None = None, proc_root: str = "/proc") -> list[Proc]
             argv0 = Path(f"{proc_root}/{d}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) < 2 or fields[0] in ("Z", "X"):
             continue
-        comm = stat[stat.find("(") + 1:stat.rfind(")")]
+        comm = stat[stat.find("(") + 1 : stat.rfind(")")]
         p = Proc(int(d), int(fields[1]), argv0 or comm)
         table.setdefault(p.ppid, []).append(p)
     out, todo = [], [root]
@@ -178,19 +179,23 @@ def log_tail(log_path: Path | None, n: int = LOG_TAIL_LINES) -> str:
             lines = f.read().decode(errors="replace").splitlines()
     except OSError:
         return ""
-    keep = [ln.strip() for ln in lines if ln.strip() and not _TABLE.search(ln)
-            and not set(ln.strip()) <= {"^", "~", " "}]
+    keep = [
+        ln.strip() for ln in lines if ln.strip() and not _TABLE.search(ln) and not set(ln.strip()) <= {"^", "~", " "}
+    ]
     return " | ".join(s[:160] for s in keep[-n:])
 
 
-_TABLE = re.compile(r"^\s*-{5,}|\d%\s+\S+\s+\d+(\.\d+)?%|Self (CPU|CUDA|XPU) time total|^\s*Name\s+Self|^USDT:"
-                    r"|^\(MainProcess ")
+_TABLE = re.compile(
+    r"^\s*-{5,}|\d%\s+\S+\s+\d+(\.\d+)?%|Self (CPU|CUDA|XPU) time total|^\s*Name\s+Self|^USDT:"
+    r"|^\(MainProcess "
+)
 """Lines that say nothing about the engine processes: the torch profiler's summary table the
 Worker prints when a trace is written, Kineto's USDT probe lines, and the frontend's own
 records (hostgap's process: what matters there reaches the terminal anyway)."""
 
 
 # -- the watchdog -------------------------------------------------------------------------
+
 
 class Watchdog:
     """Watches engine processes and the deadline of the current wait; see the module doc.
@@ -199,8 +204,14 @@ class Watchdog:
     this process's children. ``describe``: called with the problem to build the failure line
     (the engine adds its log path). Use as a context manager around the engine's life."""
 
-    def __init__(self, processes: dict[int, str] | None = None, children: set[int] | None = None,
-                 log_path: Path | None = None, poll_s: float = POLL_S, proc_root: str = "/proc"):
+    def __init__(
+        self,
+        processes: dict[int, str] | None = None,
+        children: set[int] | None = None,
+        log_path: Path | None = None,
+        poll_s: float = POLL_S,
+        proc_root: str = "/proc",
+    ):
         self.processes = dict(processes or {})
         self.children = set(children or ())
         self.log_path = log_path
@@ -214,7 +225,8 @@ class Watchdog:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._main = threading.main_thread().ident
+        # the main thread has run since the interpreter started, so it has an ident
+        self._main = cast(int, threading.main_thread().ident)
         self._saved: dict = {}
         self.where = "the engine"  # context for the failure line (set by the owner)
         self.shown_log: Path | None = None  # the log path the failure line names (kept copy)
@@ -344,8 +356,9 @@ class Watchdog:
     def fail(self, problem: str, wake: bool = True) -> None:
         """Record the failure and wake the main thread if it is waiting on the engine."""
         tail = log_tail(self.log_path)
-        self.failure = EngineFailure(self.where, f"{problem}{'; engine log: ' + tail if tail else ''}"
-                                                 f"{self._log_note()}")
+        self.failure = EngineFailure(
+            self.where, f"{problem}{'; engine log: ' + tail if tail else ''}{self._log_note()}"
+        )
         if wake:
             self.wake()
 
@@ -411,7 +424,7 @@ def cpu_ticks(pids: list[int], proc_root: str = "/proc") -> tuple[int, int] | No
             text = Path(f"{proc_root}/{pid}/stat").read_text()
         except OSError:
             continue
-        f = text[text.rfind(")") + 2:].split()
+        f = text[text.rfind(")") + 2 :].split()
         mine += int(f[11]) + int(f[12])  # utime + stime
     return machine, mine
 
@@ -461,7 +474,69 @@ def exit_now_if_engine_loaded(status: int) -> None:
 
     if "vllm" not in sys.modules:
         return
+    with contextlib.suppress(Exception):  # bounded (end_processes): ~2 s at most
+        end_leftovers()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(status)
+
+
+def end_leftovers_if_engine_loaded() -> None:
+    """On a failed run's way out (any exit status), with vLLM loaded: end what the engine left
+    (:func:`end_leftovers`). An engine that died at start-up leaves its spawned Worker and the
+    multiprocessing resource tracker running otherwise (measured: both still there 10 s after
+    hostgap ended; the Worker holds the tracker's pipe, so the tracker never sees it close)."""
+    import sys
+
+    if "vllm" in sys.modules:
+        with contextlib.suppress(Exception):
+            end_leftovers()
+
+
+def group_orphans(proc_root: str = "/proc") -> list[int]:
+    """Processes of this process group, started after this one, that lost their parent
+    (reparented to init): a child an engine process spawned before it died. A pipeline partner (``hostgap ... | tee``) shares the
+    group but keeps its parent, the shell, so it is never one of these."""
+    me, group = os.getpid(), os.getpgrp()
+    born = _start_ticks(me, proc_root)
+    out: list[int] = []
+    try:
+        entries = [d for d in os.listdir(proc_root) if d.isdigit()]
+    except OSError:
+        return out
+    for d in entries:
+        try:
+            stat = Path(f"{proc_root}/{d}/stat").read_text()
+        except OSError:
+            continue
+        f = stat[stat.rfind(")") + 2 :].split()
+        if (
+            len(f) > 19
+            and f[0] not in ("Z", "X")
+            and int(f[1]) == 1
+            and int(f[2]) == group
+            and int(d) != me
+            and (born is None or int(f[19]) >= born)
+        ):  # started after hostgap: of this run
+            out.append(int(d))
+    return out
+
+
+def _start_ticks(pid: int, proc_root: str = "/proc") -> int | None:
+    """A process's start time (clock ticks since boot, /proc/PID/stat field 22)."""
+    try:
+        stat = Path(f"{proc_root}/{pid}/stat").read_text()
+        return int(stat[stat.rfind(")") + 2 :].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def end_leftovers(grace_s: float = 1.0, proc_root: str = "/proc") -> list[int]:
+    """End what a run would leave behind when hostgap exits early: every live descendant of this
+    process (the ``multiprocessing`` resource tracker among them, which ignores SIGTERM and is
+    killed after ``grace_s``) and the orphans of its process group (:func:`group_orphans`).
+    Returns the pids that needed SIGKILL."""
+    pids = {p.pid for p in descendants(None, proc_root)} | set(group_orphans(proc_root))
+    pids.discard(os.getpid())
+    return end_processes(sorted(pids), grace_s, proc_root) if pids else []

@@ -100,8 +100,16 @@ def available_bytes(device: str) -> int:
         return 1 << 62
 
 
-def check_fits(arch: Arch, dtype: str, batch: int, max_tokens: int, device: str,
-               source: str | None = None, resident_bytes: int = 0, freeable_bytes: int = 0) -> int:
+def check_fits(
+    arch: Arch,
+    dtype: str,
+    batch: int,
+    max_tokens: int,
+    device: str,
+    source: str | None = None,
+    resident_bytes: int = 0,
+    freeable_bytes: int = 0,
+) -> int:
     """Fail early (HostgapError) when the workload cannot fit; return the bytes needed.
 
     ``resident_bytes``: this workload's weights already in memory (a model reused by a sweep);
@@ -156,9 +164,7 @@ def build_model(workload: Workload):
     try:
         torch.set_default_dtype(torch_dtype)
         with torch.device(workload.device):
-            model = transformers.AutoModelForCausalLM.from_config(
-                cfg, **_dtype_kw(transformers, torch_dtype)
-            )
+            model = transformers.AutoModelForCausalLM.from_config(cfg, **_dtype_kw(transformers, torch_dtype))
     finally:
         torch.set_default_dtype(prev)
     return model.eval()
@@ -173,7 +179,10 @@ def _load_local(workload: Workload, torch, transformers, torch_dtype):
     kw = {"device_map": workload.device} if direct else {}
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, **kw, **_dtype_kw(transformers, torch_dtype),
+            path,
+            local_files_only=True,
+            **kw,
+            **_dtype_kw(transformers, torch_dtype),
         )
     except (OSError, ValueError) as e:
         raise HostgapError(f"--model {path}", f"cannot load checkpoint: {str(e).splitlines()[0]}") from None
@@ -206,8 +215,9 @@ def arch_from_checkpoint(path: str) -> Arch:
         heads=heads,
         kv_heads=int(c.get("num_key_value_heads", heads)),
         head_dim=int(c.get("head_dim") or (hidden // max(heads, 1))),
-        intermediate=int(c.get("moe_intermediate_size") or c.get("intermediate_size")
-                         or c.get("n_inner") or 4 * hidden),
+        intermediate=int(
+            c.get("moe_intermediate_size") or c.get("intermediate_size") or c.get("n_inner") or 4 * hidden
+        ),
         vocab=int(c.get("vocab_size", 0)),
         tied_embeddings=bool(c.get("tie_word_embeddings", False)),
         max_positions=int(c.get("max_position_embeddings", c.get("n_positions", 4096))),
