@@ -60,12 +60,26 @@ def _steps_of(b: int, n_steps: int, rng):
     c = np.round(np.exp(rng.uniform(np.log(64), np.log(32768), b * n_steps)))
     si = np.repeat(np.arange(n_steps), b)
     z = np.zeros(n_steps)
-    req = Requests(np.arange(0, b * n_steps + 1, b), np.array(["r"] * len(p), dtype=object),
-                   p, c, np.zeros(len(p), bool))
-    return Steps(("bench",), np.zeros(n_steps, np.int32), np.arange(n_steps), np.full(n_steps, 1e7),
-                 z, np.full(n_steps, 3e6), np.full(n_steps, np.nan), np.zeros(n_steps, bool),
-                 np.full(n_steps, float(b)), z, np.full(n_steps, float(b)),
-                 np.bincount(si, c), np.full(n_steps, float(b)), np.bincount(si, c), req)
+    req = Requests(
+        np.arange(0, b * n_steps + 1, b), np.array(["r"] * len(p), dtype=object), p, c, np.zeros(len(p), bool)
+    )
+    return Steps(
+        ("bench",),
+        np.zeros(n_steps, np.int32),
+        np.arange(n_steps),
+        np.full(n_steps, 1e7),
+        z,
+        np.full(n_steps, 3e6),
+        np.full(n_steps, np.nan),
+        np.zeros(n_steps, bool),
+        np.full(n_steps, float(b)),
+        z,
+        np.full(n_steps, float(b)),
+        np.bincount(si, c),
+        np.full(n_steps, float(b)),
+        np.bincount(si, c),
+        req,
+    )
 
 
 def learned_models():
@@ -73,10 +87,12 @@ def learned_models():
     from sklearn.ensemble import RandomForestRegressor
     from sklearn.tree import DecisionTreeRegressor
 
-    return [("tree depth 8", DecisionTreeRegressor(max_depth=8, random_state=0)),
-            ("tree depth 12", DecisionTreeRegressor(max_depth=12, random_state=0)),
-            ("forest 10 trees", RandomForestRegressor(n_estimators=10, n_jobs=1, random_state=0)),
-            ("forest 100 trees", RandomForestRegressor(n_estimators=100, n_jobs=1, random_state=0))]
+    return [
+        ("tree depth 8", DecisionTreeRegressor(max_depth=8, random_state=0)),
+        ("tree depth 12", DecisionTreeRegressor(max_depth=12, random_state=0)),
+        ("forest 10 trees", RandomForestRegressor(n_estimators=10, n_jobs=1, random_state=0)),
+        ("forest 100 trees", RandomForestRegressor(n_estimators=100, n_jobs=1, random_state=0)),
+    ]
 
 
 def main() -> None:
@@ -89,7 +105,7 @@ def main() -> None:
     model = A.fit(data.steps)
     r = data.steps.requests
     si = r.step_index
-    feats = np.column_stack([r.p, r.c, r.p ** 2, r.p * r.c, data.steps.n_requests[si]])
+    feats = np.column_stack([r.p, r.c, r.p**2, r.p * r.c, data.steps.n_requests[si]])
     share = A.attribute(model, data.steps).share_ns
     # each learned model is trained to reproduce the attribution's shares on the steps of one
     # half and scored on the other: its accuracy is how closely it stands in for attribution
@@ -101,10 +117,14 @@ def main() -> None:
         learned.append((name, reg, float(np.percentile(err, 50)), float(np.percentile(err, 90))))
     forest = learned[-1][1]
     rng = np.random.default_rng(1)
-    print(f"python {platform.python_version()}, numpy {np.__version__}, scikit-learn {skv}, "
-          f"{args.repeats} repeats; ns per request: min / median / p90")
-    print(f"{'batch':>5}  {'attribute_step':>26}  {'attribute (200 steps)':>26}  "
-          f"{'RandomForest.predict':>28}  {'forest/step':>11}")
+    print(
+        f"python {platform.python_version()}, numpy {np.__version__}, scikit-learn {skv}, "
+        f"{args.repeats} repeats; ns per request: min / median / p90"
+    )
+    print(
+        f"{'batch':>5}  {'attribute_step':>26}  {'attribute (200 steps)':>26}  "
+        f"{'RandomForest.predict':>28}  {'forest/step':>11}"
+    )
     medians = {}
     for b in BATCHES:
         p, c = _batch(rng, b)
@@ -113,14 +133,13 @@ def main() -> None:
         step_s, vec_s, rf_s = [], [], []
         other = {name: [] for name, *_ in learned[:-1]}
         for _ in range(args.repeats):
-            step_s.append(_per_call_ns(lambda: A.attribute_step(model, p, c, prefill=False)) / b)
-            vec_s.append(_per_call_ns(lambda: A.attribute(model, steps)) / (200 * b))
-            rf_s.append(_per_call_ns(lambda: forest.predict(rows), 0.2) / b)
+            step_s.append(_per_call_ns(lambda p=p, c=c: A.attribute_step(model, p, c, prefill=False)) / b)
+            vec_s.append(_per_call_ns(lambda steps=steps: A.attribute(model, steps)) / (200 * b))
+            rf_s.append(_per_call_ns(lambda rows=rows: forest.predict(rows), 0.2) / b)
             for name, reg, *_ in learned[:-1]:
-                other[name].append(_per_call_ns(lambda: reg.predict(rows)) / b)
+                other[name].append(_per_call_ns(lambda reg=reg, rows=rows: reg.predict(rows)) / b)
         s, v, f = _stats(step_s), _stats(vec_s), _stats(rf_s)
-        medians[b] = {"attribute_step": s[1], **{n: _stats(x)[1] for n, x in other.items()},
-                      "forest 100 trees": f[1]}
+        medians[b] = {"attribute_step": s[1], **{n: _stats(x)[1] for n, x in other.items()}, "forest 100 trees": f[1]}
         fmt = lambda t: f"{t[0]:8.1f} {t[1]:8.1f} {t[2]:8.1f}"  # noqa: E731
         print(f"{b:>5}  {fmt(s):>26}  {fmt(v):>26}  {fmt(f):>28}  {f[1] / s[1]:>10.0f}×")
     print("target: <= 1000 ns per request at batch 256 (attribute_step, median)")
@@ -130,8 +149,9 @@ def main() -> None:
     head = "".join(f"  {'b=' + str(b) + ' ns':>11} {'×':>6}" for b in BATCHES)
     print(f"{'model':<18} {'p50 err':>8} {'p90 err':>8}{head}")
     for name, _, p50, p90 in learned:
-        cells = "".join(f"  {medians[b][name]:>11.1f} {medians[b][name] / medians[b]['attribute_step']:>5.0f}×"
-                        for b in BATCHES)
+        cells = "".join(
+            f"  {medians[b][name]:>11.1f} {medians[b][name] / medians[b]['attribute_step']:>5.0f}×" for b in BATCHES
+        )
         print(f"{name:<18} {100 * p50:>7.2f}% {100 * p90:>7.2f}%{cells}")
 
 

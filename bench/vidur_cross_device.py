@@ -25,9 +25,12 @@ BANDS = ((1, 64, "T<=64"), (65, 512, "64<T<=512"), (513, 1 << 30, "T>512"))
 
 
 def _concat(samples):
-    return roofline.OpSamples(*(np.concatenate([getattr(s, f) for s in samples]) for f in
-                                ("key", "flops", "bytes", "kernels", "peak_flops", "bw_bytes_per_s", "time_ns",
-                                 "group", "tokens")))
+    return roofline.OpSamples(
+        *(
+            np.concatenate([getattr(s, f) for s in samples])
+            for f in ("key", "flops", "bytes", "kernels", "peak_flops", "bw_bytes_per_s", "time_ns", "group", "tokens")
+        )
+    )
 
 
 def main() -> None:
@@ -41,10 +44,14 @@ def main() -> None:
     gemm_key = None if a.per_op_gemm else vidur.GEMM_FAMILY
     rl = roofline.fit(_concat([vidur.as_hostgap_ops(vidur.read_mlp(p, dev), gemm_key) for p in a.fit]), dev.name)
     gemm = list(vidur.GEMM_KEYS)
-    print(f"fitted on {', '.join(Path(p).name for p in a.fit)} ({dev.name}); GEMMs "
-          + ("per op" if a.per_op_gemm else "as one family"))
-    print(f"{'file':24s} {'device':10s} {'GEMM MAPE %':>11s} {'all-op MAPE %':>13s} {'max err %':>9s} {'rows':>5s}  "
-          + "  ".join(f"{b[2]:>16s}" for b in BANDS))
+    print(
+        f"fitted on {', '.join(Path(p).name for p in a.fit)} ({dev.name}); GEMMs "
+        + ("per op" if a.per_op_gemm else "as one family")
+    )
+    print(
+        f"{'file':24s} {'device':10s} {'GEMM MAPE %':>11s} {'all-op MAPE %':>13s} {'max err %':>9s} {'rows':>5s}  "
+        + "  ".join(f"{b[2]:>16s}" for b in BANDS)
+    )
     for spec in a.test:
         path, _, name = spec.rpartition(":")
         tdev = find_device(name)
@@ -55,9 +62,11 @@ def main() -> None:
         for lo, hi, _label in BANDS:
             m = g & (s.tokens >= lo) & (s.tokens <= hi)
             bands.append(f"{np.abs(rel[m]).mean() * 100:6.1f} ({rel[m].mean() * 100:+5.1f})" if m.any() else "-")
-        print(f"{Path(path).name:24s} {tdev.name:10s} {np.abs(rel[g]).mean() * 100:11.1f} "
-              f"{np.abs(rel).mean() * 100:13.1f} {np.abs(rel).max() * 100:9.1f} {len(s):5d}  "
-              + "  ".join(f"{b:>16s}" for b in bands))
+        print(
+            f"{Path(path).name:24s} {tdev.name:10s} {np.abs(rel[g]).mean() * 100:11.1f} "
+            f"{np.abs(rel).mean() * 100:13.1f} {np.abs(rel).max() * 100:9.1f} {len(s):5d}  "
+            + "  ".join(f"{b:>16s}" for b in bands)
+        )
 
 
 if __name__ == "__main__":

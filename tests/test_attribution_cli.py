@@ -13,11 +13,9 @@ from hostgap.cli import cli
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     d = tmp_path_factory.mktemp("attr")
-    r = CliRunner().invoke(cli, ["attribute", "synth", str(d / "run.parquet"), "--steps", "500",
-                                 "--seed", "2"])
+    r = CliRunner().invoke(cli, ["attribute", "synth", str(d / "run.parquet"), "--steps", "500", "--seed", "2"])
     assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(cli, ["attribute", "fit", str(d / "run.parquet"), "-o",
-                                 str(d / "model.json"), "--json"])
+    r = CliRunner().invoke(cli, ["attribute", "fit", str(d / "run.parquet"), "-o", str(d / "model.json"), "--json"])
     assert r.exit_code == 0, r.output
     return d, json.loads(r.stdout)
 
@@ -37,8 +35,7 @@ def test_fit_scores_held_out_steps(workdir):
 
 def test_eval_skips_training_steps(workdir):
     d, out = workdir
-    r = CliRunner().invoke(cli, ["attribute", "eval", str(d / "model.json"),
-                                 str(d / "run.parquet"), "--json"])
+    r = CliRunner().invoke(cli, ["attribute", "eval", str(d / "model.json"), str(d / "run.parquet"), "--json"])
     assert r.exit_code == 0, r.output
     ev = json.loads(r.stdout)
     assert ev["n_steps"] == out["held_out"]["n_steps"]
@@ -47,9 +44,20 @@ def test_eval_skips_training_steps(workdir):
 
 def test_explain_rows_add_up(workdir):
     d, _ = workdir
-    r = CliRunner().invoke(cli, ["attribute", "explain", str(d / "model.json"),
-                                 str(d / "run.parquet"), "--step", "3", "--json",
-                                 "--split", "model"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "attribute",
+            "explain",
+            str(d / "model.json"),
+            str(d / "run.parquet"),
+            "--step",
+            "3",
+            "--json",
+            "--split",
+            "model",
+        ],
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     rows = doc["requests_shares"]
@@ -58,8 +66,7 @@ def test_explain_rows_add_up(workdir):
     for x in rows:
         assert x["device_ns"] + x["host_ns"] == pytest.approx(x["share_ns"], rel=1e-9)
         assert x["host_ns"] >= 0 and x["device_ns"] >= 0
-    r = CliRunner().invoke(cli, ["attribute", "explain", str(d / "model.json"),
-                                 str(d / "run.parquet"), "--step", "3"])
+    r = CliRunner().invoke(cli, ["attribute", "explain", str(d / "model.json"), str(d / "run.parquet"), "--step", "3"])
     assert r.exit_code == 0 and "alone ms" in r.stdout
 
 
@@ -68,8 +75,9 @@ def test_explain_without_requests_says_why(workdir, tmp_path):
     import shutil
 
     shutil.copy(d / "run.parquet", tmp_path / "agg.parquet")
-    r = CliRunner().invoke(cli, ["attribute", "explain", str(d / "model.json"),
-                                 str(tmp_path / "agg.parquet"), "--step", "3"])
+    r = CliRunner().invoke(
+        cli, ["attribute", "explain", str(d / "model.json"), str(tmp_path / "agg.parquet"), "--step", "3"]
+    )
     assert r.exit_code == 2
     assert "per-request q and s" in r.stderr and "Traceback" not in r.output
 
@@ -81,8 +89,7 @@ def test_user_errors_exit_2_with_one_line(workdir, tmp_path):
     cases = [
         ["attribute", "fit", str(bad), "-o", str(tmp_path / "m.json")],
         ["attribute", "eval", str(tmp_path / "missing.json"), str(bad)],
-        ["attribute", "explain", str(d / "model.json"), str(d / "run.parquet"), "--step",
-         "99999"],
+        ["attribute", "explain", str(d / "model.json"), str(d / "run.parquet"), "--step", "99999"],
     ]
     for args in cases:
         r = CliRunner().invoke(cli, args)
@@ -107,12 +114,12 @@ def test_fit_one_source_and_eval_the_rest(tmp_path):
     for suffix in ("", ".requests"):
         t = [pq.read_table(str(tmp_path / f"{x}{suffix}.parquet")) for x in ("a", "b")]
         pq.write_table(pa.concat_tables(t), str(tmp_path / f"both{suffix}.parquet"))
-    r = CliRunner().invoke(cli, ["attribute", "fit", str(both), "--source", "gpu-a", "-o",
-                                 str(tmp_path / "m.json"), "--json"])
+    r = CliRunner().invoke(
+        cli, ["attribute", "fit", str(both), "--source", "gpu-a", "-o", str(tmp_path / "m.json"), "--json"]
+    )
     assert r.exit_code == 0, r.output
     n_held = json.loads(r.stdout)["held_out"]["n_steps"]
-    r = CliRunner().invoke(cli, ["attribute", "eval", str(tmp_path / "m.json"), str(both),
-                                 "--json"])
+    r = CliRunner().invoke(cli, ["attribute", "eval", str(tmp_path / "m.json"), str(both), "--json"])
     assert r.exit_code == 0, r.output
     ev = json.loads(r.stdout)
     per = {(g["source"], g["class"]): g["n_steps"] for g in ev["groups"]}

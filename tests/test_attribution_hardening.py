@@ -22,6 +22,7 @@ from hostgap.model.synth import synth_steps
 def strict_loads(text: str):
     def refuse(token):
         raise ValueError(f"non-standard JSON token {token}")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -92,8 +93,12 @@ def test_split_ignores_file_name_and_row_order(data):
     renamed = dataclasses.replace(data, sources=tuple(f"{s}-renamed" for s in data.sources))
     order = np.arange(len(data))[::-1]
     reordered = data.subset(np.ones(len(data), bool))
-    reordered = dataclasses.replace(reordered, **{f: getattr(data, f)[order] for f in A._ROW_FIELDS},
-                                    source_idx=data.source_idx[order], requests=None)
+    reordered = dataclasses.replace(
+        reordered,
+        **{f: getattr(data, f)[order] for f in A._ROW_FIELDS},
+        source_idx=data.source_idx[order],
+        requests=None,
+    )
     a = A.split_mask(data, 0.3, seed=5)
     assert np.array_equal(a, A.split_mask(renamed, 0.3, seed=5))
     assert np.array_equal(a[order], A.split_mask(reordered, 0.3, seed=5))
@@ -105,8 +110,13 @@ def test_held_out_rows_are_those_not_trained_on(data):
     test = A.split_mask(data, 0.25, 1)
     model = A.fit(data.subset(~test))
     shuffled = np.random.default_rng(0).permutation(len(data))
-    moved = dataclasses.replace(data, sources=("elsewhere",), **{f: getattr(data, f)[shuffled] for f in A._ROW_FIELDS},
-                                source_idx=np.zeros(len(data), np.int32), requests=None)
+    moved = dataclasses.replace(
+        data,
+        sources=("elsewhere",),
+        **{f: getattr(data, f)[shuffled] for f in A._ROW_FIELDS},
+        source_idx=np.zeros(len(data), np.int32),
+        requests=None,
+    )
     assert np.array_equal(A.held_out(model, moved), test[shuffled])
 
 
@@ -123,11 +133,20 @@ def test_range_note_when_evaluating_outside_the_training_range(data):
     lo_b, hi_b = small.n_requests[dec].min(), small.n_requests[dec].max()
     lo_q, hi_q = small.sum_p[dec].min(), small.sum_p[dec].max()
     lo_s, hi_s = small.sum_c[dec].min(), small.sum_c[dec].max()
-    outside = ((big.n_requests < lo_b) | (big.n_requests > hi_b) | (big.sum_p < lo_q) | (big.sum_p > hi_q)
-               | (big.sum_c < lo_s) | (big.sum_c > hi_s))
+    outside = (
+        (big.n_requests < lo_b)
+        | (big.n_requests > hi_b)
+        | (big.sum_p < lo_q)
+        | (big.sum_p > hi_q)
+        | (big.sum_c < lo_s)
+        | (big.sum_c > hi_s)
+    )
     note = A.range_note(model, big)
     assert note.startswith(f"{int(outside.sum())} of {len(big)} step(s) outside the training range")
-    assert f"decode batch size {int(big.n_requests.min())}..{int(big.n_requests.max())} vs trained {int(lo_b)}..{int(hi_b)}" in note
+    assert (
+        f"decode batch size {int(big.n_requests.min())}..{int(big.n_requests.max())} vs trained {int(lo_b)}..{int(hi_b)}"
+        in note
+    )
 
 
 def test_range_note_reaches_eval_and_explain(tmp_path, data):

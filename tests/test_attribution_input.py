@@ -14,8 +14,7 @@ import pytest
 
 from hostgap.errors import HostgapError
 from hostgap.model import attribution as A
-from hostgap.model.steps_table import (composition_from_vllm_annotation, load_steps,
-                                       write_steps)
+from hostgap.model.steps_table import composition_from_vllm_annotation, load_steps, write_steps
 from hostgap.model.synth import synth_steps
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -65,8 +64,7 @@ def test_requests_that_disagree_with_the_steps_are_refused(data, tmp_path):
 
 def test_steps_without_composition_are_refused(tmp_path):
     path = tmp_path / "bare.csv"
-    path.write_text("source,step,kind,wall_ns,ctx_requests,gen_requests\n"
-                    "a,0,decode,1000,,\na,1,decode,1100,,\n")
+    path.write_text("source,step,kind,wall_ns,ctx_requests,gen_requests\na,0,decode,1000,,\na,1,decode,1100,,\n")
     with pytest.raises(HostgapError, match="no batch composition"):
         load_steps(str(path))
 
@@ -74,9 +72,9 @@ def test_steps_without_composition_are_refused(tmp_path):
 def test_zero_request_steps_are_refused(tmp_path):
     path = tmp_path / "idle.csv"
     cols = "source,step,kind,wall_ns," + ",".join(
-        f"{p}_{k}" for p in ("ctx", "gen") for k in ("requests", "q", "s", "qq", "qs"))
-    path.write_text(cols + "\n" + "a,0,decode,1000,0,0,0,0,0,2,2,300,2,300\n"
-                    + "a,1,decode,900,0,0,0,0,0,0,0,0,0,0\n")
+        f"{p}_{k}" for p in ("ctx", "gen") for k in ("requests", "q", "s", "qq", "qs")
+    )
+    path.write_text(cols + "\n" + "a,0,decode,1000,0,0,0,0,0,2,2,300,2,300\n" + "a,1,decode,900,0,0,0,0,0,0,0,0,0,0\n")
     with pytest.raises(HostgapError, match="no requests"):
         load_steps(str(path))
 
@@ -84,7 +82,8 @@ def test_zero_request_steps_are_refused(tmp_path):
 def test_kind_must_match_composition(tmp_path):
     path = tmp_path / "k.csv"
     cols = "source,step,kind,wall_ns," + ",".join(
-        f"{p}_{k}" for p in ("ctx", "gen") for k in ("requests", "q", "s", "qq", "qs"))
+        f"{p}_{k}" for p in ("ctx", "gen") for k in ("requests", "q", "s", "qq", "qs")
+    )
     path.write_text(cols + "\n" + "a,0,decode,1000,1,64,64,4096,4096,2,2,300,2,300\n")
     with pytest.raises(HostgapError, match="kind 'decode'"):
         load_steps(str(path))
@@ -97,9 +96,7 @@ def test_kind_must_match_composition(tmp_path):
 
 def test_generic_layout_mixed_rows(tmp_path):
     path = tmp_path / "generic.csv"
-    path.write_text("step,q,s,time_ms\n"
-                    "0,1,100,\n0,1,300,\n0,,,5.5\n"
-                    "1,128,128,\n1,1,50,\n1,,,9.25\n")
+    path.write_text("step,q,s,time_ms\n0,1,100,\n0,1,300,\n0,,,5.5\n1,128,128,\n1,1,50,\n1,,,9.25\n")
     s = load_steps(str(path))
     assert s.sources == ("generic",)
     np.testing.assert_array_equal(s.wall_ns, [5.5e6, 9.25e6])
@@ -111,9 +108,19 @@ def test_generic_layout_mixed_rows(tmp_path):
 
 def test_generic_layout_time_on_every_request_row(tmp_path):
     path = tmp_path / "denorm.parquet"
-    pq.write_table(pa.table({"source": ["x"] * 3, "step": [4, 4, 5], "q": [1, 1, 1],
-                             "s": [10, 20, 30], "wall_ns": [7e6, 7e6, 6e6],
-                             "host_exposed_ns": [2e6, 2e6, 1e6]}), path)
+    pq.write_table(
+        pa.table(
+            {
+                "source": ["x"] * 3,
+                "step": [4, 4, 5],
+                "q": [1, 1, 1],
+                "s": [10, 20, 30],
+                "wall_ns": [7e6, 7e6, 6e6],
+                "host_exposed_ns": [2e6, 2e6, 1e6],
+            }
+        ),
+        path,
+    )
     s = load_steps(str(path))
     np.testing.assert_array_equal(s.step, [4, 5])
     np.testing.assert_array_equal(s.wall_ns, [7e6, 6e6])
@@ -127,13 +134,16 @@ def test_generic_layout_conflicting_times(tmp_path):
         load_steps(str(path))
 
 
-@pytest.mark.parametrize("body,match", [
-    ("step,q,s,wall_ns\n0,4,2,1000\n", "s < q"),
-    ("step,q,s,wall_ns\n0,0,2,1000\n", "q must be >= 1"),
-    ("step,q,s\n0,1,2\n", "wall_ns or time_ms"),
-    ("step,q,s,wall_ns\n0,1,2,\n", "no positive measured time"),
-    ("a,b\n1,2\n", "not a STEPS table"),
-])
+@pytest.mark.parametrize(
+    "body,match",
+    [
+        ("step,q,s,wall_ns\n0,4,2,1000\n", "s < q"),
+        ("step,q,s,wall_ns\n0,0,2,1000\n", "q must be >= 1"),
+        ("step,q,s\n0,1,2\n", "wall_ns or time_ms"),
+        ("step,q,s,wall_ns\n0,1,2,\n", "no positive measured time"),
+        ("a,b\n1,2\n", "not a STEPS table"),
+    ],
+)
 def test_bad_generic_tables(tmp_path, body, match):
     path = tmp_path / "bad.csv"
     path.write_text(body)
@@ -158,14 +168,19 @@ def test_short_vllm_annotation_lacks_context():
 def test_real_vllm_decode_step_parses_and_is_too_little_to_fit(tmp_path):
     with gzip.open(VLLM_TRACE, "rt") as f:
         events = json.load(f)["traceEvents"]
-    marks = [e for e in events if e.get("cat") == "user_annotation"
-             and str(e.get("name", "")).startswith("execute_")]
+    marks = [e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("execute_")]
     assert len(marks) == 1
     comp = composition_from_vllm_annotation(marks[0]["name"])
     assert comp["gen_requests"] == 32 and comp["gen_q"] == 32 and comp["ctx_requests"] == 0
     assert comp["gen_s"] == 55086
-    row = {"schema_version": [1], "source": ["mi300x"], "step": [0], "kind": ["decode"],
-           "wall_ns": [round(marks[0]["dur"] * 1000)], **{k: [v] for k, v in comp.items()}}
+    row = {
+        "schema_version": [1],
+        "source": ["mi300x"],
+        "step": [0],
+        "kind": ["decode"],
+        "wall_ns": [round(marks[0]["dur"] * 1000)],
+        **{k: [v] for k, v in comp.items()},
+    }
     path = tmp_path / "one.csv"
     pcsv.write_csv(pa.table(row), str(path))
     steps = load_steps(str(path))
@@ -177,8 +192,7 @@ def test_real_vllm_decode_step_parses_and_is_too_little_to_fit(tmp_path):
 def test_harvest_extras_partial_and_blank_steps(tmp_path):
     """As the harvest writes it: extra columns, int request ids, a partial first step, a step
     whose annotation had no composition, kind 'unknown'."""
-    comp = ("ctx_requests", "ctx_q", "ctx_s", "ctx_qq", "ctx_qs",
-            "gen_requests", "gen_q", "gen_s", "gen_qq", "gen_qs")
+    comp = ("ctx_requests", "ctx_q", "ctx_s", "ctx_qq", "ctx_qs", "gen_requests", "gen_q", "gen_s", "gen_qq", "gen_qs")
     rows = [
         # step 0: partial (left out), step 1: decode of 2, step 2: no composition, step 3 mixed
         (0, "decode", 9e6, (0, 0, 0, 0, 0, 1, 1, 10, 1, 10), True),
@@ -186,20 +200,35 @@ def test_harvest_extras_partial_and_blank_steps(tmp_path):
         (2, "unknown", 4e6, (None,) * 10, False),
         (3, "mixed", 7e6, (1, 8, 8, 64, 64, 1, 1, 21, 1, 21), False),
     ]
-    table = {"schema_version": [1] * 4, "source": ["cpu"] * 4, "step": [r[0] for r in rows],
-             "kind": [r[1] for r in rows], "wall_ns": [r[2] for r in rows],
-             "gpu_active_ns": [1e6] * 4, "host_exposed_ns": [r[2] - 1e6 for r in rows],
-             "host_wait_ns": [0] * 4, "partial": [r[4] for r in rows],
-             "queued": [False] * 4, "concurrency": [4] * 4}
+    table = {
+        "schema_version": [1] * 4,
+        "source": ["cpu"] * 4,
+        "step": [r[0] for r in rows],
+        "kind": [r[1] for r in rows],
+        "wall_ns": [r[2] for r in rows],
+        "gpu_active_ns": [1e6] * 4,
+        "host_exposed_ns": [r[2] - 1e6 for r in rows],
+        "host_wait_ns": [0] * 4,
+        "partial": [r[4] for r in rows],
+        "queued": [False] * 4,
+        "concurrency": [4] * 4,
+    }
     for j, k in enumerate(comp):
         table[k] = pa.array([r[3][j] for r in rows], pa.int64())
     pq.write_table(pa.table(table), tmp_path / "h.parquet")
     s = load_steps(str(tmp_path / "h.parquet"))
     np.testing.assert_array_equal(s.step, [1, 3])
     assert any("partial" in n for n in s.notes) and any("composition" in n for n in s.notes)
-    req = {"schema_version": [1] * 6, "source": ["cpu"] * 6, "step": [0, 1, 1, 2, 3, 3],
-           "request": [7, 7, 8, 7, 7, 9], "phase": ["decode"] * 4 + ["prefill", "decode"],
-           "q": [1, 1, 1, 1, 8, 1], "s": [10, 10, 20, 11, 8, 21], "prompt_len": [9] * 6}
+    req = {
+        "schema_version": [1] * 6,
+        "source": ["cpu"] * 6,
+        "step": [0, 1, 1, 2, 3, 3],
+        "request": [7, 7, 8, 7, 7, 9],
+        "phase": ["decode"] * 4 + ["prefill", "decode"],
+        "q": [1, 1, 1, 1, 8, 1],
+        "s": [10, 10, 20, 11, 8, 21],
+        "prompt_len": [9] * 6,
+    }
     pq.write_table(pa.table(req), tmp_path / "h.requests.parquet")
     s = load_steps(str(tmp_path / "h.parquet"))
     # with requests, step 2 gets its composition from them; step 0 stays out (partial)
@@ -209,14 +238,18 @@ def test_harvest_extras_partial_and_blank_steps(tmp_path):
     assert s.is_prefill.tolist() == [False, False, True]
 
 
-from budget import examples  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from budget import examples  # noqa: E402
+
 
 @settings(**examples(25), deadline=None)
-@given(st.lists(st.lists(st.tuples(st.integers(1, 600), st.integers(0, 5000)), min_size=1,
-                         max_size=12), min_size=1, max_size=15))
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(1, 600), st.integers(0, 5000)), min_size=1, max_size=12), min_size=1, max_size=15
+    )
+)
 def test_generic_rows_aggregate_exactly(tmp_path_factory, batches):
     lines = ["step,q,s,wall_ns"]
     for k, reqs in enumerate(batches):

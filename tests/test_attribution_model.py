@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hostgap
+from budget import examples
 from hostgap.errors import HostgapError
 from hostgap.model import attribution as A
 from hostgap.model.steps_table import Steps
@@ -54,8 +54,7 @@ def test_noise_free_recovers_every_coefficient_and_the_break(exact):
 def test_decode_fits_one_per_request_constant(exact):
     _, model = exact
     cm = model.classes["decode"]
-    assert [A.TERMS[j] for j in cm.terms] == ["beta_ns", "a4_ns_per_request",
-                                              "a2_ns_per_kv_token"]
+    assert [A.TERMS[j] for j in cm.terms] == ["beta_ns", "a4_ns_per_request", "a2_ns_per_kv_token"]
     for seg in cm.segments:
         assert seg.coef[1] == 0 and seg.coef[3] == 0 and seg.coef[5] == 0
 
@@ -91,8 +90,7 @@ def test_fraction_split_uses_measured_host_fraction(noisy):
     _, model, test = noisy
     sh = A.attribute(model, test)
     host = np.bincount(sh.step_index, weights=sh.host_ns, minlength=len(test))
-    np.testing.assert_allclose(host / sh.predicted_ns, test.host_exposed_ns / test.wall_ns,
-                               rtol=1e-9)
+    np.testing.assert_allclose(host / sh.predicted_ns, test.host_exposed_ns / test.wall_ns, rtol=1e-9)
 
 
 def test_model_split_finds_the_per_request_host_cost(noisy):
@@ -150,12 +148,17 @@ def _rebuild(steps: Steps, keep: np.ndarray, c: np.ndarray) -> Steps:
     p, c = r.p[keep], c[keep]
     n = len(steps)
     counts = np.bincount(si, minlength=n)
-    req = Requests(np.concatenate([[0], np.cumsum(counts)]), r.request[keep], p, c,
-                   r.prefill[keep])
-    return replace(steps, requests=req, n_requests=counts.astype(float),
-                   n_prefill=counts.astype(float),
-                   sum_p=np.bincount(si, p, n), sum_c=np.bincount(si, c, n),
-                   sum_pp=np.bincount(si, p * p, n), sum_pc=np.bincount(si, p * c, n))
+    req = Requests(np.concatenate([[0], np.cumsum(counts)]), r.request[keep], p, c, r.prefill[keep])
+    return replace(
+        steps,
+        requests=req,
+        n_requests=counts.astype(float),
+        n_prefill=counts.astype(float),
+        sum_p=np.bincount(si, p, n),
+        sum_c=np.bincount(si, c, n),
+        sum_pp=np.bincount(si, p * p, n),
+        sum_pc=np.bincount(si, p * c, n),
+    )
 
 
 def test_aggregates_alone_fit_the_same_model(exact):
@@ -203,8 +206,7 @@ def test_attribute_step_matches_vectorised(noisy):
 
 
 @settings(**examples(60), deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 65536)), min_size=1,
-                max_size=300), st.floats(0, 1))
+@given(st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 65536)), min_size=1, max_size=300), st.floats(0, 1))
 def test_step_shares_conserve_and_stay_non_negative(model_rows, f):
     model = _MODEL[0]
     p = np.array([q for q, _ in model_rows], float)
@@ -227,8 +229,9 @@ def test_json_round_trip_keeps_predictions(noisy, tmp_path):
     A.save_model(model, str(path))
     back = A.load_model(str(path))
     np.testing.assert_allclose(A.predict(back, test), A.predict(model, test), rtol=1e-12)
-    np.testing.assert_allclose(A.attribute(back, test, split="model").host_ns,
-                               A.attribute(model, test, split="model").host_ns, rtol=1e-12)
+    np.testing.assert_allclose(
+        A.attribute(back, test, split="model").host_ns, A.attribute(model, test, split="model").host_ns, rtol=1e-12
+    )
     d["schema_version"] = 999
     path.write_text(json.dumps(d))
     with pytest.raises(HostgapError, match="schema_version"):
@@ -256,8 +259,7 @@ def test_split_mask_is_deterministic_and_held_out_respects_training(noisy):
     assert (a == A.split_mask(data.steps, 0.3, seed=0)).all()
     assert 0.2 < a.mean() < 0.4
     assert not (a == A.split_mask(data.steps, 0.3, seed=1)).all()
-    prov = {**model.provenance, "data_sha256_all": data.steps.data_sha256(),
-            "split": {"test_fraction": 0.3, "seed": 0}}
+    prov = {**model.provenance, "data_sha256_all": data.steps.data_sha256(), "split": {"test_fraction": 0.3, "seed": 0}}
     m2 = replace(model, provenance=prov)
     assert (A.held_out(m2, data.steps) == a).all()
     other = synth_steps(50, seed=99).steps
@@ -267,8 +269,7 @@ def test_split_mask_is_deterministic_and_held_out_respects_training(noisy):
 def test_pc_term_pays_off_when_chunk_and_depth_pair():
     """Chunked prefill over deep caches: attention work ~ q·s. Without Σp·c the model must
     spread it over Σp, Σc and Σp², and loses accuracy (METHOD.md §8's blind spot)."""
-    strong = tuple((b, (c[0], c[1], c[2], c[3], c[4], 0.5)) for b, c in synth_steps.__kwdefaults__
-                   ["prefill_truth"])
+    strong = tuple((b, (c[0], c[1], c[2], c[3], c[4], 0.5)) for b, c in synth_steps.__kwdefaults__["prefill_truth"])
     data = synth_steps(900, seed=8, noise=0.005, decode_fraction=0.0, prefill_truth=strong)
     test = A.split_mask(data.steps, 0.3)
     train, held = data.steps.subset(~test), data.steps.subset(test)
@@ -304,6 +305,5 @@ def test_gram_split_search_matches_direct_fits():
     Ao = Xo[:, kept] / yo[:, None]
     search = A._SplitSearch(Ao / np.linalg.norm(Ao, axis=0), np.ones(len(yo)))
     for m in (40, 120, 200):
-        direct = (A._nnls_fit(Xo[:m], yo[:m], yo[:m], kept)[1]
-                  + A._nnls_fit(Xo[m:], yo[m:], yo[m:], kept)[1])
+        direct = A._nnls_fit(Xo[:m], yo[:m], yo[:m], kept)[1] + A._nnls_fit(Xo[m:], yo[m:], yo[m:], kept)[1]
         assert search.sse(m) == pytest.approx(direct, rel=1e-6, abs=1e-12)

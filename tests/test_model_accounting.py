@@ -116,10 +116,13 @@ def _taxbreak_kernels_per_token(name: str) -> float:
     return (prefill + decode) / 10
 
 
-@pytest.mark.parametrize("name,published,tol", [
-    ("llama-3.2-1b", 847.5, 0.05),  # dense: the table is close
-    ("olmoe-1b-7b", 9305.3, 0.25),  # MoE: expert loops differ by model and version
-    ("qwen1.5-moe-a2.7b", 6695.1, 0.25),
-])
+@pytest.mark.parametrize(
+    "name,published,tol",
+    [
+        ("llama-3.2-1b", 847.5, 0.05),  # dense: the table is close
+        ("olmoe-1b-7b", 9305.3, 0.25),  # MoE: expert loops differ by model and version
+        ("qwen1.5-moe-a2.7b", 6695.1, 0.25),
+    ],
+)
 def test_hf_launch_table_against_taxbreak_counts(name, published, tol):
     assert _taxbreak_kernels_per_token(name) == pytest.approx(published, rel=tol)

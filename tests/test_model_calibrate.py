@@ -12,8 +12,9 @@ from hostgap.model import calibrate
 from hostgap.model.calibrate import PaperCell, Row, Shape, device_scale, evaluate
 from hostgap.model.stepmodel import DEFAULT_HOST, HostModel
 
-H = HostModel(serial_ns=100, per_seq_ns=10, per_kernel_ns=5, launch_floor_ns=2, graph_launch_ns=50,
-              per_rank_ns=20, dispatch_ns=30)
+H = HostModel(
+    serial_ns=100, per_seq_ns=10, per_kernel_ns=5, launch_floor_ns=2, graph_launch_ns=50, per_rank_ns=20, dispatch_ns=30
+)
 
 
 def test_shape_device_level_scaled_floored_or_measured():
@@ -53,9 +54,11 @@ def test_device_scale_is_the_geometric_mean_over_the_scale_cells():
     """Ratios 200/100 = 2 and 800/100 = 8: sqrt(16) = 4. A cell outside the ids (ratio 100) and
     a shape without a measured time are ignored; no scale cell: 1."""
     s = lambda g: Shape(100, 0, 0, 1, 1, 1, "eager", gpu_ns=g)  # noqa: E731
-    cells = [PaperCell("a", "step", "fit", {}, (s(200),), {}, ""),
-             PaperCell("b", "step", "fit", {}, (s(800), Shape(100, 0, 0, 1, 1, 1, "eager")), {}, ""),
-             PaperCell("z", "step", "fit", {}, (s(10_000),), {}, "")]
+    cells = [
+        PaperCell("a", "step", "fit", {}, (s(200),), {}, ""),
+        PaperCell("b", "step", "fit", {}, (s(800), Shape(100, 0, 0, 1, 1, 1, "eager")), {}, ""),
+        PaperCell("z", "step", "fit", {}, (s(10_000),), {}, ""),
+    ]
     assert device_scale(cells, ("a", "b")) == pytest.approx(4.0)
     assert device_scale(cells, ()) == 1.0
 
@@ -80,8 +83,11 @@ def test_unreadable_or_unknown_cells_are_user_errors(tmp_path):
         calibrate.load_cells(str(tmp_path / "missing.json"))
     doc = json.loads(calibrate.CELLS_FILE.read_text())
     preset = doc["cells"][0]["preset"]
-    bad = {"defaults": doc["defaults"], "device_scale_cells": [],
-           "cells": [{"id": "x", "kind": "weird", "use": "fit", "published": {}, "source": "s", "preset": preset}]}
+    bad = {
+        "defaults": doc["defaults"],
+        "device_scale_cells": [],
+        "cells": [{"id": "x", "kind": "weird", "use": "fit", "published": {}, "source": "s", "preset": preset}],
+    }
     p = tmp_path / "cells.json"
     p.write_text(json.dumps(bad))
     with pytest.raises(HostgapError, match="cell x: unknown kind 'weird'"):
@@ -96,15 +102,27 @@ def test_cells_become_the_shapes_their_kind_compares(tmp_path):
     from hostgap.model.arch import get_preset
     from hostgap.model.devices import find_device
 
-    defaults = {"device": "h100-sxm", "engine": "vllm", "mode": "eager", "dtype": "bfloat16", "batch": 2,
-                "context": 1000, "tp": 1}
+    defaults = {
+        "device": "h100-sxm",
+        "engine": "vllm",
+        "mode": "eager",
+        "dtype": "bfloat16",
+        "batch": 2,
+        "context": 1000,
+        "tp": 1,
+    }
     common = {"preset": "llama-3.1-8b", "use": "check", "source": "s", "published": {"x": 1.0}}
-    doc = {"defaults": defaults, "device_scale_cells": [], "cells": [
-        {"id": "step", "kind": "step", "gpu_ms": 5.0, **common},
-        {"id": "graphs", "kind": "graphs_gain", **common},
-        {"id": "fp8", "kind": "fp8_speedup", **common},
-        {"id": "tp", "kind": "tp_speedup", "tp_to": 4, **common},
-        {"id": "spec", "kind": "spec_cycle", "gamma": 3, "mode": "graph", **common}]}
+    doc = {
+        "defaults": defaults,
+        "device_scale_cells": [],
+        "cells": [
+            {"id": "step", "kind": "step", "gpu_ms": 5.0, **common},
+            {"id": "graphs", "kind": "graphs_gain", **common},
+            {"id": "fp8", "kind": "fp8_speedup", **common},
+            {"id": "tp", "kind": "tp_speedup", "tp_to": 4, **common},
+            {"id": "spec", "kind": "spec_cycle", "gamma": 3, "mode": "graph", **common},
+        ],
+    }
     p = tmp_path / "cells.json"
     p.write_text(json.dumps(doc))
     cells, scale_ids, device = calibrate.load_cells(str(p))
@@ -152,12 +170,29 @@ def test_leave_one_out_refits_without_the_cell_and_check_cells_are_never_fitted(
     is its default prediction (the fit never saw it)."""
     from hostgap.model.devices import find_device, launch_floor_ns
 
-    defaults = {"device": "h100-sxm", "engine": "vllm", "mode": "eager", "dtype": "bfloat16", "batch": 1,
-                "context": 1024, "tp": 1}
-    cell = lambda i, use, batch, wall: {"id": i, "kind": "step", "preset": "llama-3.1-8b", "use": use,  # noqa: E731
-                                        "batch": batch, "source": "s", "published": {"wall_ms": wall}}
-    doc = {"defaults": defaults, "device_scale_cells": [],
-           "cells": [cell("a", "fit", 1, 9.0), cell("b", "fit", 8, 11.0), cell("c", "check", 4, 10.0)]}
+    defaults = {
+        "device": "h100-sxm",
+        "engine": "vllm",
+        "mode": "eager",
+        "dtype": "bfloat16",
+        "batch": 1,
+        "context": 1024,
+        "tp": 1,
+    }
+    cell = lambda i, use, batch, wall: {
+        "id": i,
+        "kind": "step",
+        "preset": "llama-3.1-8b",
+        "use": use,  # noqa: E731
+        "batch": batch,
+        "source": "s",
+        "published": {"wall_ms": wall},
+    }
+    doc = {
+        "defaults": defaults,
+        "device_scale_cells": [],
+        "cells": [cell("a", "fit", 1, 9.0), cell("b", "fit", 8, 11.0), cell("c", "check", 4, 10.0)],
+    }
     p = tmp_path / "cells.json"
     p.write_text(json.dumps(doc))
     host, scale, rows = calibrate.paper_fit(str(p))

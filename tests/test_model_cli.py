@@ -11,7 +11,6 @@ from hostgap.cli import cli
 from hostgap.cli.models import account_cmd, fit_cmd, predict_cmd, regimes_cmd
 from hostgap.model import fitting
 from hostgap.model.stepmodel import DEFAULT_HOST
-
 from test_model_stepmodel import _results, _write
 
 
@@ -90,8 +89,20 @@ def test_measured_runs_are_matched_like_with_like_by_tp(tmp_path):
     tp2["run_id"] = "tp2-run"
     tp2["tp"] = 2
     paths = _write(tmp_path, docs + [tp2])
-    args = ["predict", "llama-3.2-1b", "--gpu", "h100", "--engine", "hf", "--batch", "2", "--context", "544",
-            "--json", *paths]
+    args = [
+        "predict",
+        "llama-3.2-1b",
+        "--gpu",
+        "h100",
+        "--engine",
+        "hf",
+        "--batch",
+        "2",
+        "--context",
+        "544",
+        "--json",
+        *paths,
+    ]
     d = json.loads(CliRunner().invoke(cli, args).stdout)
     assert [m["run_id"] for m in d["measured"]] == [docs[0]["run_id"]]
     d = json.loads(CliRunner().invoke(cli, [*args, "--tp", "2"]).stdout)

@@ -12,16 +12,34 @@ import pytest
 import hostgap
 from hostgap.errors import HostgapError
 from hostgap.model import fitting
-from hostgap.model.fitting import (Boundary, RegimeCell, _crossing, boundaries, cell_from_results, data_hash,
-                                   load_model, regime_cells, tp_label)
+from hostgap.model.fitting import (
+    Boundary,
+    RegimeCell,
+    _crossing,
+    boundaries,
+    cell_from_results,
+    data_hash,
+    load_model,
+    regime_cells,
+    tp_label,
+)
 
 
 def doc(**kw) -> dict:
-    base = {"run_id": "r1", "preset": "llama-3.1-8b", "device": "h100-sxm", "engine": "vllm", "mode": "eager",
-            "batch": 4, "prompt_len": 100, "n1": 3, "n2": 4,
-            "differencing": {"t_step_ns": 9e6, "g_step_ns": 6e6, "h_step_ns": 3e6, "k_step": 400, "host_fraction": 0.3},
-            "taxbreak": {"orchestrate_ns": 1200.0, "kernels_per_step": 4, "launch_floor_ns": 4500, "hdbi": 0.6},
-            "steps_decode": [{}, {}, {}]}
+    base = {
+        "run_id": "r1",
+        "preset": "llama-3.1-8b",
+        "device": "h100-sxm",
+        "engine": "vllm",
+        "mode": "eager",
+        "batch": 4,
+        "prompt_len": 100,
+        "n1": 3,
+        "n2": 4,
+        "differencing": {"t_step_ns": 9e6, "g_step_ns": 6e6, "h_step_ns": 3e6, "k_step": 400, "host_fraction": 0.3},
+        "taxbreak": {"orchestrate_ns": 1200.0, "kernels_per_step": 4, "launch_floor_ns": 4500, "hdbi": 0.6},
+        "steps_decode": [{}, {}, {}],
+    }
     base.update(kw)
     return base
 
@@ -41,8 +59,11 @@ def test_cell_reads_the_results_and_derives_per_kernel_and_context():
 
 
 def test_cell_falls_back_to_the_verdict_for_host_fraction_and_hdbi():
-    d = doc(differencing={"t_step_ns": 9e6, "g_step_ns": 6e6, "k_step": 400}, taxbreak={},
-            verdict={"host_fraction": 0.42, "hdbi": 0.7, "verdict": "host-bound"})
+    d = doc(
+        differencing={"t_step_ns": 9e6, "g_step_ns": 6e6, "k_step": 400},
+        taxbreak={},
+        verdict={"host_fraction": 0.42, "hdbi": 0.7, "verdict": "host-bound"},
+    )
     c = cell_from_results(d)
     assert (c.host_fraction, c.hdbi, c.verdict) == (0.42, 0.7, "host-bound")
 
@@ -135,9 +156,14 @@ def test_fit_uses_the_given_roofline_only_for_groups_on_its_device():
     fitted on an A100 is not (the group keeps the documented defaults) but is kept in the file."""
     from hostgap.model.roofline import DEFAULT_EFFICIENCY, Efficiency, RooflineModel
 
-    docs = [doc(run_id="a", batch=1), doc(run_id="b", batch=8,
-                                          differencing={"t_step_ns": 12e6, "g_step_ns": 8e6, "h_step_ns": 4e6,
-                                                        "k_step": 400, "host_fraction": 1 / 3})]
+    docs = [
+        doc(run_id="a", batch=1),
+        doc(
+            run_id="b",
+            batch=8,
+            differencing={"t_step_ns": 12e6, "g_step_ns": 8e6, "h_step_ns": 4e6, "k_step": 400, "host_fraction": 1 / 3},
+        ),
+    ]
     h100 = RooflineModel("h100-sxm", {"gemm": Efficiency(1000.0, 0.9, 0.9)}, "fitted", "family")
     (g,) = fitting.fit(docs, rl=h100).groups
     assert g.device == "h100-sxm" and g.roofline is h100

@@ -10,8 +10,18 @@ from hostgap.model.arch import Arch
 def test_w8a8_quant_kernels_follow_the_matmul_kernel_count():
     """hf eager runs q, k and v as three GEMMs (LAUNCH_TABLES["hf"]["qkv_proj"] = 3): three
     activation-quantisation kernels (one per matmul), three launches; gate/up two, down one."""
-    arch = Arch("toy", "llama", hidden=64, layers=3, heads=8, kv_heads=2, head_dim=8, intermediate=96,
-                vocab=50, tied_embeddings=False)
+    arch = Arch(
+        "toy",
+        "llama",
+        hidden=64,
+        layers=3,
+        heads=8,
+        kv_heads=2,
+        head_dim=8,
+        intermediate=96,
+        vocab=50,
+        tied_embeddings=False,
+    )
     acc = account(arch, Cell(batch=2, context=5, dtype="fp8", engine="hf"))
     assert QUANT_KERNELS_PER_MATMUL == 1
     for name, n in (("qkv_proj", 3), ("gate_up_proj", 2), ("down_proj", 1)):

@@ -62,14 +62,17 @@ def test_fit_all_reduce_recovers_an_exact_affine_law_per_worker_count():
     assert ev[2].mape == pytest.approx(0.0, abs=1e-9) and ev[4].n == 3
 
 
-@pytest.mark.parametrize("form,expected", [
-    # D_k = 4e6, C_k = 3e5, D_1 = 6e6, k = 2, h = 2e6 (s = 1e5 for additive_skew)
-    ("additive", 4e6 + 3e5 + 2e6),
-    ("compute_comm", (6e6 + 2e6) / 2 + 3e5),
-    ("host_over_k", 4e6 + 3e5 + 2e6 / 2),
-    ("host_times_k", 4e6 + 3e5 + 2e6 * 2),
-    ("additive_skew", 4e6 + 3e5 + 2e6 + 1e5 * (2 - 1)),
-])
+@pytest.mark.parametrize(
+    "form,expected",
+    [
+        # D_k = 4e6, C_k = 3e5, D_1 = 6e6, k = 2, h = 2e6 (s = 1e5 for additive_skew)
+        ("additive", 4e6 + 3e5 + 2e6),
+        ("compute_comm", (6e6 + 2e6) / 2 + 3e5),
+        ("host_over_k", 4e6 + 3e5 + 2e6 / 2),
+        ("host_times_k", 4e6 + 3e5 + 2e6 * 2),
+        ("additive_skew", 4e6 + 3e5 + 2e6 + 1e5 * (2 - 1)),
+    ],
+)
 def test_tp_forms_by_hand(form, expected):
     params = (2e6, 1e5) if form == "additive_skew" else (2e6,)
     cell = tp.TPCell(2, 4e6, 3e5, 6e6)
@@ -114,15 +117,31 @@ def test_paper_reference_check_by_hand():
     h = ((y1 - b1) / y1**2 + (y2 - b2) / y2**2) / (1 / y1**2 + 1 / y2**2)
     a70 = get_preset("llama-3.1-70b")
     ring = {2: 450e9, 4: 300e9}  # 0.5 x 900e9 x k / (2 (k - 1))
-    t70 = {k: scale * device_time(account(a70, Cell(tp=k)), h100, default_model(h100.name)).total_ns
-           + 161 * (10e3 + 16384 / ring[k] * 1e9) + h for k in (2, 4)}
+    t70 = {
+        k: scale * device_time(account(a70, Cell(tp=k)), h100, default_model(h100.name)).total_ns
+        + 161 * (10e3 + 16384 / ring[k] * 1e9)
+        + h
+        for k in (2, 4)
+    }
     assert add.ratio_70b_pred == pytest.approx(t70[2] / t70[4])
 
 
 # -- accounting.py ------------------------------------------------------------------------
 
-MOE = Arch("toy-moe", "olmoe", hidden=64, layers=2, heads=4, kv_heads=4, head_dim=16, intermediate=32,
-           vocab=100, tied_embeddings=False, experts=8, top_k=2)
+MOE = Arch(
+    "toy-moe",
+    "olmoe",
+    hidden=64,
+    layers=2,
+    heads=4,
+    kv_heads=4,
+    head_dim=16,
+    intermediate=32,
+    vocab=100,
+    tied_embeddings=False,
+    experts=8,
+    top_k=2,
+)
 
 
 def test_moe_expert_flops_bytes_and_quant_by_hand():
@@ -145,8 +164,18 @@ def test_moe_expert_flops_bytes_and_quant_by_hand():
 
 
 def test_tp2_dense_projection_shapes_by_hand():
-    arch = Arch("toy", "llama", hidden=64, layers=3, heads=8, kv_heads=2, head_dim=8, intermediate=96,
-                vocab=50, tied_embeddings=False)
+    arch = Arch(
+        "toy",
+        "llama",
+        hidden=64,
+        layers=3,
+        heads=8,
+        kv_heads=2,
+        head_dim=8,
+        intermediate=96,
+        vocab=50,
+        tied_embeddings=False,
+    )
     acc = account(arch, Cell(batch=2, context=5, tp=4))
     T = 2
     # q: 64 / 4 = 16 columns per rank; kv heads 2 < 4 ranks: one kv head (8 dims) replicated, x2 (k, v)
@@ -197,21 +226,32 @@ def test_device_file_validation(tmp_path):
         p.write_text(body)
         return p
 
-    ok = write('{"devices": [{"name": "z", "peak_flops": {"bfloat16": 1e12}, "mem_bw_bytes_per_s": 2e12, '
-               '"mem_bytes": 3e9, "interconnect_bw_bytes_per_s": 4e9, "source": "s", '
-               '"sources": {"mem_bytes": "m"}}]}')
+    ok = write(
+        '{"devices": [{"name": "z", "peak_flops": {"bfloat16": 1e12}, "mem_bw_bytes_per_s": 2e12, '
+        '"mem_bytes": 3e9, "interconnect_bw_bytes_per_s": 4e9, "source": "s", '
+        '"sources": {"mem_bytes": "m"}}]}'
+    )
     d = load_device_file(ok)["z"]
     assert (d.mem_bw_bytes_per_s, d.mem_bytes, d.interconnect_bw_bytes_per_s) == (2e12, 3e9, 4e9)
     assert d.sources["mem_bytes"] == "m" and d.sources["peak_flops"] == "s"
     for body, msg in [
         ('{"devices": []}', "non-empty"),
         ('{"devices": [{"name": "z"}]}', "missing"),
-        ('{"devices": [{"name": "z", "peak_flops": {"bfloat16": 1e12}, "mem_bw_bytes_per_s": 0, "mem_bytes": 3e9, '
-         '"interconnect_bw_bytes_per_s": 4e9, "source": "s"}]}', "> 0"),
-        ('{"devices": [{"name": "z", "peak_flops": {"bfloat16": 1e12}, "mem_bw_bytes_per_s": 1, "mem_bytes": 3e9, '
-         '"interconnect_bw_bytes_per_s": 4e9}]}', "no source"),
-        ('{"devices": [{"name": "z", "peak_flops": {}, "mem_bw_bytes_per_s": 1, "mem_bytes": 3e9, '
-         '"interconnect_bw_bytes_per_s": 4e9, "source": "s"}]}', "peak_flops"),
+        (
+            '{"devices": [{"name": "z", "peak_flops": {"bfloat16": 1e12}, "mem_bw_bytes_per_s": 0, "mem_bytes": 3e9, '
+            '"interconnect_bw_bytes_per_s": 4e9, "source": "s"}]}',
+            "> 0",
+        ),
+        (
+            '{"devices": [{"name": "z", "peak_flops": {"bfloat16": 1e12}, "mem_bw_bytes_per_s": 1, "mem_bytes": 3e9, '
+            '"interconnect_bw_bytes_per_s": 4e9}]}',
+            "no source",
+        ),
+        (
+            '{"devices": [{"name": "z", "peak_flops": {}, "mem_bw_bytes_per_s": 1, "mem_bytes": 3e9, '
+            '"interconnect_bw_bytes_per_s": 4e9, "source": "s"}]}',
+            "peak_flops",
+        ),
     ]:
         with pytest.raises(HostgapError, match=msg):
             load_device_file(write(body))
@@ -219,8 +259,16 @@ def test_device_file_validation(tmp_path):
 
 # -- vidur.py -----------------------------------------------------------------------------
 
-_VIDUR_HEADER = ["n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp", "num_tokens",
-                 "num_tensor_parallel_workers"]
+_VIDUR_HEADER = [
+    "n_head",
+    "n_kv_head",
+    "n_embd",
+    "n_expanded_embd",
+    "vocab_size",
+    "use_gated_mlp",
+    "num_tokens",
+    "num_tensor_parallel_workers",
+]
 
 
 def _vidur_csv(path, rows):
@@ -244,8 +292,17 @@ def test_vidur_reader_maps_ops_units_and_shapes(tmp_path):
     assert s.peak_flops[up] == 100e12 and s.bw_bytes_per_s[up] == 1e12  # fp16 falls back to bf16
     assert set(s.tokens) == {4} and set(s.group) == {"x_mlp"}  # grouped by file name
     assert set(vidur.read_mlp(p, DEV, group="g").group) == {"g"}
-    arch = vidur.arch_of_row({"n_embd": "64", "n_head": "8", "n_kv_head": "2", "n_expanded_embd": "96",
-                              "vocab_size": "50", "use_gated_mlp": "False"}, "g")
+    arch = vidur.arch_of_row(
+        {
+            "n_embd": "64",
+            "n_head": "8",
+            "n_kv_head": "2",
+            "n_expanded_embd": "96",
+            "vocab_size": "50",
+            "use_gated_mlp": "False",
+        },
+        "g",
+    )
     assert arch.head_dim == 8 and not arch.gated_mlp and arch.family == "llama" and arch.layers == 1
     assert not arch.tied_embeddings  # vidur profiles the embedding alone: no head shares its table
     keyed = vidur.as_hostgap_ops(s)
@@ -292,8 +349,21 @@ def test_synthetic_cells_by_hand():
 
 
 def test_activation_bytes_of_embed_norm_misc_and_shared_expert_by_hand():
-    qm = Arch("toy-qmoe", "qwen2_moe", hidden=64, layers=2, heads=4, kv_heads=4, head_dim=16, intermediate=32,
-              vocab=100, tied_embeddings=False, experts=8, top_k=2, shared_expert_intermediate=48)
+    qm = Arch(
+        "toy-qmoe",
+        "qwen2_moe",
+        hidden=64,
+        layers=2,
+        heads=4,
+        kv_heads=4,
+        head_dim=16,
+        intermediate=32,
+        vocab=100,
+        tied_embeddings=False,
+        experts=8,
+        top_k=2,
+        shared_expert_intermediate=48,
+    )
     acc = account(qm, Cell(batch=3, context=10, tp=2))
     T, h, si, k = 3, 64, 48, 2
     sh = acc.op("shared_expert")
@@ -308,8 +378,18 @@ def test_activation_bytes_of_embed_norm_misc_and_shared_expert_by_hand():
 
 
 def test_every_dense_op_shape_by_hand():
-    arch = Arch("toy", "llama", hidden=64, layers=3, heads=8, kv_heads=2, head_dim=8, intermediate=96,
-                vocab=50, tied_embeddings=False)
+    arch = Arch(
+        "toy",
+        "llama",
+        hidden=64,
+        layers=3,
+        heads=8,
+        kv_heads=2,
+        head_dim=8,
+        intermediate=96,
+        vocab=50,
+        tied_embeddings=False,
+    )
     acc = account(arch, Cell(batch=2, context=5, tp=4))
     T = 2  # per rank: q 16 dims, one replicated kv head of 8, intermediate 24, vocab 12.5
     o = acc.op("o_proj")
@@ -331,8 +411,18 @@ def test_every_dense_op_shape_by_hand():
 
 
 def test_prefill_kv_write_stores_every_new_token_of_every_sequence_by_hand():
-    arch = Arch("toy", "llama", hidden=64, layers=3, heads=8, kv_heads=2, head_dim=8, intermediate=96,
-                vocab=50, tied_embeddings=False)
+    arch = Arch(
+        "toy",
+        "llama",
+        hidden=64,
+        layers=3,
+        heads=8,
+        kv_heads=2,
+        head_dim=8,
+        intermediate=96,
+        vocab=50,
+        tied_embeddings=False,
+    )
     # 2 sequences x 3 new tokens each: 6 tokens written, k and v of 2 kv heads x 8 dims, bf16
     kv = account(arch, Cell(batch=2, q_tokens=3, context=7)).op("kv_write")
     assert kv.kv_write_bytes == 2 * 3 * 2 * (2 * 8) * 2  # 384 bytes

@@ -8,20 +8,40 @@ import pytest
 from hostgap.errors import HostgapError
 from hostgap.model.arch import get_preset, with_overrides
 
-BASE = dict(vocab_size=1024, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-            max_position_embeddings=4096, tie_word_embeddings=False)
+BASE = dict(
+    vocab_size=1024,
+    hidden_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=4096,
+    tie_word_embeddings=False,
+)
 
 
 def test_llama_config_by_hand():
-    assert get_preset("tiny").hf_config() == {**BASE, "intermediate_size": 512, "rope_theta": 500000.0,
-                                              "head_dim": 64, "attention_bias": False, "mlp_bias": False}
+    assert get_preset("tiny").hf_config() == {
+        **BASE,
+        "intermediate_size": 512,
+        "rope_theta": 500000.0,
+        "head_dim": 64,
+        "attention_bias": False,
+        "mlp_bias": False,
+    }
 
 
 def test_qwen_moe_config_by_hand():
     assert get_preset("tiny-moe").hf_config() == {
-        **BASE, "intermediate_size": 128, "rope_theta": 500000.0, "num_experts": 8, "num_experts_per_tok": 2,
-        "moe_intermediate_size": 128, "shared_expert_intermediate_size": 256, "decoder_sparse_step": 1,
-        "mlp_only_layers": []}
+        **BASE,
+        "intermediate_size": 128,
+        "rope_theta": 500000.0,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 128,
+        "shared_expert_intermediate_size": 256,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+    }
 
 
 def test_olmoe_and_qwen2_and_gpt2_configs_by_hand():
@@ -31,8 +51,9 @@ def test_olmoe_and_qwen2_and_gpt2_configs_by_hand():
     q = get_preset("qwen2.5-14b").hf_config()
     assert set(q) == set(BASE) | {"intermediate_size", "rope_theta"}  # qkv bias is built into qwen2
     assert q["rope_theta"] == 1000000.0
-    assert get_preset("gpt2").hf_config() == dict(vocab_size=50257, n_embd=768, n_layer=12, n_head=12, n_inner=3072,
-                                                  n_positions=1024, tie_word_embeddings=True)
+    assert get_preset("gpt2").hf_config() == dict(
+        vocab_size=50257, n_embd=768, n_layer=12, n_head=12, n_inner=3072, n_positions=1024, tie_word_embeddings=True
+    )
     with pytest.raises(HostgapError, match="non-gated"):
         with_overrides(get_preset("tiny"), gated_mlp=False).hf_config()
 

@@ -6,9 +6,6 @@ Every expected number is worked out beside it from the definitions in the module
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pytest
 
 from hostgap.model import roofline
@@ -20,8 +17,7 @@ DEV = DeviceSpec("test-gpu", {"bfloat16": 100e12}, 1e12, 80e9, 900e9)
 
 
 def test_device_time_sums_count_times_op_time_labels_the_bound_and_sets_collectives_aside():
-    model = RooflineModel("test-gpu", {"gemm": Efficiency(1_000.0, 0.5, 0.5),
-                                       "norm": Efficiency(2_000.0, 0.5, 0.25)})
+    model = RooflineModel("test-gpu", {"gemm": Efficiency(1_000.0, 0.5, 0.5), "norm": Efficiency(2_000.0, 0.5, 0.25)})
     ops = (
         # compute 1e12 / (100e12 x 0.5) = 20 ms; memory 1e9 / (1e12 x 0.5) = 2 ms: compute-bound,
         # 1 us + 20 ms = 20,001,000 ns an instance

@@ -17,8 +17,15 @@ import pytest
 
 from hostgap.model import stepmodel as sm
 
-H = sm.HostModel(serial_ns=100.0, per_seq_ns=10.0, per_kernel_ns=5.0, launch_floor_ns=2.0,
-                 graph_launch_ns=30.0, per_rank_ns=50.0, dispatch_ns=40.0)
+H = sm.HostModel(
+    serial_ns=100.0,
+    per_seq_ns=10.0,
+    per_kernel_ns=5.0,
+    launch_floor_ns=2.0,
+    graph_launch_ns=30.0,
+    per_rank_ns=50.0,
+    dispatch_ns=40.0,
+)
 
 
 def test_orchestration_by_hand():
@@ -103,14 +110,20 @@ def _samples(serial, per_seq, per_kernel, base, batch, kernels, g, graph):
     return sm.HostSamples(t, g, k, b, gr)
 
 
-BASE = sm.HostModel(serial_ns=0.0, per_seq_ns=0.0, per_kernel_ns=1.0, launch_floor_ns=3e3,
-                    graph_launch_ns=20e3, dispatch_ns=100e3)
+BASE = sm.HostModel(
+    serial_ns=0.0, per_seq_ns=0.0, per_kernel_ns=1.0, launch_floor_ns=3e3, graph_launch_ns=20e3, dispatch_ns=100e3
+)
 
 
 def test_predict_host_by_hand():
     m = sm.HostModel(200e3, 5e3, 10e3, 3e3, 20e3, dispatch_ns=100e3)
-    s = sm.HostSamples(np.array([1.0, 1.0, 1.0]), np.array([1e6, 1e3, 50e3]), np.array([100.0, 100.0, 100.0]),
-                       np.array([2.0, 2.0, 4.0]), np.array([False, False, True]))
+    s = sm.HostSamples(
+        np.array([1.0, 1.0, 1.0]),
+        np.array([1e6, 1e3, 50e3]),
+        np.array([100.0, 100.0, 100.0]),
+        np.array([2.0, 2.0, 4.0]),
+        np.array([False, False, True]),
+    )
     # eager, GPU 1 ms longer than 100 us + 100 x 10 us = 1.1 ms: 200 + 10 + 1100 us
     # eager, GPU 1 us: the same 1.1 ms orchestration; graph: max(20 us launch, 50 us GPU) + 200 + 20
     assert sm.predict_host(m, s) == pytest.approx([1310e3, 1310e3, 270e3])
@@ -153,8 +166,16 @@ def test_fit_host_with_one_batch_size_and_a_measured_per_kernel_cost():
 
 
 def test_leave_one_out_on_an_exact_law_is_exact_and_needs_three_cells():
-    s = _samples(200e3, 6e3, 12e3, BASE, [1, 2, 4, 8, 16, 1, 4, 16], [300] * 8,
-                 [1e6, 1.5e6, 2e6, 3e6, 6e6, 1e6, 2e6, 6e6], [0, 0, 0, 0, 0, 1, 1, 1])
+    s = _samples(
+        200e3,
+        6e3,
+        12e3,
+        BASE,
+        [1, 2, 4, 8, 16, 1, 4, 16],
+        [300] * 8,
+        [1e6, 1.5e6, 2e6, 3e6, 6e6, 1e6, 2e6, 6e6],
+        [0, 0, 0, 0, 0, 1, 1, 1],
+    )
     m = sm.leave_one_out(s, BASE)
     assert m.n == 8 and m.mape < 1e-4
     two = sm.leave_one_out(s.take(np.arange(8) < 2), BASE)

@@ -5,11 +5,11 @@ token ranges reported (mutation audit, bench/mutation.sh). CSVs are written here
 from __future__ import annotations
 
 import numpy as np
-from test_model_vidur import PHI_OPS, H, I, T, _by_op, _csv
 
 from hostgap.model import vidur
 from hostgap.model.devices import find_device
 from hostgap.model.roofline import OpSamples
+from test_model_vidur import PHI_OPS, H, I, T, _by_op, _csv
 
 A100 = find_device("a100")
 
@@ -47,8 +47,17 @@ def test_cross_model_metrics_are_per_op_rows_and_keyed_as_asked(tmp_path):
 
 def test_cross_model_without_token_counts_reports_no_token_ranges(tmp_path):
     cal, score = _profile(tmp_path, "a", [1, 8, 64, 300]), _profile(tmp_path, "b", [2, 16])
-    bare = OpSamples(score.key, score.flops, score.bytes, score.kernels, score.peak_flops,
-                                    score.bw_bytes_per_s, score.time_ns, score.group, None)
+    bare = OpSamples(
+        score.key,
+        score.flops,
+        score.bytes,
+        score.kernels,
+        score.peak_flops,
+        score.bw_bytes_per_s,
+        score.time_ns,
+        score.group,
+        None,
+    )
     m = vidur.validate_cross_model(cal, bare)["metrics"]
     assert not any(k.startswith("gemm, ") for k in m) and m["overall"].n == 20
     assert np.isfinite(m["overall"].mape)

@@ -27,8 +27,15 @@ from hostgap.model.tp import AllReduceModel
 
 DEV = find_device("h100")
 RL = default_model(DEV.name)
-HOST = HostModel(serial_ns=300e3, per_seq_ns=5e3, per_kernel_ns=20e3, launch_floor_ns=4e3,
-                 graph_launch_ns=30e3, per_rank_ns=100e3, dispatch_ns=500e3)
+HOST = HostModel(
+    serial_ns=300e3,
+    per_seq_ns=5e3,
+    per_kernel_ns=20e3,
+    launch_floor_ns=4e3,
+    graph_launch_ns=30e3,
+    per_rank_ns=100e3,
+    dispatch_ns=500e3,
+)
 
 
 def _setup(preset="llama-3.1-8b", scale=1.0, host=HOST, **kw):
@@ -58,10 +65,12 @@ def _by_hand(s, cell=None, mode="eager", speed=1.0, arch=None, launches=None):
         # attention, the LM head and sampling are launched outside the graphs, after the
         # step's dispatch
         graphs = (arch or s.arch).layers + 1
-        outside = sum(o.count * o.launches for o in acc.ops
-                      if o.name in ("kv_write", "attention", "lm_head", "sample"))
-        orch = (h.dispatch_ns / speed + outside * ((h.per_kernel_ns - h.launch_floor_ns) / speed + h.launch_floor_ns)
-                + graphs * h.graph_launch_ns / speed)
+        outside = sum(o.count * o.launches for o in acc.ops if o.name in ("kv_write", "attention", "lm_head", "sample"))
+        orch = (
+            h.dispatch_ns / speed
+            + outside * ((h.per_kernel_ns - h.launch_floor_ns) / speed + h.launch_floor_ns)
+            + graphs * h.graph_launch_ns / speed
+        )
     return dev, coll, serial, orch, serial + max(orch, dev + coll)
 
 
@@ -124,8 +133,14 @@ def test_form_totals_by_hand():
     d1, _, _, _, t1 = _by_hand(s)
     h1 = t1 - d1  # TP-1 host-exposed time: total - GPU-active
     gk = dk + ck
-    want = {"overlap": tk, "additive": gk + h1, "compute_comm": t1 / k + ck, "host_over_k": gk + h1 / k,
-            "host_times_k": gk + h1 * k, "additive_skew": gk + h1}
+    want = {
+        "overlap": tk,
+        "additive": gk + h1,
+        "compute_comm": t1 / k + ck,
+        "host_over_k": gk + h1 / k,
+        "host_times_k": gk + h1 * k,
+        "additive_skew": gk + h1,
+    }
     got = whatif.form_totals(s, replace(s.cell, tp=k))
     assert got == pytest.approx(want)
     # a linear form replaces the host term: serial = form total - GPU time, no orchestration

@@ -19,8 +19,16 @@ from hostgap.model.roofline import default_model
 from hostgap.model.stepmodel import DEFAULT_DEVICE_SCALE, DEFAULT_HOST, HostModel, step
 from hostgap.model.tp import AllReduceModel
 
-H = HostModel(serial_ns=200e3, per_seq_ns=5e3, per_kernel_ns=30e3, launch_floor_ns=5e3, graph_launch_ns=30e3,
-              source="test", per_rank_ns=300e3, dispatch_ns=1e6)
+H = HostModel(
+    serial_ns=200e3,
+    per_seq_ns=5e3,
+    per_kernel_ns=30e3,
+    launch_floor_ns=5e3,
+    graph_launch_ns=30e3,
+    source="test",
+    per_rank_ns=300e3,
+    dispatch_ns=1e6,
+)
 
 
 def test_step_parts_by_hand_device_bound():
@@ -62,8 +70,16 @@ def test_faster_and_slower_host_by_hand():
 
 def _setup(preset="llama-3.1-8b", batch=1, tp=1, host=None, engine="vllm", **kw):
     dev = find_device("h100")
-    return whatif.Setup(get_preset(preset), Cell(batch=batch, context=2048, tp=tp, engine=engine), dev, "eager",
-                        default_model(dev.name), 1.0, host or H, **kw)
+    return whatif.Setup(
+        get_preset(preset),
+        Cell(batch=batch, context=2048, tp=tp, engine=engine),
+        dev,
+        "eager",
+        default_model(dev.name),
+        1.0,
+        host or H,
+        **kw,
+    )
 
 
 def test_collective_time_is_ops_times_one_all_reduce():
@@ -102,7 +118,9 @@ def test_predict_tp_and_what_if_tp_are_one_path():
     assert w.scenario.total_ns == direct.total_ns and w.scenario.host_ns == direct.host_ns
     for form in ("additive", "compute_comm", "host_times_k"):
         sf = replace(s, tp_form=form)
-        assert whatif.run(sf, "tp=4").scenario.total_ns == pytest.approx(whatif.predict(replace(sf, cell=replace(s.cell, tp=4))).total_ns)
+        assert whatif.run(sf, "tp=4").scenario.total_ns == pytest.approx(
+            whatif.predict(replace(sf, cell=replace(s.cell, tp=4))).total_ns
+        )
     t = whatif.form_totals(s, replace(s.cell, tp=2))
     p1, p2 = whatif.predict(s), whatif.predict(_setup(tp=2))
     assert t["compute_comm"] == pytest.approx(p1.total_ns / 2 + p2.collective_ns)
@@ -193,10 +211,12 @@ def test_graphs_gain_keeps_what_vllm_graphs_do_not_capture(paper):
     assert 1.5 <= r["1b_graphs_h200", "speedup"].default < 3.0
     w = whatif.run(_setup("llama-3.2-1b", host=DEFAULT_HOST["vllm"]), "graphs")
     h = DEFAULT_HOST["vllm"]
-    # 16 layers: 17 pieces; outside: 16 KV writes + 16 attentions + LM head + 6 sampling = 39
+    # 16 layers: 17 pieces; outside: 16 KV writes + 16 attentions + LM head + 6 sampling = 39;
+    # the pieces replay the other 169 - 39 = 130 kernels, each a node the graph launch submits
     floor = min(h.launch_floor_ns, h.per_kernel_ns)
-    assert w.scenario.orchestration_ns == pytest.approx(h.dispatch_ns + 17 * h.graph_launch_ns
-                                                        + 39 * (h.per_kernel_ns - floor + floor))
+    assert w.scenario.orchestration_ns == pytest.approx(
+        h.dispatch_ns + 17 * h.graph_launch_ns + 130 * h.graph_node_ns + 39 * (h.per_kernel_ns - floor + floor)
+    )
 
 
 def test_spec_cycle_host_and_fp8_slowdown(paper):
@@ -267,9 +287,12 @@ def test_graphs_assumptions_and_step_change_by_hand():
     # H: dispatch 1 ms + 329 launches x 30 us = 10.87 ms of orchestration
     # piecewise (vLLM default): 33 pieces x 30 us + (32 KV writes + 32 attentions + LM head + 6
     # sampling = 71 kernels) x 30 us + the 1 ms dispatch = 4.12 ms
-    assert w.assumptions[0] == ("orchestration 10.870 ms (dispatch 1.000 ms + 329 launches x 30.0 us) -> "
-                                "4.120 ms with piecewise CUDA graphs: 33 graph launch(es) x 30 us + 71 kernels "
-                                "still launched eagerly (attention between the pieces, LM head, sampling)")
+    assert w.assumptions[0] == (
+        "orchestration 10.870 ms (dispatch 1.000 ms + 329 launches x 30.0 us) -> "
+        "4.120 ms with piecewise CUDA graphs: 33 graph launch(es) x 30 us + 258 replayed "
+        "nodes x 0.00 us (graph launch host cost by node count) + 71 kernels "
+        "still launched eagerly (attention between the pieces, LM head, sampling)"
+    )
     assert w.scenario.orchestration_ns == pytest.approx(4.12e6) and w.extra["capture"] == "piecewise"
     full = whatif.run(_setup(), "graphs:capture=full")  # 1 ms + one graph 30 us + 7 x 30 us
     assert full.scenario.orchestration_ns == pytest.approx(1.24e6) and full.scenario.graph_launches == 1

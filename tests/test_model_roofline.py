@@ -10,7 +10,7 @@ import pytest
 
 from hostgap.errors import HostgapError
 from hostgap.model import roofline, vidur
-from hostgap.model.accounting import decode_cell, account
+from hostgap.model.accounting import account, decode_cell
 from hostgap.model.arch import get_preset
 from hostgap.model.devices import BUILTIN, find_device, load_device_file
 from hostgap.model.roofline import Efficiency, OpSamples, op_time_ns
@@ -77,16 +77,24 @@ def test_device_table_has_required_devices_with_sources():
 
 
 def test_user_device_file_json_and_toml(tmp_path):
-    entry = {"name": "rtx-4090", "aliases": ["NVIDIA GeForce RTX 4090"], "peak_flops": {"bfloat16": 165.2e12},
-             "mem_bw_bytes_per_s": 1.008e12, "mem_bytes": 24e9, "interconnect_bw_bytes_per_s": 64e9,
-             "source": "Ada whitepaper"}
+    entry = {
+        "name": "rtx-4090",
+        "aliases": ["NVIDIA GeForce RTX 4090"],
+        "peak_flops": {"bfloat16": 165.2e12},
+        "mem_bw_bytes_per_s": 1.008e12,
+        "mem_bytes": 24e9,
+        "interconnect_bw_bytes_per_s": 64e9,
+        "source": "Ada whitepaper",
+    }
     pj = tmp_path / "d.json"
     pj.write_text(json.dumps({"devices": [entry]}))
     devs = load_device_file(pj)
     assert find_device("NVIDIA GeForce RTX 4090", devs).mem_bw_bytes_per_s == 1.008e12
     pt = tmp_path / "d.toml"
-    pt.write_text('[[devices]]\nname = "x1"\npeak_flops = { bfloat16 = 1e14 }\nmem_bw_bytes_per_s = 1e12\n'
-                  'mem_bytes = 1e10\ninterconnect_bw_bytes_per_s = 1e10\nsource = "measured"\n')
+    pt.write_text(
+        '[[devices]]\nname = "x1"\npeak_flops = { bfloat16 = 1e14 }\nmem_bw_bytes_per_s = 1e12\n'
+        'mem_bytes = 1e10\ninterconnect_bw_bytes_per_s = 1e10\nsource = "measured"\n'
+    )
     assert load_device_file(pt)["x1"].sources["mem_bytes"] == "measured"
     bad = dict(entry)
     del bad["source"]
@@ -108,8 +116,10 @@ def vidur_samples():
 
 
 def _report(name, res):
-    rows = [f"{k:26s} MAPE {m.mape * 100:5.1f} %  p90 {m.p90_error * 100:5.1f} %  max {m.max_error * 100:5.1f} %"
-            for k, m in res["metrics"].items()]
+    rows = [
+        f"{k:26s} MAPE {m.mape * 100:5.1f} %  p90 {m.p90_error * 100:5.1f} %  max {m.max_error * 100:5.1f} %"
+        for k, m in res["metrics"].items()
+    ]
     print(f"\n{name}\n" + "\n".join(rows))
 
 
@@ -135,11 +145,22 @@ def test_vidur_cross_model_accuracy(vidur_samples, direction):
 
 def test_vidur_fitted_gemm_efficiencies_match_the_documented_defaults(vidur_samples):
     s3, s2 = vidur_samples
-    both = OpSamples(*(np.concatenate([getattr(s3, f), getattr(s2, f)]) for f in
-                       ("key", "flops", "bytes", "kernels", "peak_flops", "bw_bytes_per_s", "time_ns", "group", "tokens")))
+    both = OpSamples(
+        *(
+            np.concatenate([getattr(s3, f), getattr(s2, f)])
+            for f in ("key", "flops", "bytes", "kernels", "peak_flops", "bw_bytes_per_s", "time_ns", "group", "tokens")
+        )
+    )
     key = np.where(np.isin(both.key, vidur.GEMM_OPS), "gemm", both.key)
-    m = roofline.fit(OpSamples(key, *(getattr(both, f) for f in ("flops", "bytes", "kernels", "peak_flops",
-                                                                "bw_bytes_per_s", "time_ns", "group", "tokens"))))
+    m = roofline.fit(
+        OpSamples(
+            key,
+            *(
+                getattr(both, f)
+                for f in ("flops", "bytes", "kernels", "peak_flops", "bw_bytes_per_s", "time_ns", "group", "tokens")
+            ),
+        )
+    )
     g, d = m.efficiencies["gemm"], roofline.DEFAULT_EFFICIENCY["gemm"]
     print("\nvidur all-rows GEMM fit:", g)
     assert g.e_c == pytest.approx(d.e_c, abs=0.1)
@@ -165,8 +186,23 @@ def test_cli_fit_on_vidur_files_then_predict_on_a100(tmp_path):
     out = tmp_path / "a100.json"
     r = CliRunner().invoke(cli, ["fit", "--vidur-mlp", str(files[0]), "--all-reduce", str(files[2])])
     assert r.exit_code == 2 and "needs --device" in r.output  # which GPU measured them is never assumed
-    r = CliRunner().invoke(cli, ["fit", "--vidur-mlp", str(files[0]), "--device", "a100", "--test-mlp", str(files[1]),
-                                 "--all-reduce", str(files[2]), "-o", str(out), "--json"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "fit",
+            "--vidur-mlp",
+            str(files[0]),
+            "--device",
+            "a100",
+            "--test-mlp",
+            str(files[1]),
+            "--all-reduce",
+            str(files[2]),
+            "-o",
+            str(out),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     (t,) = doc["tests"]  # the held-out model, scored by a fit that never saw it
@@ -177,8 +213,9 @@ def test_cli_fit_on_vidur_files_then_predict_on_a100(tmp_path):
     effs = m.roofline_for("a100-80gb").efficiencies
     assert effs["gemm"].e_m > 0.5 and "gate_up_proj" not in effs  # one set for the four GEMMs
     assert len(m.provenance["kernel_data_sha256"]) == 2 and set(m.all_reduce.latency_ns) == {2, 4, 8}
-    r = CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--gpu", "a100", "--model", str(out), "--json",
-                                 "--what-if", "tp=2"])
+    r = CliRunner().invoke(
+        cli, ["predict", "llama-3.1-8b", "--gpu", "a100", "--model", str(out), "--json", "--what-if", "tp=2"]
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert "measured on a100-80gb" in d["basis"]
@@ -202,8 +239,18 @@ def test_held_out_h100_and_phi2_profiles_meet_the_targets(tmp_path):
     h100, a100 = HELD_OUT / "h100_phi-2_mlp.csv", HELD_OUT / "a100_phi-2_mlp.csv"
     if not all(f.exists() for f in [*fit, h100, a100]):
         pytest.skip("vidur A100 Llama files or the held-out phi-2 files (HOSTGAP_VIDUR_HELDOUT) not found")
-    base = ["fit", "--vidur-mlp", str(fit[0]), "--vidur-mlp", str(fit[1]), "--device", "a100", "--json",
-            "-o", str(tmp_path / "m.json")]
+    base = [
+        "fit",
+        "--vidur-mlp",
+        str(fit[0]),
+        "--vidur-mlp",
+        str(fit[1]),
+        "--device",
+        "a100",
+        "--json",
+        "-o",
+        str(tmp_path / "m.json"),
+    ]
     scores = {}
     for f, dev in ((h100, "h100"), (a100, "a100")):
         r = CliRunner().invoke(cli, [*base, "--test-mlp", str(f), "--test-device", dev])

@@ -21,8 +21,16 @@ TRUE = HostModel(serial_ns=1.5e6, per_seq_ns=40e3, per_kernel_ns=11e3, launch_fl
 SCALE = 1.2
 
 
-def _results(preset="llama-3.2-1b", batches=(1, 2, 4, 8, 16, 32), prompts=(128, 512, 2048), noise=0.02, seed=0,
-             engine="hf", mode="eager", device_name="NVIDIA H100 80GB HBM3"):
+def _results(
+    preset="llama-3.2-1b",
+    batches=(1, 2, 4, 8, 16, 32),
+    prompts=(128, 512, 2048),
+    noise=0.02,
+    seed=0,
+    engine="hf",
+    mode="eager",
+    device_name="NVIDIA H100 80GB HBM3",
+):
     """Results JSON documents (the measure contract) generated from a known step model."""
     rng = np.random.default_rng(seed)
     arch, dev = get_preset(preset), find_device(device_name)
@@ -36,14 +44,32 @@ def _results(preset="llama-3.2-1b", batches=(1, 2, 4, 8, 16, 32), prompts=(128, 
             k = acc.launches
             orch = TRUE.graph_launch_ns if mode == "graph" else TRUE.per_kernel_ns * k
             t = (TRUE.serial_ns + TRUE.per_seq_ns * b + max(orch, g)) * (1 + noise * rng.standard_normal())
-            docs.append({
-                "schema_version": 1, "run_id": f"{preset}-b{b}-p{p}-{mode}", "preset": preset, "arch": arch.to_dict(),
-                "device": "cuda", "device_name": device_name, "mode": mode, "engine": engine, "batch": b,
-                "prompt_len": p, "dtype": "bfloat16", "n1": n1, "n2": n2, "threads": 1,
-                "differencing": {"t_step_ns": t, "g_step_ns": g, "h_step_ns": t - g, "k_step": k,
-                                 "host_fraction": (t - g) / t},
-                "verdict": {"host_fraction": (t - g) / t},
-            })
+            docs.append(
+                {
+                    "schema_version": 1,
+                    "run_id": f"{preset}-b{b}-p{p}-{mode}",
+                    "preset": preset,
+                    "arch": arch.to_dict(),
+                    "device": "cuda",
+                    "device_name": device_name,
+                    "mode": mode,
+                    "engine": engine,
+                    "batch": b,
+                    "prompt_len": p,
+                    "dtype": "bfloat16",
+                    "n1": n1,
+                    "n2": n2,
+                    "threads": 1,
+                    "differencing": {
+                        "t_step_ns": t,
+                        "g_step_ns": g,
+                        "h_step_ns": t - g,
+                        "k_step": k,
+                        "host_fraction": (t - g) / t,
+                    },
+                    "verdict": {"host_fraction": (t - g) / t},
+                }
+            )
     return docs
 
 
@@ -100,9 +126,26 @@ def test_cli_fit_then_predict_with_measured_beside(tmp_path):
     r = CliRunner().invoke(cli, ["fit", "--results", *paths[:1], *paths[1:], "-o", str(out)])
     assert r.exit_code == 0, r.output
     assert "held-out MAPE" in r.output and out.exists()
-    r = CliRunner().invoke(cli, ["predict", "llama-3.2-1b", "--device", "NVIDIA H100 80GB HBM3", "--engine", "hf",
-                                 "--batch", "4", "--context", str(512 + 32), "--model", str(out), "--json",
-                                 "--results", *paths])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "predict",
+            "llama-3.2-1b",
+            "--device",
+            "NVIDIA H100 80GB HBM3",
+            "--engine",
+            "hf",
+            "--batch",
+            "4",
+            "--context",
+            str(512 + 32),
+            "--model",
+            str(out),
+            "--json",
+            "--results",
+            *paths,
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     p = d["prediction"]
@@ -112,7 +155,9 @@ def test_cli_fit_then_predict_with_measured_beside(tmp_path):
 
 
 def test_cli_predict_without_model_says_it_uses_defaults():
-    r = CliRunner().invoke(cli, ["predict", "llama-3.1-8b", "--what-if", "graphs", "--what-if", "spec:gamma=3,alpha=0.6"])
+    r = CliRunner().invoke(
+        cli, ["predict", "llama-3.1-8b", "--what-if", "graphs", "--what-if", "spec:gamma=3,alpha=0.6"]
+    )
     assert r.exit_code == 0, r.output
     assert "default efficiencies" in r.output and "assumes:" in r.output
 
@@ -120,8 +165,13 @@ def test_cli_predict_without_model_says_it_uses_defaults():
 def test_cli_errors_are_one_line_exit_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{nope")
-    for args in (["fit", "--results", str(bad)], ["predict", "nosuch"], ["predict", "tiny", "--what-if", "warp"],
-                 ["predict", "tiny", "--model", str(bad)], ["regimes", "--results", str(tmp_path / "absent.json")]):
+    for args in (
+        ["fit", "--results", str(bad)],
+        ["predict", "nosuch"],
+        ["predict", "tiny", "--what-if", "warp"],
+        ["predict", "tiny", "--model", str(bad)],
+        ["regimes", "--results", str(tmp_path / "absent.json")],
+    ):
         r = CliRunner().invoke(cli, args)
         assert r.exit_code == 2, (args, r.output)
         assert "hostgap: error:" in r.output and "Traceback" not in r.output
@@ -140,7 +190,7 @@ def test_regime_map_and_boundary(tmp_path):
     assert [c.regime for c in cells] == ["host-bound", "host-bound", "balanced", "device-bound"]
     (b,) = [x for x in fitting.boundaries(cells) if x.axis == "batch"]
     # between batch 4 (0.4) and 16 (0.2): log2 interpolation -> 2^(2 + 0.15/0.2 * 2) = 2^3.5
-    assert b.crossing == pytest.approx(2 ** 3.5)
+    assert b.crossing == pytest.approx(2**3.5)
     r = CliRunner().invoke(cli, ["regimes", *_write(tmp_path, docs)])
     assert r.exit_code == 0, r.output
     assert "0.60 H" in r.output and "0.05 D" in r.output and "batch ~ 11.3" in r.output
@@ -176,8 +226,25 @@ def test_graphs_what_if_is_shown_beside_a_measured_graph_run(tmp_path):
     eager = _results(batches=(2,), prompts=(512,), noise=0.0)
     graph = _results(batches=(2,), prompts=(512,), noise=0.0, mode="graph")
     paths = _write(tmp_path, eager + graph)
-    r = CliRunner().invoke(cli, ["predict", "llama-3.2-1b", "--device", "h100", "--engine", "hf", "--batch", "2",
-                                 "--context", "544", "--what-if", "graphs", "--json", *paths])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "predict",
+            "llama-3.2-1b",
+            "--device",
+            "h100",
+            "--engine",
+            "hf",
+            "--batch",
+            "2",
+            "--context",
+            "544",
+            "--what-if",
+            "graphs",
+            "--json",
+            *paths,
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)  # the "no fitted model" note goes to stderr
     assert len(d["measured"]) == 1 and d["measured"][0]["run_id"].endswith("eager")
@@ -190,8 +257,12 @@ def test_measured_taxbreak_orchestration_fixes_the_per_kernel_cost():
     steps = 8
     for d in docs:
         k = d["differencing"]["k_step"]
-        d["taxbreak"] = {"orchestrate_ns": TRUE.per_kernel_ns * k * steps, "kernels_per_step": k,
-                         "launch_floor_ns": 4_600.0, "hdbi": 0.3}
+        d["taxbreak"] = {
+            "orchestrate_ns": TRUE.per_kernel_ns * k * steps,
+            "kernels_per_step": k,
+            "launch_floor_ns": 4_600.0,
+            "hdbi": 0.3,
+        }
         d["steps_decode"] = [{"kind": "decode"}] * steps  # a list of steps, as `measure` writes
     (g,) = fitting.fit(docs).groups
     assert g.host.per_kernel_ns == pytest.approx(TRUE.per_kernel_ns)

@@ -12,13 +12,16 @@ from hostgap.model.devices import find_device
 VIDUR = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "vidur"
 
 
-@pytest.mark.parametrize("true,params", [
-    ("compute_comm", (5e6,)),
-    ("host_over_k", (5e6,)),
-    ("host_times_k", (2e6,)),
-    ("additive_skew", (5e6, 4e5)),
-    ("additive", (5e6,)),
-])
+@pytest.mark.parametrize(
+    "true,params",
+    [
+        ("compute_comm", (5e6,)),
+        ("host_over_k", (5e6,)),
+        ("host_times_k", (2e6,)),
+        ("additive_skew", (5e6, 4e5)),
+        ("additive", (5e6,)),
+    ],
+)
 def test_fitting_picks_the_form_that_generated_the_data(true, params):
     cells = tp.synthetic_cells(true, params, noise=0.02, seed=3)
     fit_cells = [c for c in cells if not c.label.startswith("m2")]  # two models, every k
@@ -53,8 +56,10 @@ def test_all_reduce_fit_on_vidur(all_reduce):
     assert set(model.latency_ns) == {2, 4, 8}
     ev = tp.evaluate_all_reduce(model, s)
     for k, m in ev.items():
-        print(f"\nall-reduce k={k}: latency {model.latency_ns[k] / 1e3:.1f} us, bw {model.bw_bytes_per_s[k] / 1e9:.0f} GB/s, "
-              f"MAPE {m.mape * 100:.1f} %, p90 {m.p90_error * 100:.1f} %")
+        print(
+            f"\nall-reduce k={k}: latency {model.latency_ns[k] / 1e3:.1f} us, bw {model.bw_bytes_per_s[k] / 1e9:.0f} GB/s, "
+            f"MAPE {m.mape * 100:.1f} %, p90 {m.p90_error * 100:.1f} %"
+        )
         assert m.mape < 0.2
     big = 64 * 2**20
     assert model.time_ns(big, 8) > model.time_ns(big / 4, 8)
@@ -64,12 +69,16 @@ def test_all_reduce_fit_on_vidur(all_reduce):
 def test_paper_reference_cells(all_reduce):
     model, _ = all_reduce
     res = tp.paper_reference_check(model)
-    print(f"\npredicted 8B TP-2 device+collective {res['predicted_8b_tp2_device_ms']:.2f} ms vs measured GPU-active "
-          f"{res['measured_8b_tp2_gpu_ms']} ms (all-reduce waits)")
+    print(
+        f"\npredicted 8B TP-2 device+collective {res['predicted_8b_tp2_device_ms']:.2f} ms vs measured GPU-active "
+        f"{res['measured_8b_tp2_gpu_ms']} ms (all-reduce waits)"
+    )
     by = {r.form: r for r in res["forms"]}
     for r in res["forms"]:
-        print(f"{r.form:14s} TP-2 wall {r.tp2_wall_pred_ms:6.2f} ms (err {r.tp2_wall_error * 100:5.1f} %)  "
-              f"70B TP2/TP4 {r.ratio_70b_pred:.2f}x (err {r.ratio_70b_error * 100:5.1f} %)")
+        print(
+            f"{r.form:14s} TP-2 wall {r.tp2_wall_pred_ms:6.2f} ms (err {r.tp2_wall_error * 100:5.1f} %)  "
+            f"70B TP2/TP4 {r.ratio_70b_pred:.2f}x (err {r.ratio_70b_error * 100:5.1f} %)"
+        )
     # every form reproduces the TP-1 fit cell exactly, so differences come from k-scaling only
     assert all(r.tp2_wall_pred_ms > 0 for r in res["forms"])
     # forms that split the host over ranks predict TP-2 faster than the k-invariant one

@@ -18,8 +18,16 @@ from hostgap.model.devices import find_device
 from hostgap.model.roofline import Efficiency, OpSamples, op_time_ns, smooth_max
 
 H, HEADS, I, T = 64, 8, 96, 4  # hidden, heads (= kv heads, head_dim 8), MLP width, tokens
-DIMS = ["n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp", "num_tokens",
-        "num_tensor_parallel_workers"]
+DIMS = [
+    "n_head",
+    "n_kv_head",
+    "n_embd",
+    "n_expanded_embd",
+    "vocab_size",
+    "use_gated_mlp",
+    "num_tokens",
+    "num_tensor_parallel_workers",
+]
 PHI_OPS = [op for op in vidur.VIDUR_OPS if op != "post_attention_layernorm"]  # phi-2 files have no such column
 
 
@@ -53,8 +61,7 @@ def test_non_gated_parallel_block_file_reads_the_ops_it_has(tmp_path):
 
 
 def test_gated_sequential_file_keeps_one_add_kernel_and_a_gate_up_of_2i(tmp_path):
-    s = vidur.read_mlp(_csv(tmp_path / "llama_mlp.csv", list(vidur.VIDUR_OPS), "True", [(T, 1)]),
-                       find_device("a100"))
+    s = vidur.read_mlp(_csv(tmp_path / "llama_mlp.csv", list(vidur.VIDUR_OPS), "True", [(T, 1)]), find_device("a100"))
     at = _by_op(s)
     assert len(s) == 10
     assert s.flops[at["mlp_up_proj"]] == 2 * T * H * 2 * I
@@ -75,8 +82,13 @@ def test_arch_of_row_follows_use_gated_mlp():
         phi.hf_config()
 
 
-@pytest.mark.parametrize("drop, msg", [("attn_pre_proj", "missing columns time_stats.attn_pre_proj.median"),
-                                       ("mlp_down_proj", "missing columns time_stats.mlp_down_proj.median")])
+@pytest.mark.parametrize(
+    "drop, msg",
+    [
+        ("attn_pre_proj", "missing columns time_stats.attn_pre_proj.median"),
+        ("mlp_down_proj", "missing columns time_stats.mlp_down_proj.median"),
+    ],
+)
 def test_a_file_without_a_gemm_column_is_refused_by_name(tmp_path, drop, msg):
     p = _csv(tmp_path / "x.csv", [op for op in PHI_OPS if op != drop], "False", [(T, 1)])
     with pytest.raises(HostgapError, match=msg) as e:
@@ -84,18 +96,24 @@ def test_a_file_without_a_gemm_column_is_refused_by_name(tmp_path, drop, msg):
     assert str(p) in str(e.value)
 
 
-@pytest.mark.parametrize("value, msg", [("", "not a number"), ("abc", "not a number"), ("0", "positive"),
-                                        ("-0.01", "positive")])
+@pytest.mark.parametrize(
+    "value, msg", [("", "not a number"), ("abc", "not a number"), ("0", "positive"), ("-0.01", "positive")]
+)
 def test_a_bad_time_is_refused_with_its_column(tmp_path, value, msg):
     p = _csv(tmp_path / "x.csv", PHI_OPS, "False", [(T, 1)], ms={op: 0.01 for op in PHI_OPS} | {"mlp_act": value})
     with pytest.raises(HostgapError, match=f"time_stats.mlp_act.median.*{msg}|{msg}"):
         vidur.read_mlp(p, find_device("a100"))
 
 
-@pytest.mark.parametrize("col, value, msg", [("num_tokens", "x", "num_tokens is not an integer"),
-                                             ("num_tensor_parallel_workers", "", "is not an integer"),
-                                             ("n_embd", "0", "n_embd must be a positive integer"),
-                                             ("vocab_size", "-5", "vocab_size must be a positive integer")])
+@pytest.mark.parametrize(
+    "col, value, msg",
+    [
+        ("num_tokens", "x", "num_tokens is not an integer"),
+        ("num_tensor_parallel_workers", "", "is not an integer"),
+        ("n_embd", "0", "n_embd must be a positive integer"),
+        ("vocab_size", "-5", "vocab_size must be a positive integer"),
+    ],
+)
 def test_a_bad_dimension_is_refused_with_its_column(tmp_path, col, value, msg):
     p = _csv(tmp_path / "x.csv", PHI_OPS, "False", [(T, 1)])
     header, row = p.read_text().splitlines()
@@ -136,7 +154,9 @@ def _synthetic(q_true, seed):
     k, n = 4096, 14336
     flops, bytes_ = 2.0 * tokens * k * n, 2.0 * (k * n + tokens * (k + n))
     peak, bw = np.full(len(tokens), 312e12), np.full(len(tokens), 2.0e12)
-    t = op_time_ns(flops, bytes_, peak, bw, 6_000.0, 0.7, 0.85, 1.0, q_true) * (1 + 0.01 * rng.standard_normal(len(tokens)))
+    t = op_time_ns(flops, bytes_, peak, bw, 6_000.0, 0.7, 0.85, 1.0, q_true) * (
+        1 + 0.01 * rng.standard_normal(len(tokens))
+    )
     return OpSamples(np.full(len(t), "gemm"), flops, bytes_, np.ones(len(t)), peak, bw, t, tokens=tokens)
 
 
@@ -165,9 +185,19 @@ def _profile(path, ops, gated, dev_bw, dev_peak, t_min_ms=0.004, k=1):
     ms = {}
     rows = [(tok, k) for tok in (1, 2, 4, 8, 16, 64, 256, 1024, 4096)]
     lines = [",".join([f"time_stats.{op}.median" for op in ops] + DIMS)]
-    arch = vidur.arch_of_row({"n_embd": H, "n_head": HEADS, "n_kv_head": HEADS, "n_expanded_embd": I,
-                              "vocab_size": 51200, "use_gated_mlp": gated}, "g")
+    arch = vidur.arch_of_row(
+        {
+            "n_embd": H,
+            "n_head": HEADS,
+            "n_kv_head": HEADS,
+            "n_expanded_embd": I,
+            "vocab_size": 51200,
+            "use_gated_mlp": gated,
+        },
+        "g",
+    )
     from hostgap.model.accounting import Cell, account
+
     for tok, kk in rows:
         acc = account(arch, Cell(batch=1, q_tokens=tok, context=tok, tp=kk, dtype="float16", engine="vllm"))
         for op in ops:
@@ -181,11 +211,27 @@ def _profile(path, ops, gated, dev_bw, dev_peak, t_min_ms=0.004, k=1):
 
 def test_cli_scores_a_phi_style_file_of_another_device_in_json(tmp_path):
     a100, h100 = find_device("a100"), find_device("h100")
-    fit_file = _profile(tmp_path / "a_mlp.csv", list(vidur.VIDUR_OPS), "True", a100.mem_bw_bytes_per_s,
-                        a100.peak("float16"))
+    fit_file = _profile(
+        tmp_path / "a_mlp.csv", list(vidur.VIDUR_OPS), "True", a100.mem_bw_bytes_per_s, a100.peak("float16")
+    )
     test_file = _profile(tmp_path / "h_phi_mlp.csv", PHI_OPS, "False", h100.mem_bw_bytes_per_s, h100.peak("float16"))
-    r = CliRunner().invoke(cli, ["fit", "--vidur-mlp", str(fit_file), "--device", "a100", "--test-mlp",
-                                 str(test_file), "--test-device", "h100", "--json", "-o", str(tmp_path / "m.json")])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "fit",
+            "--vidur-mlp",
+            str(fit_file),
+            "--device",
+            "a100",
+            "--test-mlp",
+            str(test_file),
+            "--test-device",
+            "h100",
+            "--json",
+            "-o",
+            str(tmp_path / "m.json"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     (t,) = out["tests"]
@@ -201,8 +247,9 @@ def test_cli_fit_gives_the_four_gemms_one_set_that_every_gemm_of_a_step_runs_on(
     from hostgap.model.fitting import load_model
 
     a100 = find_device("a100")
-    fit_file = _profile(tmp_path / "a_mlp.csv", list(vidur.VIDUR_OPS), "True", a100.mem_bw_bytes_per_s,
-                        a100.peak("float16"))
+    fit_file = _profile(
+        tmp_path / "a_mlp.csv", list(vidur.VIDUR_OPS), "True", a100.mem_bw_bytes_per_s, a100.peak("float16")
+    )
     out = tmp_path / "m.json"
     r = CliRunner().invoke(cli, ["fit", "--vidur-mlp", str(fit_file), "--device", "a100", "-o", str(out)])
     assert r.exit_code == 0, r.output
@@ -213,13 +260,25 @@ def test_cli_fit_gives_the_four_gemms_one_set_that_every_gemm_of_a_step_runs_on(
     # the profile's four GEMMs all take 4 us + bytes / (0.8 x BW) (bandwidth-bound at these sizes)
     assert g.t_min_ns == pytest.approx(4_000, rel=0.05) and g.e_m == pytest.approx(0.8, rel=0.05)
     # every GEMM of a step runs on that one set, the LM head (no vidur rows) included
-    arch = vidur.arch_of_row({"n_embd": H, "n_head": HEADS, "n_kv_head": HEADS, "n_expanded_embd": I,
-                              "vocab_size": 51200, "use_gated_mlp": "True"}, "g")
+    arch = vidur.arch_of_row(
+        {
+            "n_embd": H,
+            "n_head": HEADS,
+            "n_kv_head": HEADS,
+            "n_expanded_embd": I,
+            "vocab_size": 51200,
+            "use_gated_mlp": "True",
+        },
+        "g",
+    )
     acc = account(arch, Cell(batch=1, q_tokens=1, context=16, tp=1, dtype="float16", engine="vllm"))
     dt = roofline.device_time(acc, a100, rl)
     gemms = [o for o in acc.ops if o.family == "gemm"]
     assert {o.name for o in gemms} >= {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"}
     for o in gemms:
-        by_hand = o.count * (o.kernels * g.t_min_ns + 1e9 * smooth_max(o.flops / (a100.peak("float16") * g.e_c),
-                                                                       o.bytes / (a100.mem_bw_bytes_per_s * g.e_m), g.q))
+        by_hand = o.count * (
+            o.kernels * g.t_min_ns
+            + 1e9
+            * smooth_max(o.flops / (a100.peak("float16") * g.e_c), o.bytes / (a100.mem_bw_bytes_per_s * g.e_m), g.q)
+        )
         assert dt.per_op_ns[o.name] == pytest.approx(float(by_hand), rel=1e-9), o.name

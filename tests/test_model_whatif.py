@@ -18,8 +18,15 @@ from hostgap.model.stepmodel import HostModel, step
 def _setup(preset="llama-3.1-8b", batch=1, host=None, engine="vllm", **kw):
     host = host or HostModel(5e6, 0.0, 10e3, 4.5e3, 30e3, "test")
     dev = find_device("h100")
-    return whatif.Setup(get_preset(preset), Cell(batch=batch, context=2048, engine=engine, **kw), dev, "eager",
-                        default_model(dev.name), 1.0, host)
+    return whatif.Setup(
+        get_preset(preset),
+        Cell(batch=batch, context=2048, engine=engine, **kw),
+        dev,
+        "eager",
+        default_model(dev.name),
+        1.0,
+        host,
+    )
 
 
 def test_expected_tokens_formula():

@@ -36,24 +36,64 @@ def account_cmd(preset, batch, context, q_tokens, tp, dtype, engine, as_json, as
     from hostgap.model.arch import get_preset
 
     arch = get_preset(preset)
-    acc = account(arch, Cell(batch=batch, q_tokens=q_tokens, context=max(context, q_tokens), tp=tp, dtype=dtype, engine=engine))
+    acc = account(
+        arch, Cell(batch=batch, q_tokens=q_tokens, context=max(context, q_tokens), tp=tp, dtype=dtype, engine=engine)
+    )
     if as_json:
         _echo_json(acc.to_dict())
         return
-    keys = ("name", "family", "count", "flops", "weight_bytes", "kv_read_bytes", "kv_write_bytes", "act_bytes", "launches")
+    keys = (
+        "name",
+        "family",
+        "count",
+        "flops",
+        "weight_bytes",
+        "kv_read_bytes",
+        "kv_write_bytes",
+        "act_bytes",
+        "launches",
+    )
     if as_csv:
         click.echo(",".join(keys))
         for o in acc.ops:
             click.echo(",".join(str(getattr(o, k)) for k in keys))
         return
-    rows = [(o.name, o.family, o.count, f"{o.count * o.flops / 1e9:.3f}", f"{o.count * o.weight_bytes / 1e6:.2f}",
-             f"{o.count * o.kv_read_bytes / 1e6:.2f}", f"{o.count * o.kv_write_bytes / 1e6:.3f}",
-             f"{o.count * o.act_bytes / 1e6:.3f}", f"{o.count * o.launches:g}") for o in acc.ops]
+    rows: list[tuple[object, ...]] = [
+        (
+            o.name,
+            o.family,
+            o.count,
+            f"{o.count * o.flops / 1e9:.3f}",
+            f"{o.count * o.weight_bytes / 1e6:.2f}",
+            f"{o.count * o.kv_read_bytes / 1e6:.2f}",
+            f"{o.count * o.kv_write_bytes / 1e6:.3f}",
+            f"{o.count * o.act_bytes / 1e6:.3f}",
+            f"{o.count * o.launches:g}",
+        )
+        for o in acc.ops
+    ]
     t = acc.totals()
-    rows.append(("total", "", "", f"{t['flops'] / 1e9:.3f}", f"{t['weight_bytes'] / 1e6:.2f}", f"{t['kv_read_bytes'] / 1e6:.2f}",
-                 f"{t['kv_write_bytes'] / 1e6:.3f}", f"{t['act_bytes'] / 1e6:.3f}", f"{t['launches']:g}"))
-    click.echo(f"{arch.name}: batch {batch}, {q_tokens} token(s)/seq, KV {context}, TP {tp} (per rank), {dtype}, {engine} launches")
-    click.echo(_table(("op", "family", "count", "GFLOP", "weights MB", "KV read MB", "KV write MB", "act MB", "launches"), rows))
+    rows.append(
+        (
+            "total",
+            "",
+            "",
+            f"{t['flops'] / 1e9:.3f}",
+            f"{t['weight_bytes'] / 1e6:.2f}",
+            f"{t['kv_read_bytes'] / 1e6:.2f}",
+            f"{t['kv_write_bytes'] / 1e6:.3f}",
+            f"{t['act_bytes'] / 1e6:.3f}",
+            f"{t['launches']:g}",
+        )
+    )
+    click.echo(
+        f"{arch.name}: batch {batch}, {q_tokens} token(s)/seq, KV {context}, TP {tp} (per rank), {dtype}, {engine} launches"
+    )
+    click.echo(
+        _table(
+            ("op", "family", "count", "GFLOP", "weights MB", "KV read MB", "KV write MB", "act MB", "launches"), rows
+        )
+    )
 
 
 # -- regimes ------------------------------------------------------------------------------
@@ -62,16 +102,34 @@ def account_cmd(preset, batch, context, q_tokens, tp, dtype, engine, as_json, as
 @click.command("regimes")
 @click.option("--results", multiple=True, type=click.Path(), help="Results JSON files (repeatable).")
 @click.option("--db", default=None, help="Runs database (default: hostgap's, when no files are given).")
-@click.option("--predict", is_flag=True,
-              help="Beside each measured cell, the model's host fraction and regime for the same cell (p ...).")
-@click.option("--model", "model_path", default=None, type=click.Path(),
-              help="Model JSON from `hostgap fit` for --predict (default: the shipped defaults).")
-@click.option("--paper-cells", is_flag=True,
-              help="Map the published cells shipped with hostgap (H100, vLLM eager) instead of runs.")
+@click.option(
+    "--predict",
+    is_flag=True,
+    help="Beside each measured cell, the model's host fraction and regime for the same cell (p ...).",
+)
+@click.option(
+    "--model",
+    "model_path",
+    default=None,
+    type=click.Path(),
+    help="Model JSON from `hostgap fit` for --predict (default: the shipped defaults).",
+)
+@click.option(
+    "--paper-cells",
+    is_flag=True,
+    help="Map the published cells shipped with hostgap (H100, vLLM eager) instead of runs.",
+)
+@click.option(
+    "--published",
+    "published",
+    is_flag=True,
+    help="List published host-overhead figures (overlap, CPU cores, graph launches, megakernels, "
+    "speculation, engine blog posts) with hostgap's prediction and error for each.",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON to stdout: cells and boundaries.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV to stdout: one row per cell.")
 @click.argument("files", nargs=-1, type=click.Path())
-def regimes_cmd(results, db, predict, model_path, paper_cells, as_json, as_csv, files):
+def regimes_cmd(results, db, predict, model_path, paper_cells, published, as_json, as_csv, files):
     """Place each measured cell by host fraction (verdict thresholds) and find the boundary.
 
     \b
@@ -81,7 +139,13 @@ def regimes_cmd(results, db, predict, model_path, paper_cells, as_json, as_csv, 
     from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN
     from hostgap.model import fitting
 
-    invalid, busy = {}, set()
+    if published:
+        from hostgap.cli.published import show
+
+        show(as_json, as_csv)
+        return
+    invalid: dict[str, list[str]] = {}
+    busy: set[str] = set()
     if paper_cells:
         from hostgap.model import calibrate
 
@@ -98,21 +162,31 @@ def regimes_cmd(results, db, predict, model_path, paper_cells, as_json, as_csv, 
         raise HostgapError("--results", "no measured cell with a host fraction, batch and prompt length")
     bounds = fitting.boundaries(cells)
     if as_json:
-        _echo_json({"schema_version": __import__("hostgap").SCHEMA_VERSION,
-                    "thresholds": {"host_bound_min": HOST_BOUND_MIN, "device_bound_max": DEVICE_BOUND_MAX},
-                    "cells": [dict(c.__dict__, contended=c.run_id in busy) for c in cells],
-                    "boundaries": [b.__dict__ for b in bounds],
-                    "invalid": [{"run_id": k, "reasons": v} for k, v in invalid.items()]})
+        _echo_json(
+            {
+                "schema_version": __import__("hostgap").SCHEMA_VERSION,
+                "thresholds": {"host_bound_min": HOST_BOUND_MIN, "device_bound_max": DEVICE_BOUND_MAX},
+                "cells": [dict(c.__dict__, contended=c.run_id in busy) for c in cells],
+                "boundaries": [b.__dict__ for b in bounds],
+                "invalid": [{"run_id": k, "reasons": v} for k, v in invalid.items()],
+            }
+        )
         return
     if as_csv:
-        click.echo("model,device,engine,mode,batch,prompt_len,host_fraction,regime,run_id,contended"
-                   + (",predicted_host_fraction,predicted_regime" if predict else ""))
+        click.echo(
+            "model,device,engine,mode,batch,prompt_len,host_fraction,regime,run_id,contended"
+            + (",predicted_host_fraction,predicted_regime" if predict else "")
+        )
         for c in cells:
-            click.echo(f"{c.model},{c.device},{c.engine},{c.mode},{c.batch},{c.prompt_len},{c.host_fraction:.4f},"
-                       f"{c.regime},{c.run_id},{int(c.run_id in busy)}"
-                       + (f",{c.predicted_host_fraction:.4f},{c.predicted_regime}" if predict else ""))
+            click.echo(
+                f"{c.model},{c.device},{c.engine},{c.mode},{c.batch},{c.prompt_len},{c.host_fraction:.4f},"
+                f"{c.regime},{c.run_id},{int(c.run_id in busy)}"
+                + (f",{c.predicted_host_fraction:.4f},{c.predicted_regime}" if predict else "")
+            )
         return
-    click.echo(f"regimes by host fraction: host-bound >= {HOST_BOUND_MIN}, balanced >= {DEVICE_BOUND_MAX}, else device-bound")
+    click.echo(
+        f"regimes by host fraction: host-bound >= {HOST_BOUND_MIN}, balanced >= {DEVICE_BOUND_MAX}, else device-bound"
+    )
     short = {"host-bound": "H", "balanced": "B", "device-bound": "D"}
     groups: dict = {}
     for c in cells:
@@ -125,9 +199,21 @@ def regimes_cmd(results, db, predict, model_path, paper_cells, as_json, as_csv, 
             grid.setdefault((c.batch, c.prompt_len), []).append((c.host_fraction, c.predicted_host_fraction))
             if c.run_id in busy:
                 grid.setdefault(("busy", c.batch, c.prompt_len), [])
-        click.echo(f"\n{model} on {dev} ({eng} {mode}{fitting.tp_label(k)}): host fraction (median over runs), rows batch, columns prompt length")
-        rows = [(str(b), *(_regime_text(grid[(b, p)], short) + ("!" if ("busy", b, p) in grid else "")
-                           if (b, p) in grid else "." for p in prompts)) for b in batches]
+        click.echo(
+            f"\n{model} on {dev} ({eng} {mode}{fitting.tp_label(k)}): host fraction (median over runs), rows batch, columns prompt length"
+        )
+        rows = [
+            (
+                str(b),
+                *(
+                    _regime_text(grid[(b, p)], short) + ("!" if ("busy", b, p) in grid else "")
+                    if (b, p) in grid
+                    else "."
+                    for p in prompts
+                ),
+            )
+            for b in batches
+        ]
         click.echo(_table(("batch", *map(str, prompts)), rows))
     click.echo("\nH: host-bound, B: balanced, D: device-bound; !: measured on a busy machine. Boundaries:")
     for b in bounds:
@@ -144,7 +230,8 @@ def _validity(docs: list[dict]) -> tuple[dict, set]:
     result from before validity existed is judged by its numbers."""
     from hostgap.capture.validity import reasons
 
-    invalid, busy = {}, set()
+    invalid: dict[str, list[str]] = {}
+    busy: set[str] = set()
     for d in docs:
         rid, diff = str(d.get("run_id", "")), d.get("differencing") or {}
         why = list(d.get("invalid_reasons") or []) if "valid" in d else reasons(diff)
@@ -175,8 +262,19 @@ def _predicted(c, model_path):
 
     try:
         engine = c.engine if c.engine in ("vllm", "hf") else "vllm"
-        setup, _, _ = _setup(c.model, c.batch, max(c.context or c.prompt_len, 1), c.tp, c.dtype, engine,
-                             c.mode if c.mode in ("eager", "graph") else "eager", c.device, None, model_path, None)
+        setup, _, _ = _setup(
+            c.model,
+            c.batch,
+            max(c.context or c.prompt_len, 1),
+            c.tp,
+            c.dtype,
+            engine,
+            c.mode if c.mode in ("eager", "graph") else "eager",
+            c.device,
+            None,
+            model_path,
+            None,
+        )
     except HostgapError:
         return c
     f = whatif.predict(setup).host_fraction

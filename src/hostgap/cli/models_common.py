@@ -28,7 +28,10 @@ def _devices(device_file):
 def _table(headers, rows) -> str:
     cols = [headers, *rows]
     widths = [max(len(str(r[i])) for r in cols) for i in range(len(headers))]
-    fmt = lambda r: "  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
+
+    def fmt(r) -> str:
+        return "  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
+
     return "\n".join(fmt(r).rstrip() for r in (headers, *rows))
 
 

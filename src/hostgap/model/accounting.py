@@ -60,16 +60,52 @@ QUANT_KERNELS_PER_MATMUL = 1
 # A measured kernels_per_step replaces these totals (scale_launches).
 LAUNCH_TABLES: dict[str, dict[str, float]] = {
     "vllm": dict(
-        embed=1, input_norm=1, qkv_proj=1, rope=1, kv_write=1, attention=1, o_proj=1,
-        post_norm=1, gate_up_proj=1, act=1, down_proj=1, residual_add=0, all_reduce=1,
-        final_norm=1, lm_head=1, sample=6, router=1, topk=2, expert=3, moe_overhead=4,
-        shared_expert=3, misc=0,
+        embed=1,
+        input_norm=1,
+        qkv_proj=1,
+        rope=1,
+        kv_write=1,
+        attention=1,
+        o_proj=1,
+        post_norm=1,
+        gate_up_proj=1,
+        act=1,
+        down_proj=1,
+        residual_add=0,
+        all_reduce=1,
+        final_norm=1,
+        lm_head=1,
+        sample=6,
+        router=1,
+        topk=2,
+        expert=3,
+        moe_overhead=4,
+        shared_expert=3,
+        misc=0,
     ),
     "hf": dict(
-        embed=1, input_norm=8, qkv_proj=3, rope=10, kv_write=2, attention=4, o_proj=1,
-        post_norm=8, gate_up_proj=2, act=2, down_proj=1, residual_add=1, all_reduce=1,
-        final_norm=8, lm_head=1, sample=12, router=1, topk=4, expert=14, moe_overhead=8,
-        shared_expert=6, misc=9,
+        embed=1,
+        input_norm=8,
+        qkv_proj=3,
+        rope=10,
+        kv_write=2,
+        attention=4,
+        o_proj=1,
+        post_norm=8,
+        gate_up_proj=2,
+        act=2,
+        down_proj=1,
+        residual_add=1,
+        all_reduce=1,
+        final_norm=8,
+        lm_head=1,
+        sample=12,
+        router=1,
+        topk=4,
+        expert=14,
+        moe_overhead=8,
+        shared_expert=6,
+        misc=9,
     ),
 }
 
@@ -233,14 +269,19 @@ class Account:
 
     def totals(self) -> dict:
         return dict(
-            flops=self.flops, weight_bytes=self.weight_bytes, kv_read_bytes=self.kv_read_bytes,
-            kv_write_bytes=self.kv_write_bytes, act_bytes=self.act_bytes, bytes=self.bytes,
+            flops=self.flops,
+            weight_bytes=self.weight_bytes,
+            kv_read_bytes=self.kv_read_bytes,
+            kv_write_bytes=self.kv_write_bytes,
+            act_bytes=self.act_bytes,
+            bytes=self.bytes,
             launches=self.launches,
         )
 
     def to_dict(self) -> dict:
-        return dict(arch=self.arch_name, cell=self.cell.to_dict(), totals=self.totals(),
-                    ops=[o.to_dict() for o in self.ops])
+        return dict(
+            arch=self.arch_name, cell=self.cell.to_dict(), totals=self.totals(), ops=[o.to_dict() for o in self.ops]
+        )
 
 
 def graph_split(acc: Account, layers: int, capture: str | None = None) -> tuple[float, float, str]:
@@ -249,10 +290,12 @@ def graph_split(acc: Account, layers: int, capture: str | None = None) -> tuple[
     table = GRAPH_CAPTURE[acc.cell.engine]
     capture = capture or next(iter(table))
     if capture not in table:
-        raise HostgapError("capture", f"{acc.cell.engine} has no {capture!r} CUDA graph capture; "
-                                      f"known: {', '.join(table)}")
+        raise HostgapError(
+            "capture", f"{acc.cell.engine} has no {capture!r} CUDA graph capture; known: {', '.join(table)}"
+        )
     outside = sum(o.count * o.launches for o in acc.ops if o.name in table[capture])
     return (layers + 1.0 if capture == "piecewise" else 1.0), float(outside), capture
+
 
 def _split(n: int, k: int) -> float:
     """Per-rank share of a dimension split over k ranks."""
@@ -289,64 +332,141 @@ def account(arch: Arch, cell: Cell) -> Account:
     def gemm(name, count, tokens, n_in, n_out, kernels, bias=False, quantised=True):
         q8 = cell.w8a8 and quantised
         wb = n_in * n_out * (w if q8 or not cell.w8a8 else a) + (n_out * a if bias else 0)
-        ops.append(Op(name, "gemm", count, 2.0 * tokens * n_in * n_out, wb,
-                      act_bytes=tokens * (n_in + n_out) * a, kernels=kernels,
-                      launches=kernels, compute_dtype=mm_dtype if q8 else cell.act_dtype))
+        ops.append(
+            Op(
+                name,
+                "gemm",
+                count,
+                2.0 * tokens * n_in * n_out,
+                wb,
+                act_bytes=tokens * (n_in + n_out) * a,
+                kernels=kernels,
+                launches=kernels,
+                compute_dtype=mm_dtype if q8 else cell.act_dtype,
+            )
+        )
         if q8:
-            ops.append(Op(name + "_quant", "quant", count, 2.0 * tokens * n_in, 0.0,
-                          act_bytes=tokens * n_in * (a + w), kernels=QUANT_KERNELS_PER_MATMUL * kernels,
-                          launches=QUANT_KERNELS_PER_MATMUL * kernels))
+            ops.append(
+                Op(
+                    name + "_quant",
+                    "quant",
+                    count,
+                    2.0 * tokens * n_in,
+                    0.0,
+                    act_bytes=tokens * n_in * (a + w),
+                    kernels=QUANT_KERNELS_PER_MATMUL * kernels,
+                    launches=QUANT_KERNELS_PER_MATMUL * kernels,
+                )
+            )
 
     def elementwise(name, family, count, n_read, n_written, lkey, weight_bytes=0.0):
         n = lt[lkey]
-        ops.append(Op(name, family, count, float(n_read), float(weight_bytes),
-                      act_bytes=(n_read + n_written) * a, kernels=max(n, 1), launches=n))
+        ops.append(
+            Op(
+                name,
+                family,
+                count,
+                float(n_read),
+                float(weight_bytes),
+                act_bytes=(n_read + n_written) * a,
+                kernels=max(n, 1),
+                launches=n,
+            )
+        )
 
     norm_w = (2 if arch.family == "gpt2" else 1) * h * a
     # -- embedding: a gather of T rows (+ learned positions for gpt2) --------------------
     emb_rows = T * (2 if arch.family == "gpt2" else 1)
     # vocab-parallel lookup: every rank gathers all T rows (out-of-shard ids are masked)
-    ops.append(Op("embed", "gather", 1, 0.0, emb_rows * h * a,
-                  act_bytes=T * h * a, kernels=1, launches=lt["embed"] + (2 if k > 1 else 0)))
+    ops.append(
+        Op(
+            "embed",
+            "gather",
+            1,
+            0.0,
+            emb_rows * h * a,
+            act_bytes=T * h * a,
+            kernels=1,
+            launches=lt["embed"] + (2 if k > 1 else 0),
+        )
+    )
     if k > 1:
-        ops.append(Op("embed_all_reduce", "collective", 1, 0.0, 0.0, act_bytes=T * h * a,
-                      kernels=1, launches=lt["all_reduce"]))
+        ops.append(
+            Op("embed_all_reduce", "collective", 1, 0.0, 0.0, act_bytes=T * h * a, kernels=1, launches=lt["all_reduce"])
+        )
     # -- per layer ---------------------------------------------------------------------
     elementwise("input_norm", "norm", L, T * h, T * h, "input_norm", norm_w)
     qkv_bias = arch.qkv_bias or arch.family == "gpt2"
     gemm("qkv_proj", L, T, h, q_dim / k + 2 * kv_dim_rank, lt["qkv_proj"], bias=qkv_bias)
     if arch.qk_norm:  # OLMoE: RMSNorm over the full q and k projections
-        elementwise("qk_norm", "norm", L, T * (q_dim + arch.kv_heads * arch.head_dim) / k,
-                    T * (q_dim + arch.kv_heads * arch.head_dim) / k, "input_norm",
-                    (q_dim + arch.kv_heads * arch.head_dim) * a)
+        elementwise(
+            "qk_norm",
+            "norm",
+            L,
+            T * (q_dim + arch.kv_heads * arch.head_dim) / k,
+            T * (q_dim + arch.kv_heads * arch.head_dim) / k,
+            "input_norm",
+            (q_dim + arch.kv_heads * arch.head_dim) * a,
+        )
     if arch.family != "gpt2":
         elementwise("rope", "elementwise", L, T * (q_dim / k + kv_dim_rank), T * (q_dim / k + kv_dim_rank), "rope")
-    ops.append(Op("kv_write", "elementwise", L, 0.0, 0.0,
-                  kv_write_bytes=cell.batch * cell.q_tokens * 2 * kv_dim_rank * kvb,
-                  act_bytes=T * 2 * kv_dim_rank * a, kernels=max(lt["kv_write"], 1), launches=lt["kv_write"]))
+    ops.append(
+        Op(
+            "kv_write",
+            "elementwise",
+            L,
+            0.0,
+            0.0,
+            kv_write_bytes=cell.batch * cell.q_tokens * 2 * kv_dim_rank * kvb,
+            act_bytes=T * 2 * kv_dim_rank * a,
+            kernels=max(lt["kv_write"], 1),
+            launches=lt["kv_write"],
+        )
+    )
     attn_flops = 4.0 * heads_rank * arch.head_dim * cell.batch * _causal_qs(cell.q_tokens, cell.context)
-    ops.append(Op("attention", "attention", L, attn_flops, 0.0,
-                  kv_read_bytes=cell.batch * cell.context * 2 * kv_dim_rank * kvb,
-                  act_bytes=2 * T * q_dim / k * a, kernels=1, launches=lt["attention"],
-                  compute_dtype=cell.act_dtype))
+    ops.append(
+        Op(
+            "attention",
+            "attention",
+            L,
+            attn_flops,
+            0.0,
+            kv_read_bytes=cell.batch * cell.context * 2 * kv_dim_rank * kvb,
+            act_bytes=2 * T * q_dim / k * a,
+            kernels=1,
+            launches=lt["attention"],
+            compute_dtype=cell.act_dtype,
+        )
+    )
     gemm("o_proj", L, T, q_dim / k, h, lt["o_proj"], bias=arch.family == "gpt2")
     if k > 1:
-        ops.append(Op("attn_all_reduce", "collective", L, 0.0, 0.0, act_bytes=T * h * a,
-                      kernels=1, launches=lt["all_reduce"]))
+        ops.append(
+            Op("attn_all_reduce", "collective", L, 0.0, 0.0, act_bytes=T * h * a, kernels=1, launches=lt["all_reduce"])
+        )
     elementwise("residual_add", "elementwise", 2 * L, 2 * T * h, T * h, "residual_add")
     elementwise("post_norm", "norm", L, T * h, T * h, "post_norm", norm_w)
     _mlp(ops, arch, cell, gemm, elementwise, lt, T, a, w, k, gated)
     if k > 1:
-        ops.append(Op("mlp_all_reduce", "collective", L, 0.0, 0.0, act_bytes=T * h * a,
-                      kernels=1, launches=lt["all_reduce"]))
+        ops.append(
+            Op("mlp_all_reduce", "collective", L, 0.0, 0.0, act_bytes=T * h * a, kernels=1, launches=lt["all_reduce"])
+        )
     if lt["misc"]:
-        ops.append(Op("misc", "elementwise", L, 0.0, 0.0, act_bytes=T * h * a,
-                      kernels=lt["misc"], launches=lt["misc"]))
+        ops.append(Op("misc", "elementwise", L, 0.0, 0.0, act_bytes=T * h * a, kernels=lt["misc"], launches=lt["misc"]))
     # -- head --------------------------------------------------------------------------
     elementwise("final_norm", "norm", 1, T * h, T * h, "final_norm", norm_w)
     gemm("lm_head", 1, cell.logits, h, arch.vocab / k, lt["lm_head"], quantised=False)
-    ops.append(Op("sample", "elementwise", 1, float(cell.logits * arch.vocab / k), 0.0,
-                  act_bytes=cell.logits * arch.vocab / k * a, kernels=lt["sample"], launches=lt["sample"]))
+    ops.append(
+        Op(
+            "sample",
+            "elementwise",
+            1,
+            float(cell.logits * arch.vocab / k),
+            0.0,
+            act_bytes=cell.logits * arch.vocab / k * a,
+            kernels=lt["sample"],
+            launches=lt["sample"],
+        )
+    )
     return Account(arch.name, cell, tuple(ops))
 
 
@@ -362,23 +482,64 @@ def _mlp(ops, arch, cell, gemm, elementwise, lt, T, a, w, k, gated):
     E, top = arch.experts, arch.top_k
     hit = expected_experts_hit(E, top, T)
     # router is replicated on every rank
-    ops.append(Op("router", "gemm", L, 2.0 * T * h * E, h * E * w, act_bytes=T * (h + E) * a,
-                  kernels=1, launches=lt["router"], compute_dtype=cell.act_dtype))
+    ops.append(
+        Op(
+            "router",
+            "gemm",
+            L,
+            2.0 * T * h * E,
+            h * E * w,
+            act_bytes=T * (h + E) * a,
+            kernels=1,
+            launches=lt["router"],
+            compute_dtype=cell.act_dtype,
+        )
+    )
     elementwise("topk", "elementwise", L, T * E, T * top, "topk")
     per_expert_w = 3 * h * i / k * w
     expert_launch = lt["expert"] * hit if cell.engine == "hf" else lt["expert"]
-    ops.append(Op("experts", "gemm", L, 2.0 * T * top * 3 * h * i / k, hit * per_expert_w,
-                  act_bytes=T * top * (2 * h + 3 * i / k) * a, kernels=3, launches=expert_launch,
-                  compute_dtype=cell.dtype if cell.w8a8 else cell.act_dtype))
+    ops.append(
+        Op(
+            "experts",
+            "gemm",
+            L,
+            2.0 * T * top * 3 * h * i / k,
+            hit * per_expert_w,
+            act_bytes=T * top * (2 * h + 3 * i / k) * a,
+            kernels=3,
+            launches=expert_launch,
+            compute_dtype=cell.dtype if cell.w8a8 else cell.act_dtype,
+        )
+    )
     if cell.w8a8:
-        ops.append(Op("experts_quant", "quant", L, 2.0 * T * top * h, 0.0, act_bytes=T * top * h * (a + w),
-                      kernels=2 * QUANT_KERNELS_PER_MATMUL, launches=2 * QUANT_KERNELS_PER_MATMUL))
+        ops.append(
+            Op(
+                "experts_quant",
+                "quant",
+                L,
+                2.0 * T * top * h,
+                0.0,
+                act_bytes=T * top * h * (a + w),
+                kernels=2 * QUANT_KERNELS_PER_MATMUL,
+                launches=2 * QUANT_KERNELS_PER_MATMUL,
+            )
+        )
     elementwise("moe_overhead", "elementwise", L, T * top * h, T * h, "moe_overhead")
     if arch.shared_expert_intermediate:
         si = arch.shared_expert_intermediate
-        ops.append(Op("shared_expert", "gemm", L, 2.0 * T * 3 * h * si / k, (3 * h * si / k + h) * w,
-                      act_bytes=T * (2 * h + 3 * si / k) * a, kernels=3, launches=lt["shared_expert"],
-                      compute_dtype=cell.dtype if cell.w8a8 else cell.act_dtype))
+        ops.append(
+            Op(
+                "shared_expert",
+                "gemm",
+                L,
+                2.0 * T * 3 * h * si / k,
+                (3 * h * si / k + h) * w,
+                act_bytes=T * (2 * h + 3 * si / k) * a,
+                kernels=3,
+                launches=lt["shared_expert"],
+                compute_dtype=cell.dtype if cell.w8a8 else cell.act_dtype,
+            )
+        )
 
 
 def stored_params(arch: Arch) -> int:

@@ -12,6 +12,7 @@ the ``meta`` device).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from hostgap.errors import HostgapError
 
@@ -91,12 +92,7 @@ class Arch:
     def param_count(self, active: bool = False) -> int:
         """Total parameters (``active``: those one token touches, for MoE)."""
         per_layer = self.attention_params() + self.mlp_params(active) + self.norm_params()
-        return (
-            self.layers * per_layer
-            + self.embedding_params()
-            + self.lm_head_params()
-            + self.final_norm_params()
-        )
+        return self.layers * per_layer + self.embedding_params() + self.lm_head_params() + self.final_norm_params()
 
     def weight_bytes(self, dtype: str = "bfloat16") -> int:
         return self.param_count() * dtype_bytes(dtype)
@@ -109,19 +105,31 @@ class Arch:
     def hf_config(self) -> dict:
         """Keyword arguments for ``transformers.AutoConfig.for_model(family, **kw)``."""
         if not self.gated_mlp and self.family != "gpt2":
-            raise HostgapError(self.name, f"a non-gated MLP has no {self.family} transformers config "
-                                          "(such architectures are for the workload accounting only)")
+            raise HostgapError(
+                self.name,
+                f"a non-gated MLP has no {self.family} transformers config "
+                "(such architectures are for the workload accounting only)",
+            )
         if self.family == "gpt2":
             return dict(
-                vocab_size=self.vocab, n_embd=self.hidden, n_layer=self.layers,
-                n_head=self.heads, n_inner=self.intermediate, n_positions=self.max_positions,
+                vocab_size=self.vocab,
+                n_embd=self.hidden,
+                n_layer=self.layers,
+                n_head=self.heads,
+                n_inner=self.intermediate,
+                n_positions=self.max_positions,
                 tie_word_embeddings=True,
             )
-        kw = dict(
-            vocab_size=self.vocab, hidden_size=self.hidden, num_hidden_layers=self.layers,
-            num_attention_heads=self.heads, num_key_value_heads=self.kv_heads,
-            intermediate_size=self.intermediate, max_position_embeddings=self.max_positions,
-            tie_word_embeddings=self.tied_embeddings, rope_theta=self.rope_theta,
+        kw: dict[str, Any] = dict(
+            vocab_size=self.vocab,
+            hidden_size=self.hidden,
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.heads,
+            num_key_value_heads=self.kv_heads,
+            intermediate_size=self.intermediate,
+            max_position_embeddings=self.max_positions,
+            tie_word_embeddings=self.tied_embeddings,
+            rope_theta=self.rope_theta,
         )
         if self.family == "llama":
             kw.update(head_dim=self.head_dim, attention_bias=False, mlp_bias=False)
@@ -131,10 +139,12 @@ class Arch:
             kw.update(num_experts=self.experts, num_experts_per_tok=self.top_k)
         elif self.family == "qwen2_moe":
             kw.update(
-                num_experts=self.experts, num_experts_per_tok=self.top_k,
+                num_experts=self.experts,
+                num_experts_per_tok=self.top_k,
                 moe_intermediate_size=self.intermediate,
                 shared_expert_intermediate_size=self.shared_expert_intermediate,
-                decoder_sparse_step=1, mlp_only_layers=[],
+                decoder_sparse_step=1,
+                mlp_only_layers=[],
             )
         return kw
 
@@ -149,47 +159,174 @@ def dtype_bytes(dtype: str) -> int:
         raise HostgapError("dtype", f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
 
 
-_LLAMA3 = dict(family="llama", vocab=128256, rope_theta=500000.0)
+_LLAMA3: dict[str, Any] = dict(family="llama", vocab=128256, rope_theta=500000.0)
 
 PRESETS: dict[str, Arch] = {
     a.name: a
     for a in [
-        Arch("llama-3.2-1b", hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64,
-             intermediate=8192, tied_embeddings=True, description="Llama-3.2-1B", **_LLAMA3),
-        Arch("llama-3.2-3b", hidden=3072, layers=28, heads=24, kv_heads=8, head_dim=128,
-             intermediate=8192, tied_embeddings=True, description="Llama-3.2-3B", **_LLAMA3),
-        Arch("llama-3.1-8b", hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128,
-             intermediate=14336, tied_embeddings=False, description="Llama-3.1-8B", **_LLAMA3),
-        Arch("llama-3.1-70b", hidden=8192, layers=80, heads=64, kv_heads=8, head_dim=128,
-             intermediate=28672, tied_embeddings=False, description="Llama-3.1-70B",
-             **_LLAMA3),
-        Arch("qwen2.5-14b", family="qwen2", hidden=5120, layers=48, heads=40, kv_heads=8,
-             head_dim=128, intermediate=13824, vocab=152064, tied_embeddings=False,
-             qkv_bias=True, rope_theta=1000000.0, max_positions=32768,
-             description="Qwen2.5-14B"),
-        Arch("qwen2.5-32b", family="qwen2", hidden=5120, layers=64, heads=40, kv_heads=8,
-             head_dim=128, intermediate=27648, vocab=152064, tied_embeddings=False,
-             qkv_bias=True, rope_theta=1000000.0, max_positions=32768,
-             description="Qwen2.5-32B"),
-        Arch("olmoe-1b-7b", family="olmoe", hidden=2048, layers=16, heads=16, kv_heads=16,
-             head_dim=128, intermediate=1024, vocab=50304, tied_embeddings=False,
-             experts=64, top_k=8, qk_norm=True, rope_theta=10000.0, max_positions=4096,
-             description="OLMoE-1B-7B (64 experts, top-8)"),
-        Arch("qwen1.5-moe-a2.7b", family="qwen2_moe", hidden=2048, layers=24, heads=16,
-             kv_heads=16, head_dim=128, intermediate=1408, vocab=151936,
-             tied_embeddings=False, experts=60, top_k=4, shared_expert_intermediate=5632,
-             qkv_bias=True, rope_theta=1000000.0, max_positions=8192,
-             description="Qwen1.5-MoE-A2.7B (60 experts, top-4, shared expert)"),
-        Arch("gpt2", family="gpt2", hidden=768, layers=12, heads=12, kv_heads=12,
-             head_dim=64, intermediate=3072, vocab=50257, tied_embeddings=True,
-             max_positions=1024, description="GPT-2 (124M)"),
-        Arch("tiny", hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64,
-             intermediate=512, vocab=1024, tied_embeddings=False, family="llama",
-             max_positions=4096, description="tiny Llama: overhead-bound by design"),
-        Arch("tiny-moe", family="qwen2_moe", hidden=256, layers=4, heads=4, kv_heads=2,
-             head_dim=64, intermediate=128, vocab=1024, tied_embeddings=False, experts=8,
-             top_k=2, shared_expert_intermediate=256, qkv_bias=True, max_positions=4096,
-             description="tiny Qwen-MoE (8 experts, top-2): MoE dispatch, overhead-bound"),
+        Arch(
+            "llama-3.2-1b",
+            hidden=2048,
+            layers=16,
+            heads=32,
+            kv_heads=8,
+            head_dim=64,
+            intermediate=8192,
+            tied_embeddings=True,
+            description="Llama-3.2-1B",
+            **_LLAMA3,
+        ),
+        Arch(
+            "llama-3.2-3b",
+            hidden=3072,
+            layers=28,
+            heads=24,
+            kv_heads=8,
+            head_dim=128,
+            intermediate=8192,
+            tied_embeddings=True,
+            description="Llama-3.2-3B",
+            **_LLAMA3,
+        ),
+        Arch(
+            "llama-3.1-8b",
+            hidden=4096,
+            layers=32,
+            heads=32,
+            kv_heads=8,
+            head_dim=128,
+            intermediate=14336,
+            tied_embeddings=False,
+            description="Llama-3.1-8B",
+            **_LLAMA3,
+        ),
+        Arch(
+            "llama-3.1-70b",
+            hidden=8192,
+            layers=80,
+            heads=64,
+            kv_heads=8,
+            head_dim=128,
+            intermediate=28672,
+            tied_embeddings=False,
+            description="Llama-3.1-70B",
+            **_LLAMA3,
+        ),
+        Arch(
+            "qwen2.5-14b",
+            family="qwen2",
+            hidden=5120,
+            layers=48,
+            heads=40,
+            kv_heads=8,
+            head_dim=128,
+            intermediate=13824,
+            vocab=152064,
+            tied_embeddings=False,
+            qkv_bias=True,
+            rope_theta=1000000.0,
+            max_positions=32768,
+            description="Qwen2.5-14B",
+        ),
+        Arch(
+            "qwen2.5-32b",
+            family="qwen2",
+            hidden=5120,
+            layers=64,
+            heads=40,
+            kv_heads=8,
+            head_dim=128,
+            intermediate=27648,
+            vocab=152064,
+            tied_embeddings=False,
+            qkv_bias=True,
+            rope_theta=1000000.0,
+            max_positions=32768,
+            description="Qwen2.5-32B",
+        ),
+        Arch(
+            "olmoe-1b-7b",
+            family="olmoe",
+            hidden=2048,
+            layers=16,
+            heads=16,
+            kv_heads=16,
+            head_dim=128,
+            intermediate=1024,
+            vocab=50304,
+            tied_embeddings=False,
+            experts=64,
+            top_k=8,
+            qk_norm=True,
+            rope_theta=10000.0,
+            max_positions=4096,
+            description="OLMoE-1B-7B (64 experts, top-8)",
+        ),
+        Arch(
+            "qwen1.5-moe-a2.7b",
+            family="qwen2_moe",
+            hidden=2048,
+            layers=24,
+            heads=16,
+            kv_heads=16,
+            head_dim=128,
+            intermediate=1408,
+            vocab=151936,
+            tied_embeddings=False,
+            experts=60,
+            top_k=4,
+            shared_expert_intermediate=5632,
+            qkv_bias=True,
+            rope_theta=1000000.0,
+            max_positions=8192,
+            description="Qwen1.5-MoE-A2.7B (60 experts, top-4, shared expert)",
+        ),
+        Arch(
+            "gpt2",
+            family="gpt2",
+            hidden=768,
+            layers=12,
+            heads=12,
+            kv_heads=12,
+            head_dim=64,
+            intermediate=3072,
+            vocab=50257,
+            tied_embeddings=True,
+            max_positions=1024,
+            description="GPT-2 (124M)",
+        ),
+        Arch(
+            "tiny",
+            hidden=256,
+            layers=4,
+            heads=4,
+            kv_heads=2,
+            head_dim=64,
+            intermediate=512,
+            vocab=1024,
+            tied_embeddings=False,
+            family="llama",
+            max_positions=4096,
+            description="tiny Llama: overhead-bound by design",
+        ),
+        Arch(
+            "tiny-moe",
+            family="qwen2_moe",
+            hidden=256,
+            layers=4,
+            heads=4,
+            kv_heads=2,
+            head_dim=64,
+            intermediate=128,
+            vocab=1024,
+            tied_embeddings=False,
+            experts=8,
+            top_k=2,
+            shared_expert_intermediate=256,
+            qkv_bias=True,
+            max_positions=4096,
+            description="tiny Qwen-MoE (8 experts, top-2): MoE dispatch, overhead-bound",
+        ),
     ]
 }
 
@@ -199,9 +336,7 @@ def get_preset(name: str) -> Arch:
     try:
         return PRESETS[name]
     except KeyError:
-        raise HostgapError(
-            name, f"unknown preset; known presets: {', '.join(PRESETS)}"
-        ) from None
+        raise HostgapError(name, f"unknown preset; known presets: {', '.join(PRESETS)}") from None
 
 
 def with_overrides(arch: Arch, **kw) -> Arch:

@@ -27,6 +27,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from hostgap.errors import HostgapError
+from hostgap.model import graphlaunch
 from hostgap.model.accounting import Cell, account, graph_split
 from hostgap.model.arch import get_preset
 from hostgap.model.devices import find_device, launch_floor_ns
@@ -51,10 +52,22 @@ class Shape:
     mode: str
     gpu_ns: float | None = None  # measured TP-1 GPU-active: replaces the device model
     graphs: float = 1.0  # graph mode: graph launches per step (kernels: those launched outside)
+    nodes: float = 0.0  # graph mode: kernels the graphs replay (graph launch cost by node count)
+    node_ns: float = 0.0  # the device's per-node graph-launch cost (graphlaunch.for_device)
 
     def predict(self, host: HostModel, scale: float) -> StepPrediction:
         dev = self.gpu_ns if self.gpu_ns is not None else max(scale * self.raw_device_ns, self.floor_ns)
-        return step(dev, self.collective_ns, self.kernels, self.batch, host, self.mode, tp=self.tp, graphs=self.graphs)
+        return step(
+            dev,
+            self.collective_ns,
+            self.kernels,
+            self.batch,
+            replace(host, graph_node_ns=self.node_ns),
+            self.mode,
+            tp=self.tp,
+            graphs=self.graphs,
+            graph_nodes=self.nodes,
+        )
 
 
 @dataclass(frozen=True)
@@ -71,13 +84,24 @@ class PaperCell:
     preset: str = ""
 
 
-def _shape(arch, cell: Cell, device, mode: str, gpu_ms=None) -> Shape:
+def _shape(arch, cell: Cell, device, mode: str, gpu_ms=None, capture: str | None = None) -> Shape:
     acc = account(arch, cell)
     dt = device_time(acc, device, default_model(device.name))
     s = Setup(arch, cell, device, mode, default_model(device.name), 1.0, DEFAULT_HOST["vllm"])
-    graphs, kernels = (1.0, acc.launches) if mode == "eager" else graph_split(acc, arch.layers)[:2]
-    return Shape(dt.total_ns, bandwidth_floor_ns(acc, device), collective_ns(s, dt, cell.tp), kernels,
-                 cell.batch, cell.tp, mode, None if gpu_ms is None else gpu_ms * 1e6, graphs)
+    graphs, kernels = (1.0, acc.launches) if mode == "eager" else graph_split(acc, arch.layers, capture)[:2]
+    return Shape(
+        dt.total_ns,
+        bandwidth_floor_ns(acc, device),
+        collective_ns(s, dt, cell.tp),
+        kernels,
+        cell.batch,
+        cell.tp,
+        mode,
+        None if gpu_ms is None else gpu_ms * 1e6,
+        graphs,
+        acc.launches - kernels if mode != "eager" else 0.0,
+        graphlaunch.for_device(device.name).per_node_ns,
+    )
 
 
 def _cell(raw: dict, defaults: dict) -> PaperCell:
@@ -85,6 +109,7 @@ def _cell(raw: dict, defaults: dict) -> PaperCell:
     arch, dev = get_preset(raw["preset"]), find_device(st["device"])
     base = Cell(batch=st["batch"], context=st["context"], tp=st["tp"], dtype=st["dtype"], engine=st["engine"])
     kind, gamma = raw["kind"], int(raw.get("gamma", 4))
+    shapes: tuple[Shape, ...]
     if kind == "step":
         shapes = (_shape(arch, base, dev, st["mode"], raw.get("gpu_ms")),)
     elif kind == "graphs_gain":
@@ -98,8 +123,18 @@ def _cell(raw: dict, defaults: dict) -> PaperCell:
         shapes = (_shape(arch, verify, dev, st["mode"]),)
     else:
         raise HostgapError(str(CELLS_FILE), f"cell {raw['id']}: unknown kind {kind!r}")
-    return PaperCell(raw["id"], kind, raw["use"], dict(raw["published"]), shapes, st, raw["source"],
-                     raw.get("note", ""), gamma, raw["preset"])
+    return PaperCell(
+        raw["id"],
+        kind,
+        raw["use"],
+        dict(raw["published"]),
+        shapes,
+        st,
+        raw["source"],
+        raw.get("note", ""),
+        gamma,
+        raw["preset"],
+    )
 
 
 @lru_cache(maxsize=2)
@@ -155,6 +190,7 @@ def fit_paper(cells, scale: float, floor_ns: float) -> HostModel:
     for x0 in ([2, 5, 2, 2, 3], [5, 1, 5, 0.5, 2], [1, 10, 1, 4, 1]):
         r = least_squares(resid, np.array(x0, float), bounds=(0, [1e3, 1e3, 1e3, 1e3, 1e3]))
         best = r if best is None or r.cost < best.cost else best
+    assert best is not None  # the three starts above each gave a result
     return _host(best.x * _UNIT, floor_ns, f"fitted on {len(fit_cells)} published cells ({len(obs)} values)")
 
 
@@ -176,8 +212,16 @@ class Row:
         return (self.loo - self.published) / self.published
 
     def to_dict(self) -> dict:
-        return {"cell": self.cell, "quantity": self.quantity, "use": self.use, "published": self.published,
-                "default": self.default, "leave_one_out": self.loo, "error": self.error, "loo_error": self.loo_error}
+        return {
+            "cell": self.cell,
+            "quantity": self.quantity,
+            "use": self.use,
+            "published": self.published,
+            "default": self.default,
+            "leave_one_out": self.loo,
+            "error": self.error,
+            "loo_error": self.loo_error,
+        }
 
 
 def paper_fit(path: str = str(CELLS_FILE)) -> tuple[HostModel, float, list[Row]]:
@@ -211,11 +255,34 @@ def regime_cells() -> list:
         wall = p.get("wall_ms") or p["host_ms"] + sh.gpu_ns / 1e6
         f = p["host_ms"] / wall
         st = c.setting
-        out.append(RegimeCell(c.preset, st["device"], st["engine"], st["mode"],
-                              st["batch"], st["context"], f, classify(f), f"published:{c.id}", st["context"],
-                              st["tp"], st["dtype"]))
+        out.append(
+            RegimeCell(
+                c.preset,
+                st["device"],
+                st["engine"],
+                st["mode"],
+                st["batch"],
+                st["context"],
+                f,
+                classify(f),
+                f"published:{c.id}",
+                st["context"],
+                st["tp"],
+                st["dtype"],
+            )
+        )
     return out
 
 
-__all__ = ["regime_cells", "CELLS_FILE", "PARAMS", "PaperCell", "Row", "device_scale", "evaluate",
-           "fit_paper", "load_cells", "paper_fit"]
+__all__ = [
+    "regime_cells",
+    "CELLS_FILE",
+    "PARAMS",
+    "PaperCell",
+    "Row",
+    "device_scale",
+    "evaluate",
+    "fit_paper",
+    "load_cells",
+    "paper_fit",
+]

@@ -35,9 +35,11 @@ _A100 = "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM column; dense figures)"
 _B200 = "NVIDIA HGX B200 datasheet (8-GPU totals / 8; dense = half the sparse figure); DGX B200: 1,440 GB / 8"
 _L40S = "NVIDIA L40S datasheet (dense = half the sparse figure); PCIe Gen4 x16"
 _MI300X = "AMD Instinct MI300X data sheet (dense figures); 7 Infinity Fabric links x 128 GB/s"
-_CPU = ("nominal figures for one modern x86 server core, not a datasheet: AVX2 2 FMA x 8 fp32 lanes "
-        "x 2 x 3 GHz = 96 GFLOP/s (bf16 runs at fp32 speed without AMX); ~20 GB/s per core of "
-        "DRAM bandwidth. Replace with your machine's measured figures (--device-file)")
+_CPU = (
+    "nominal figures for one modern x86 server core, not a datasheet: AVX2 2 FMA x 8 fp32 lanes "
+    "x 2 x 3 GHz = 96 GFLOP/s (bf16 runs at fp32 speed without AMX); ~20 GB/s per core of "
+    "DRAM bandwidth. Replace with your machine's measured figures (--device-file)"
+)
 
 
 @dataclass(frozen=True)
@@ -81,27 +83,97 @@ def _spec(name, bf16, fp8, int8, fp32, bw, mem, link, src, aliases=(), descripti
 BUILTIN: dict[str, DeviceSpec] = {
     d.name: d
     for d in [
-        _spec("h100-sxm", 989.4e12, 1978.9e12, 1978.9e12, 494.7e12, 3.35e12, 80e9, 900e9, _H100,
-              ("h100", "NVIDIA H100", "NVIDIA H100 80GB HBM3", "H100 SXM"),
-              "NVIDIA H100 SXM5 80 GB HBM3; NVLink 4 900 GB/s; float32 = TF32 tensor core"),
-        _spec("h200", 989.4e12, 1978.9e12, 1978.9e12, 494.7e12, 4.8e12, 141e9, 900e9, _H200,
-              ("NVIDIA H200", "H200 SXM", "h200-sxm"),
-              "NVIDIA H200 SXM 141 GB HBM3e; NVLink 4 900 GB/s; float32 = TF32 tensor core"),
-        _spec("a100-80gb", 312e12, None, 624e12, 156e12, 2.039e12, 80e9, 600e9, _A100,
-              ("a100", "NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "A100 80GB"),
-              "NVIDIA A100 SXM4 80 GB HBM2e; NVLink 3 600 GB/s; no FP8 (runs fp8 at bf16 rate)"),
-        _spec("b200", 2.25e15, 4.5e15, 4.5e15, 1.1e15, 8.0e12, 180e9, 1.8e12, _B200,
-              ("NVIDIA B200", "B200"),
-              "NVIDIA B200 (HGX); NVLink 5 1.8 TB/s"),
-        _spec("l40s", 362.05e12, 733e12, 733e12, 183e12, 864e9, 48e9, 64e9, _L40S,
-              ("NVIDIA L40S", "L40S"),
-              "NVIDIA L40S 48 GB GDDR6; no NVLink: PCIe Gen4 x16 64 GB/s"),
-        _spec("mi300x", 1307.4e12, 2614.9e12, 2614.9e12, 653.7e12, 5.3e12, 192e9, 896e9, _MI300X,
-              ("AMD Instinct MI300X", "MI300X"),
-              "AMD Instinct MI300X 192 GB HBM3; Infinity Fabric 896 GB/s"),
-        _spec("cpu", 96e9, None, None, 96e9, 20e9, 24e9, 20e9, _CPU,
-              ("cpu", "generic-cpu"),
-              "generic CPU, one core's worth (order of magnitude only)"),
+        _spec(
+            "h100-sxm",
+            989.4e12,
+            1978.9e12,
+            1978.9e12,
+            494.7e12,
+            3.35e12,
+            80e9,
+            900e9,
+            _H100,
+            ("h100", "NVIDIA H100", "NVIDIA H100 80GB HBM3", "H100 SXM"),
+            "NVIDIA H100 SXM5 80 GB HBM3; NVLink 4 900 GB/s; float32 = TF32 tensor core",
+        ),
+        _spec(
+            "h200",
+            989.4e12,
+            1978.9e12,
+            1978.9e12,
+            494.7e12,
+            4.8e12,
+            141e9,
+            900e9,
+            _H200,
+            ("NVIDIA H200", "H200 SXM", "h200-sxm"),
+            "NVIDIA H200 SXM 141 GB HBM3e; NVLink 4 900 GB/s; float32 = TF32 tensor core",
+        ),
+        _spec(
+            "a100-80gb",
+            312e12,
+            None,
+            624e12,
+            156e12,
+            2.039e12,
+            80e9,
+            600e9,
+            _A100,
+            ("a100", "NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "A100 80GB"),
+            "NVIDIA A100 SXM4 80 GB HBM2e; NVLink 3 600 GB/s; no FP8 (runs fp8 at bf16 rate)",
+        ),
+        _spec(
+            "b200",
+            2.25e15,
+            4.5e15,
+            4.5e15,
+            1.1e15,
+            8.0e12,
+            180e9,
+            1.8e12,
+            _B200,
+            ("NVIDIA B200", "B200"),
+            "NVIDIA B200 (HGX); NVLink 5 1.8 TB/s",
+        ),
+        _spec(
+            "l40s",
+            362.05e12,
+            733e12,
+            733e12,
+            183e12,
+            864e9,
+            48e9,
+            64e9,
+            _L40S,
+            ("NVIDIA L40S", "L40S"),
+            "NVIDIA L40S 48 GB GDDR6; no NVLink: PCIe Gen4 x16 64 GB/s",
+        ),
+        _spec(
+            "mi300x",
+            1307.4e12,
+            2614.9e12,
+            2614.9e12,
+            653.7e12,
+            5.3e12,
+            192e9,
+            896e9,
+            _MI300X,
+            ("AMD Instinct MI300X", "MI300X"),
+            "AMD Instinct MI300X 192 GB HBM3; Infinity Fabric 896 GB/s",
+        ),
+        _spec(
+            "cpu",
+            96e9,
+            None,
+            None,
+            96e9,
+            20e9,
+            24e9,
+            20e9,
+            _CPU,
+            ("cpu", "generic-cpu"),
+            "generic CPU, one core's worth (order of magnitude only)",
+        ),
     ]
 }
 
@@ -147,8 +219,8 @@ def load_device_file(path: str | Path) -> dict[str, DeviceSpec]:
     if not isinstance(entries, list) or not entries:
         raise HostgapError(str(p), "expected a non-empty list under 'devices'")
     out = {}
-    for i, e in enumerate(entries):
-        spec = _parse_entry(e, f"{p}: devices[{i}]")
+    for i, entry in enumerate(entries):
+        spec = _parse_entry(entry, f"{p}: devices[{i}]")
         out[spec.name] = spec
     return out
 
@@ -180,9 +252,16 @@ def _parse_entry(e, where: str) -> DeviceSpec:
         if not src:
             raise HostgapError(where, f"no source for {k} (give 'source' or 'sources.{k}')")
         sources[k] = str(src)
-    return DeviceSpec(str(e["name"]), peaks, nums["mem_bw_bytes_per_s"], nums["mem_bytes"],
-                      nums["interconnect_bw_bytes_per_s"], sources, tuple(e.get("aliases", ())),
-                      str(e.get("description", "")))
+    return DeviceSpec(
+        str(e["name"]),
+        peaks,
+        nums["mem_bw_bytes_per_s"],
+        nums["mem_bytes"],
+        nums["interconnect_bw_bytes_per_s"],
+        sources,
+        tuple(e.get("aliases", ())),
+        str(e.get("description", "")),
+    )
 
 
 def launch_floor_ns(device: DeviceSpec) -> tuple[float, str]:

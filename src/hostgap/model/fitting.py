@@ -25,6 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -136,11 +137,29 @@ def cell_from_results(doc: dict, source: str = "") -> MeasuredCell:
     kps = _num(tb, "kernels_per_step")
     per_kernel = orch / (n_steps * kps) if n_steps and math.isfinite(orch) and kps > 0 else float("nan")
     return MeasuredCell(
-        str(doc.get("run_id", source)), doc.get("preset"), _arch(doc), doc.get("device"),
-        doc.get("device_name"), doc.get("engine"), doc.get("mode"), _int(doc.get("batch")),
-        _int(doc.get("prompt_len")), doc.get("dtype"), _int(doc.get("n1")), _int(doc.get("n2")),
-        _num(d, "t_step_ns"), _num(d, "g_step_ns"), _num(d, "h_step_ns"), _num(d, "k_step"), hf, hdbi,
-        v.get("verdict"), source, per_kernel, _num(tb, "launch_floor_ns"), _int(doc.get("tp")) or 1,
+        str(doc.get("run_id", source)),
+        doc.get("preset"),
+        _arch(doc),
+        doc.get("device"),
+        doc.get("device_name"),
+        doc.get("engine"),
+        doc.get("mode"),
+        _int(doc.get("batch")),
+        _int(doc.get("prompt_len")),
+        doc.get("dtype"),
+        _int(doc.get("n1")),
+        _int(doc.get("n2")),
+        _num(d, "t_step_ns"),
+        _num(d, "g_step_ns"),
+        _num(d, "h_step_ns"),
+        _num(d, "k_step"),
+        hf,
+        hdbi,
+        v.get("verdict"),
+        source,
+        per_kernel,
+        _num(tb, "launch_floor_ns"),
+        _int(doc.get("tp")) or 1,
     )
 
 
@@ -162,9 +181,11 @@ def load_results(paths=(), db: str | None = None) -> list[dict]:
             docs.append(item)
     if db is not None:
         try:
-            from hostgap.store import RunsDB  # type: ignore[import-not-found]
+            from hostgap.store import RunsDB
         except ImportError:
-            raise HostgapError("--db", "the runs database is not available in this build; pass --results FILE") from None
+            raise HostgapError(
+                "--db", "the runs database is not available in this build; pass --results FILE"
+            ) from None
         if str(db) != ":memory:" and not Path(db).is_file():
             raise HostgapError(str(db), "no runs database there (run `hostgap measure` first, or pass --results FILE)")
         try:
@@ -179,7 +200,7 @@ def load_results(paths=(), db: str | None = None) -> list[dict]:
 def default_db() -> str | None:
     """The runs database's default location when it exists (and the store is installed)."""
     try:
-        from hostgap.store import default_path  # type: ignore[import-not-found]
+        from hostgap.store import default_path
     except ImportError:
         return None
     p = default_path()
@@ -204,7 +225,10 @@ def roofline_ns(arch: Arch, cell: Cell, device: DeviceSpec, rl: RooflineModel) -
 def _model_cell(c: MeasuredCell) -> Cell:
     engine = c.engine if c.engine in DEFAULT_HOST else "vllm"
     dtype = c.dtype if c.dtype in ("bfloat16", "float16", "float32", "fp8", "int8") else "bfloat16"
-    return Cell(batch=c.batch, q_tokens=1, context=max(c.context or 1, 1), tp=c.tp, dtype=dtype, engine=engine)
+    # models are fitted on usable cells only: batch (and arch) known
+    return Cell(
+        batch=cast(int, c.batch), q_tokens=1, context=max(c.context or 1, 1), tp=c.tp, dtype=dtype, engine=engine
+    )
 
 
 @dataclass(frozen=True)
@@ -223,22 +247,43 @@ class GroupModel:
     tp: int = 1
 
     def to_dict(self) -> dict:
-        return {"device": self.device, "device_name": self.device_name, "engine": self.engine, "tp": self.tp,
-                "device_scale": self.device_scale, "host": self.host.to_dict(),
-                "roofline": self.roofline.to_dict(), "n_cells": self.n_cells,
-                "heldout": self.heldout.to_dict(), "heldout_host_only": self.heldout_host_only.to_dict()}
+        return {
+            "device": self.device,
+            "device_name": self.device_name,
+            "engine": self.engine,
+            "tp": self.tp,
+            "device_scale": self.device_scale,
+            "host": self.host.to_dict(),
+            "roofline": self.roofline.to_dict(),
+            "n_cells": self.n_cells,
+            "heldout": self.heldout.to_dict(),
+            "heldout_host_only": self.heldout_host_only.to_dict(),
+        }
 
     @staticmethod
-    def from_dict(d: dict) -> "GroupModel":
-        return GroupModel(d["device"], d.get("device_name", d["device"]), d["engine"], float(d["device_scale"]),
-                          HostModel.from_dict(d["host"]), RooflineModel.from_dict(d["roofline"]), int(d["n_cells"]),
-                          Metrics(**d["heldout"]), Metrics(**d["heldout_host_only"]), int(d.get("tp", 1)))
+    def from_dict(d: dict) -> GroupModel:
+        return GroupModel(
+            d["device"],
+            d.get("device_name", d["device"]),
+            d["engine"],
+            float(d["device_scale"]),
+            HostModel.from_dict(d["host"]),
+            RooflineModel.from_dict(d["roofline"]),
+            int(d["n_cells"]),
+            Metrics(**d["heldout"]),
+            Metrics(**d["heldout_host_only"]),
+            int(d.get("tp", 1)),
+        )
 
 
 def _samples(cells: list[MeasuredCell]) -> HostSamples:
-    return HostSamples(np.array([c.t_step_ns for c in cells]), np.array([c.g_step_ns for c in cells]),
-                       np.array([c.k_step for c in cells]),
-                       np.array([float(c.batch) for c in cells]), np.array([c.mode == "graph" for c in cells]))
+    return HostSamples(
+        np.array([c.t_step_ns for c in cells]),
+        np.array([c.g_step_ns for c in cells]),
+        np.array([c.k_step for c in cells]),
+        np.array([float(cast(int, c.batch)) for c in cells]),  # usable cells: batch known
+        np.array([c.mode == "graph" for c in cells]),
+    )
 
 
 def _measured_median(cells, attr) -> float | None:
@@ -250,30 +295,46 @@ def _fit_group(cells, device, rl, base) -> tuple[float, HostModel]:
     raw = np.array([roofline_ns(c.arch, _model_cell(c), device, rl) for c in cells])
     g = np.array([c.g_step_ns for c in cells])
     scale = float(np.exp(np.mean(np.log(g / raw))))
-    return scale, fit_host(_samples(cells), base, launch_floor_ns=_measured_median(cells, "launch_floor_ns"),
-                           per_kernel_ns=_measured_median(cells, "orch_per_kernel_ns"))
+    return scale, fit_host(
+        _samples(cells),
+        base,
+        launch_floor_ns=_measured_median(cells, "launch_floor_ns"),
+        per_kernel_ns=_measured_median(cells, "orch_per_kernel_ns"),
+    )
 
 
 def fit_group(cells: list[MeasuredCell], device: DeviceSpec, rl: RooflineModel | None = None) -> GroupModel:
     """Fit one (device, engine) group; held-out error by leave-one-out over cells."""
     rl = rl or default_model(device.name)
     engine = cells[0].engine if cells[0].engine in DEFAULT_HOST else "vllm"
-    base = for_device(DEFAULT_HOST[engine], launch_floor_ns(device)[0])
+    base = for_device(DEFAULT_HOST[engine], launch_floor_ns(device)[0], device.name)
     scale, host = _fit_group(cells, device, rl, base)
     n = len(cells)
     pred_full, pred_host = [], []
     if n >= 3:
         for i in range(n):
-            rest = cells[:i] + cells[i + 1:]
+            rest = cells[:i] + cells[i + 1 :]
             s_i, h_i = _fit_group(rest, device, rl, base)
             c = cells[i]
             one = _samples([c])
             pred_host.append(predict_host(h_i, one)[0])
-            dev = s_i * roofline_ns(c.arch, _model_cell(c), device, rl)
-            pred_full.append(predict_host(h_i, HostSamples(one.t_step_ns, np.array([dev]), one.k_step, one.batch, one.graph))[0])
+            dev = s_i * roofline_ns(cast(Arch, c.arch), _model_cell(c), device, rl)  # usable: arch known
+            pred_full.append(
+                predict_host(h_i, HostSamples(one.t_step_ns, np.array([dev]), one.k_step, one.batch, one.graph))[0]
+            )
     meas = np.array([c.t_step_ns for c in cells]) if n >= 3 else np.array([])
-    return GroupModel(device.name, cells[0].device_name or device.name, engine, scale, host, rl, n,
-                      error_metrics(np.array(pred_full), meas), error_metrics(np.array(pred_host), meas), cells[0].tp)
+    return GroupModel(
+        device.name,
+        cells[0].device_name or device.name,
+        engine,
+        scale,
+        host,
+        rl,
+        n,
+        error_metrics(np.array(pred_full), meas),
+        error_metrics(np.array(pred_host), meas),
+        cells[0].tp,
+    )
 
 
 @dataclass(frozen=True)
@@ -299,11 +360,16 @@ class FittedModel:
         return None
 
     def to_dict(self) -> dict:
-        return {"schema_version": hostgap.SCHEMA_VERSION, "kind": MODEL_KIND, "provenance": self.provenance,
-                "tp_form": self.tp_form, "groups": [g.to_dict() for g in self.groups],
-                "all_reduce": self.all_reduce.to_dict() if self.all_reduce else None,
-                "rooflines": [r.to_dict() for r in self.rooflines],
-                "skipped": list(self.skipped)}
+        return {
+            "schema_version": hostgap.SCHEMA_VERSION,
+            "kind": MODEL_KIND,
+            "provenance": self.provenance,
+            "tp_form": self.tp_form,
+            "groups": [g.to_dict() for g in self.groups],
+            "all_reduce": self.all_reduce.to_dict() if self.all_reduce else None,
+            "rooflines": [r.to_dict() for r in self.rooflines],
+            "skipped": list(self.skipped),
+        }
 
 
 def file_hash(path: str | Path) -> str:
@@ -325,13 +391,24 @@ def data_hash(docs: list[dict], kernel_data: dict | None = None) -> str:
 def _versions() -> dict:
     import scipy
 
-    return {"hostgap": hostgap.__version__, "python": sys.version.split()[0], "numpy": np.__version__,
-            "scipy": scipy.__version__, "platform": platform.platform()}
+    return {
+        "hostgap": hostgap.__version__,
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "platform": platform.platform(),
+    }
 
 
-def fit(docs: list[dict], extra_devices: dict | None = None, rl: RooflineModel | None = None,
-        all_reduce: AllReduceModel | None = None, tp_form: str = "overlap",
-        kernel_data: dict | None = None, strict: bool = False) -> FittedModel:
+def fit(
+    docs: list[dict],
+    extra_devices: dict | None = None,
+    rl: RooflineModel | None = None,
+    all_reduce: AllReduceModel | None = None,
+    tp_form: str = "overlap",
+    kernel_data: dict | None = None,
+    strict: bool = False,
+) -> FittedModel:
     """Fit every (device, engine, TP degree) group with enough usable cells (>= 2).
 
     ``rl``: per-op efficiencies fitted on kernel times of one device; groups on that device
@@ -358,10 +435,14 @@ def fit(docs: list[dict], extra_devices: dict | None = None, rl: RooflineModel |
         dev = members[0][0]
         model_rl = rl if rl is not None and rl.device == dev.name else default_model(dev.name)
         fitted.append(fit_group([c for _, c in members], dev, model_rl))
-    prov = {"created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "versions": _versions(),
-            "data_sha256": data_hash(docs, kernel_data), "runs": [c.run_id for c in cells],
-            "devices": sorted({g.device_name for g in fitted} | {g.device for g in fitted}),
-            "n_cells": len(usable)}
+    prov: dict[str, Any] = {
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "versions": _versions(),
+        "data_sha256": data_hash(docs, kernel_data),
+        "runs": [c.run_id for c in cells],
+        "devices": sorted({g.device_name for g in fitted} | {g.device for g in fitted}),
+        "n_cells": len(usable),
+    }
     if kernel_data:
         prov["kernel_data_sha256"] = dict(kernel_data)
     if rl is not None:
@@ -393,14 +474,18 @@ def load_model(path: str | Path) -> FittedModel:
     if not isinstance(d, dict) or d.get("kind") != MODEL_KIND:
         raise HostgapError(str(p), f"not a hostgap step model (kind != {MODEL_KIND!r})")
     if d.get("schema_version") != hostgap.SCHEMA_VERSION:
-        raise HostgapError(str(p), f"schema_version {d.get('schema_version')} != {hostgap.SCHEMA_VERSION}; refit with this hostgap")
+        raise HostgapError(
+            str(p), f"schema_version {d.get('schema_version')} != {hostgap.SCHEMA_VERSION}; refit with this hostgap"
+        )
     try:
         groups = tuple(GroupModel.from_dict(g) for g in d["groups"])
         ar = AllReduceModel.from_dict(d["all_reduce"]) if d.get("all_reduce") else None
         rls = tuple(RooflineModel.from_dict(r) for r in d.get("rooflines", ()))
     except (KeyError, TypeError, ValueError) as e:
         raise HostgapError(str(p), f"malformed model: {e}") from None
-    return FittedModel(groups, d.get("provenance", {}), ar, d.get("tp_form", "overlap"), tuple(d.get("skipped", ())), rls)
+    return FittedModel(
+        groups, d.get("provenance", {}), ar, d.get("tp_form", "overlap"), tuple(d.get("skipped", ())), rls
+    )
 
 
 # -- regime map ---------------------------------------------------------------------------
@@ -450,9 +535,22 @@ def regime_cells(docs: list[dict]) -> list[RegimeCell]:
         if not math.isfinite(c.host_fraction) or c.batch is None or c.prompt_len is None:
             continue
         model = c.preset or (c.arch.name if c.arch else "?")
-        out.append(RegimeCell(model, c.device_name or c.device or "?", c.engine or "?", c.mode or "?",
-                              c.batch, c.prompt_len, c.host_fraction, classify(c.host_fraction), c.run_id,
-                              c.context, c.tp, c.dtype or "bfloat16"))
+        out.append(
+            RegimeCell(
+                model,
+                c.device_name or c.device or "?",
+                c.engine or "?",
+                c.mode or "?",
+                c.batch,
+                c.prompt_len,
+                c.host_fraction,
+                classify(c.host_fraction),
+                c.run_id,
+                c.context,
+                c.tp,
+                c.dtype or "bfloat16",
+            )
+        )
     return out
 
 
@@ -477,7 +575,7 @@ def boundaries(cells: list[RegimeCell]) -> list[Boundary]:
     for model, cs in sorted(by_model.items()):
         for axis, fixed_attr in (("batch", "prompt_len"), ("prompt_len", "batch")):
             for fixed in sorted({getattr(c, fixed_attr) for c in cs}):
-                line = {}
+                line: dict[int, list[float]] = {}
                 for c in cs:
                     if getattr(c, fixed_attr) == fixed:
                         line.setdefault(getattr(c, axis), []).append(c.host_fraction)

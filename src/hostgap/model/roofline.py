@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -74,13 +75,21 @@ class RooflineModel:
         return e or self.efficiencies.get(family) or DEFAULT_EFFICIENCY.get(family) or DEFAULT_EFFICIENCY["elementwise"]
 
     def to_dict(self) -> dict:
-        return {"device": self.device, "source": self.source, "keyed_by": self.keyed_by,
-                "efficiencies": {k: v.to_dict() for k, v in self.efficiencies.items()}}
+        return {
+            "device": self.device,
+            "source": self.source,
+            "keyed_by": self.keyed_by,
+            "efficiencies": {k: v.to_dict() for k, v in self.efficiencies.items()},
+        }
 
     @staticmethod
-    def from_dict(d: dict) -> "RooflineModel":
-        return RooflineModel(d["device"], {k: Efficiency(**v) for k, v in d["efficiencies"].items()},
-                             d.get("source", "fitted"), d.get("keyed_by", "family"))
+    def from_dict(d: dict) -> RooflineModel:
+        return RooflineModel(
+            d["device"],
+            {k: Efficiency(**v) for k, v in d["efficiencies"].items()},
+            d.get("source", "fitted"),
+            d.get("keyed_by", "family"),
+        )
 
 
 def default_model(device: str) -> RooflineModel:
@@ -120,13 +129,20 @@ class DeviceTime:
     collective_ops: int = 0
 
     def to_dict(self) -> dict:
-        return {"total_ns": self.total_ns, "per_op_ns": self.per_op_ns, "bound": self.bound,
-                "collective_bytes": self.collective_bytes, "collective_ops": self.collective_ops}
+        return {
+            "total_ns": self.total_ns,
+            "per_op_ns": self.per_op_ns,
+            "bound": self.bound,
+            "collective_bytes": self.collective_bytes,
+            "collective_ops": self.collective_ops,
+        }
 
 
 def device_time(acc: Account, device: DeviceSpec, model: RooflineModel) -> DeviceTime:
     """Sum over the account's non-collective ops of count x roofline time."""
-    per_op, bound, total = {}, {}, 0.0
+    per_op: dict[str, float] = {}
+    bound: dict[str, str] = {}
+    total = 0.0
     coll_bytes, coll_n = 0.0, 0
     for o in acc.ops:
         if o.family == "collective":
@@ -135,10 +151,13 @@ def device_time(acc: Account, device: DeviceSpec, model: RooflineModel) -> Devic
             continue
         e = model.efficiency(o.name, o.family)
         peak = device.peak(o.compute_dtype)
-        t = float(op_time_ns(o.flops, o.bytes, peak, device.mem_bw_bytes_per_s, e.t_min_ns, e.e_c, e.e_m, o.kernels,
-                             e.q))
+        t = float(
+            op_time_ns(o.flops, o.bytes, peak, device.mem_bw_bytes_per_s, e.t_min_ns, e.e_c, e.e_m, o.kernels, e.q)
+        )
         per_op[o.name] = per_op.get(o.name, 0.0) + o.count * t
-        bound[o.name] = "compute" if o.flops / (peak * e.e_c) > o.bytes / (device.mem_bw_bytes_per_s * e.e_m) else "memory"
+        bound[o.name] = (
+            "compute" if o.flops / (peak * e.e_c) > o.bytes / (device.mem_bw_bytes_per_s * e.e_m) else "memory"
+        )
         total += o.count * t
     return DeviceTime(total, per_op, bound, coll_bytes, coll_n)
 
@@ -157,13 +176,26 @@ class OpSamples:
     peak_flops: np.ndarray
     bw_bytes_per_s: np.ndarray
     time_ns: np.ndarray
-    group: np.ndarray = field(default=None)  # e.g. the model the row comes from
-    tokens: np.ndarray = field(default=None)  # tokens the op processed (for error breakdowns)
+    group: np.ndarray | None = field(default=None)  # e.g. the model the row comes from
+    tokens: np.ndarray | None = field(default=None)  # tokens the op processed (for error breakdowns)
 
-    def take(self, mask: np.ndarray) -> "OpSamples":
-        return OpSamples(*(None if v is None else v[mask] for v in (
-            self.key, self.flops, self.bytes, self.kernels, self.peak_flops, self.bw_bytes_per_s,
-            self.time_ns, self.group, self.tokens)))
+    def take(self, mask: np.ndarray) -> OpSamples:
+        # the optional columns (group, tokens) stay None
+        columns: list[Any] = [
+            None if v is None else v[mask]
+            for v in (
+                self.key,
+                self.flops,
+                self.bytes,
+                self.kernels,
+                self.peak_flops,
+                self.bw_bytes_per_s,
+                self.time_ns,
+                self.group,
+                self.tokens,
+            )
+        ]
+        return OpSamples(*columns)
 
     def __len__(self) -> int:
         return len(self.time_ns)
@@ -196,8 +228,17 @@ def _fit_one(s: OpSamples) -> Efficiency:
     w = band_weights(s.tokens, len(t))
 
     def predict(p):
-        return op_time_ns(s.flops, s.bytes, s.peak_flops, s.bw_bytes_per_s, np.exp(p[0]), np.exp(p[1]), np.exp(p[2]),
-                          s.kernels, np.exp(p[3]))
+        return op_time_ns(
+            s.flops,
+            s.bytes,
+            s.peak_flops,
+            s.bw_bytes_per_s,
+            np.exp(p[0]),
+            np.exp(p[1]),
+            np.exp(p[2]),
+            s.kernels,
+            np.exp(p[3]),
+        )
 
     def resid(p):
         return w * (np.log(predict(p)) - np.log(t))
@@ -212,6 +253,7 @@ def _fit_one(s: OpSamples) -> Efficiency:
             r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1)
             if best is None or r.cost < best.cost:
                 best = r
+    assert best is not None  # the six starts above each gave a result
     p = np.exp(best.x)
     q = float(p[3]) if p[3] < Q_RANGE[1] * 0.999 else math.inf
     return Efficiency(float(p[0]), float(p[1]), float(p[2]), q)
@@ -233,8 +275,17 @@ def predict(model: RooflineModel, samples: OpSamples) -> np.ndarray:
     for key in np.unique(samples.key):
         m = samples.key == key
         e = model.efficiencies.get(str(key)) or DEFAULT_EFFICIENCY.get(str(key)) or DEFAULT_EFFICIENCY["elementwise"]
-        out[m] = op_time_ns(samples.flops[m], samples.bytes[m], samples.peak_flops[m], samples.bw_bytes_per_s[m],
-                            e.t_min_ns, e.e_c, e.e_m, samples.kernels[m], e.q)
+        out[m] = op_time_ns(
+            samples.flops[m],
+            samples.bytes[m],
+            samples.peak_flops[m],
+            samples.bw_bytes_per_s[m],
+            e.t_min_ns,
+            e.e_c,
+            e.e_m,
+            samples.kernels[m],
+            e.q,
+        )
     return out
 
 
@@ -261,6 +312,8 @@ def error_metrics(pred: np.ndarray, meas: np.ndarray) -> Metrics:
 def evaluate(model: RooflineModel, samples: OpSamples) -> dict[str, Metrics]:
     """Metrics per key and ``"overall"``."""
     pred = predict(model, samples)
-    out = {str(k): error_metrics(pred[samples.key == k], samples.time_ns[samples.key == k]) for k in np.unique(samples.key)}
+    out = {
+        str(k): error_metrics(pred[samples.key == k], samples.time_ns[samples.key == k]) for k in np.unique(samples.key)
+    }
     out["overall"] = error_metrics(pred, samples.time_ns)
     return out

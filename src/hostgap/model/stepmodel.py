@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 from scipy.optimize import least_squares
 
+from hostgap.model import graphlaunch
 from hostgap.model.roofline import Metrics, error_metrics
 
 
@@ -50,36 +51,55 @@ class HostModel:
     source: str = "default"
     per_rank_ns: float = 0.0  # serial, per TP rank beyond the first
     dispatch_ns: float = 0.0  # overlapping, per step (eager only)
+    graph_node_ns: float = 0.0  # overlapping, per node a graph launch submits (graphlaunch.py)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict) -> "HostModel":
+    def from_dict(d: dict) -> HostModel:
         return HostModel(**{k: d[k] for k in HostModel.__dataclass_fields__ if k in d})
 
 
 DEFAULT_HOST: dict[str, HostModel] = {
     # vLLM V1 eager on H100, fitted on the differencing paper's cells (paper_cells.json):
     # `hostgap fit --paper-cells` reproduces these (rounded) values; docs/models.md §4.
-    "vllm": HostModel(serial_ns=222.5e3, per_seq_ns=5.74e3, per_kernel_ns=33.28e3, launch_floor_ns=4.707e3,
-                      graph_launch_ns=30e3, per_rank_ns=251.3e3, dispatch_ns=1.176e6,
-                      source="default: fitted on the differencing paper's H100 vLLM eager cells (hostgap fit --paper-cells)"),
+    "vllm": HostModel(
+        serial_ns=222.5e3,
+        per_seq_ns=5.74e3,
+        per_kernel_ns=33.28e3,
+        launch_floor_ns=4.707e3,
+        graph_launch_ns=30e3,
+        per_rank_ns=251.3e3,
+        dispatch_ns=1.176e6,
+        graph_node_ns=graphlaunch.POOLED.per_node_ns,
+        source="default: fitted on the differencing paper's H100 vLLM eager cells (hostgap fit --paper-cells)",
+    ),
     # transformers eager: ~1,700 kernels and ~20 ms of host time per 8B decode step on H200
     # (docs/PLATFORM.md): ~12 us per kernel; a short serial part for the generate loop.
-    "hf": HostModel(serial_ns=0.5e6, per_seq_ns=2e3, per_kernel_ns=12e3, launch_floor_ns=4.5e3,
-                    graph_launch_ns=30e3, source="default (transformers eager, ~12 us per kernel, docs/PLATFORM.md)"),
+    "hf": HostModel(
+        serial_ns=0.5e6,
+        per_seq_ns=2e3,
+        per_kernel_ns=12e3,
+        launch_floor_ns=4.5e3,
+        graph_launch_ns=30e3,
+        graph_node_ns=graphlaunch.POOLED.per_node_ns,
+        source="default (transformers eager, ~12 us per kernel, docs/PLATFORM.md)",
+    ),
 }
-"""One graph launch ~30 us; the launch floor is replaced per device (:func:`for_device`)."""
+"""One graph launch ~30 us plus ~1 us per node it submits (graphlaunch.py); the launch floor and
+the per-node cost are replaced per device (:func:`for_device`)."""
 
 DEFAULT_DEVICE_SCALE: dict[str, float] = {"h100-sxm": 0.864}
 """Level of the default roofline per device where a published step sets it: H100 from the 8B
 batch-1 cell's 6.41 ms GPU time (paper_cells.json; ``hostgap fit --paper-cells`` prints it)."""
 
 
-def for_device(host: HostModel, floor_ns: float) -> HostModel:
-    """``host`` with the device's launch floor (never above the per-kernel cost)."""
-    return replace(host, launch_floor_ns=min(floor_ns, host.per_kernel_ns))
+def for_device(host: HostModel, floor_ns: float, device: str = "") -> HostModel:
+    """``host`` with the device's launch floor (never above the per-kernel cost) and, where the
+    host carries a per-node graph-launch cost, ``device``'s own (graphlaunch.for_device)."""
+    node = graphlaunch.for_device(device).per_node_ns if device and host.graph_node_ns > 0 else host.graph_node_ns
+    return replace(host, launch_floor_ns=min(floor_ns, host.per_kernel_ns), graph_node_ns=node)
 
 
 @dataclass(frozen=True)
@@ -130,28 +150,46 @@ class StepPrediction:
 
     def to_dict(self) -> dict:
         return {
-            "device_ns": self.device_ns, "collective_ns": self.collective_ns,
-            "collective_wait_ns": self.collective_wait_ns, "gpu_active_ns": self.gpu_ns,
-            "host_ns": self.host_ns, "total_ns": self.total_ns, "host_fraction": self.host_fraction,
-            "host_caused_ns": self.host_caused_ns, "serial_host_ns": self.serial_ns,
-            "orchestration_ns": self.orchestration_ns, "orchestration_exposed_ns": self.orchestration_exposed_ns,
-            "kernels": self.kernels, "graph_launches": self.graph_launches, "mode": self.mode, "tp": self.tp,
+            "device_ns": self.device_ns,
+            "collective_ns": self.collective_ns,
+            "collective_wait_ns": self.collective_wait_ns,
+            "gpu_active_ns": self.gpu_ns,
+            "host_ns": self.host_ns,
+            "total_ns": self.total_ns,
+            "host_fraction": self.host_fraction,
+            "host_caused_ns": self.host_caused_ns,
+            "serial_host_ns": self.serial_ns,
+            "orchestration_ns": self.orchestration_ns,
+            "orchestration_exposed_ns": self.orchestration_exposed_ns,
+            "kernels": self.kernels,
+            "graph_launches": self.graph_launches,
+            "mode": self.mode,
+            "tp": self.tp,
         }
 
 
-def orchestration_ns(host: HostModel, kernels: float, mode: str = "eager", host_speed: float = 1.0,
-                     graphs: float = 1.0) -> float:
+def orchestration_ns(
+    host: HostModel,
+    kernels: float,
+    mode: str = "eager",
+    host_speed: float = 1.0,
+    graphs: float = 1.0,
+    graph_nodes: float = 0.0,
+) -> float:
     """Overlapping host work of one step: dispatch + per-kernel cost x ``kernels``, plus, in graph
     mode, ``graphs`` graph launches (``kernels`` then counts the kernels launched eagerly
     outside the graphs: accounting.graph_split).
 
     The dispatch (per-step input and attention-metadata preparation) runs in both modes: a
     graph replays kernels, not the Python that prepares the step's inputs.
+    ``graph_nodes`` (the kernels the graphs replay) cost ``graph_node_ns`` each to submit.
     ``host_speed`` > 1 (a faster CPU) divides the CPU part; the launch floor is hardware.
     """
     floor = min(host.launch_floor_ns, host.per_kernel_ns)
     t = host.dispatch_ns / host_speed + kernels * ((host.per_kernel_ns - floor) / host_speed + floor)
-    return t + (graphs * host.graph_launch_ns / host_speed if mode != "eager" else 0.0)
+    if mode == "eager":
+        return t
+    return t + (graphs * host.graph_launch_ns + graph_nodes * host.graph_node_ns) / host_speed
 
 
 def serial_ns(host: HostModel, batch: float, tp: int = 1, host_speed: float = 1.0) -> float:
@@ -159,13 +197,31 @@ def serial_ns(host: HostModel, batch: float, tp: int = 1, host_speed: float = 1.
     return (host.serial_ns + host.per_seq_ns * batch + host.per_rank_ns * (tp - 1)) / host_speed
 
 
-def step(device_ns: float, collective_ns: float, kernels: float, batch: int, host: HostModel,
-         mode: str = "eager", host_speed: float = 1.0, tp: int = 1, graphs: float = 1.0) -> StepPrediction:
+def step(
+    device_ns: float,
+    collective_ns: float,
+    kernels: float,
+    batch: int,
+    host: HostModel,
+    mode: str = "eager",
+    host_speed: float = 1.0,
+    tp: int = 1,
+    graphs: float = 1.0,
+    graph_nodes: float = 0.0,
+) -> StepPrediction:
     """Predict one step. ``host_speed`` > 1: a faster host CPU (single-thread speed factor).
-    Graph mode: ``kernels`` launched outside ``graphs`` graph launches (orchestration_ns)."""
-    return StepPrediction(device_ns, collective_ns, serial_ns(host, batch, tp, host_speed),
-                          orchestration_ns(host, kernels, mode, host_speed, graphs), kernels, mode, tp,
-                          graphs if mode != "eager" else 0.0)
+    Graph mode: ``kernels`` launched outside ``graphs`` graph launches replaying ``graph_nodes``
+    kernels (orchestration_ns)."""
+    return StepPrediction(
+        device_ns,
+        collective_ns,
+        serial_ns(host, batch, tp, host_speed),
+        orchestration_ns(host, kernels, mode, host_speed, graphs, graph_nodes),
+        kernels,
+        mode,
+        tp,
+        graphs if mode != "eager" else 0.0,
+    )
 
 
 # -- fitting the host term from measured cells ---------------------------------------------
@@ -181,7 +237,7 @@ class HostSamples:
     batch: np.ndarray
     graph: np.ndarray  # bool: CUDA-graph mode
 
-    def take(self, m) -> "HostSamples":
+    def take(self, m) -> HostSamples:
         return HostSamples(*(v[m] for v in (self.t_step_ns, self.g_step_ns, self.k_step, self.batch, self.graph)))
 
     def __len__(self) -> int:
@@ -194,8 +250,9 @@ def _predict(p, s: HostSamples, base: HostModel) -> np.ndarray:
     return serial + per_seq * s.batch + np.maximum(orch, s.g_step_ns)
 
 
-def fit_host(samples: HostSamples, base: HostModel, launch_floor_ns: float | None = None,
-             per_kernel_ns: float | None = None) -> HostModel:
+def fit_host(
+    samples: HostSamples, base: HostModel, launch_floor_ns: float | None = None, per_kernel_ns: float | None = None
+) -> HostModel:
     """Least squares on relative error of ``serial + per_seq b + max(dispatch + per_kernel k, g)``.
 
     ``dispatch`` stays at ``base``'s value: with the kernel count of one engine it is not
@@ -223,17 +280,24 @@ def fit_host(samples: HostSamples, base: HostModel, launch_floor_ns: float | Non
     # so one start can stop in a flat region far from the law (an orchestration-bound cell set
     # with one kernel count: 61 % off): start from the host time put in the serial part, then
     # all of it in the per-kernel cost, and keep the better fit
-    starts = ([np.median(t - samples.g_step_ns), 0.0, np.median(t / k_step) / 2],
-              [0.0, 0.0, np.median((t - base.dispatch_ns) / k_step)])
-    fits = [least_squares(resid, np.clip(x0, 0.0, hi), bounds=(0.0, hi), loss="soft_l1", f_scale=0.05)
-            for x0 in starts]
+    starts = (
+        [np.median(t - samples.g_step_ns), 0.0, np.median(t / k_step) / 2],
+        [0.0, 0.0, np.median((t - base.dispatch_ns) / k_step)],
+    )
+    fits = [least_squares(resid, np.clip(x0, 0.0, hi), bounds=(0.0, hi), loss="soft_l1", f_scale=0.05) for x0 in starts]
     best = min(fits, key=lambda f: f.cost)
     s, b, k = (float(v) for v in best.x)
-    k = float(per_kernel_ns) if fixed_k else k
+    k = float(per_kernel_ns) if fixed_k and per_kernel_ns is not None else k
     floor = base.launch_floor_ns if launch_floor_ns is None or not np.isfinite(launch_floor_ns) else launch_floor_ns
     how = "per-kernel orchestration measured (TaxBreak), serial fitted" if fixed_k else "fitted"
-    return replace(base, serial_ns=s, per_seq_ns=b if vary_b else 0.0, per_kernel_ns=k,
-                   launch_floor_ns=min(floor, k), source=f"{how} on {len(samples)} measured cells")
+    return replace(
+        base,
+        serial_ns=s,
+        per_seq_ns=b if vary_b else 0.0,
+        per_kernel_ns=k,
+        launch_floor_ns=min(floor, k),
+        source=f"{how} on {len(samples)} measured cells",
+    )
 
 
 def predict_host(model: HostModel, samples: HostSamples) -> np.ndarray:

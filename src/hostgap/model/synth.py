@@ -15,6 +15,7 @@ GPU under an eager engine; they are test fixtures, not measurements.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -42,11 +43,19 @@ class SynthData:
     noise: float = 0.0
 
 
-def synth_steps(n_steps: int = 600, *, seed: int = 0, noise: float = 0.01,
-                decode_fraction: float = 0.6, context: str = "varied",
-                max_batch: int = 256, source: str = "synth",
-                prefill_truth=PREFILL_TRUTH, decode_truth=DECODE_TRUTH,
-                host_truth=HOST_TRUTH) -> SynthData:
+def synth_steps(
+    n_steps: int = 600,
+    *,
+    seed: int = 0,
+    noise: float = 0.01,
+    decode_fraction: float = 0.6,
+    context: str = "varied",
+    max_batch: int = 256,
+    source: str = "synth",
+    prefill_truth=PREFILL_TRUTH,
+    decode_truth=DECODE_TRUTH,
+    host_truth=HOST_TRUTH,
+) -> SynthData:
     """``n_steps`` steps, a ``decode_fraction`` of them decode-only.
 
     ``context="varied"`` draws KV lengths log-uniformly over 64..32k tokens (where token-count
@@ -54,15 +63,15 @@ def synth_steps(n_steps: int = 600, *, seed: int = 0, noise: float = 0.01,
     """
     rng = np.random.default_rng(seed)
     is_dec = rng.random(n_steps) < decode_fraction
-    rows = [(_decode_step(rng, context, max_batch) if d else _prefill_step(rng, context))
-            for d in is_dec]
+    rows = [(_decode_step(rng, context, max_batch) if d else _prefill_step(rng, context)) for d in is_dec]
     counts = np.array([len(r[0]) for r in rows])
     p = np.concatenate([r[0] for r in rows]).astype(np.float64)
     c = np.concatenate([r[1] for r in rows]).astype(np.float64)
     pre = np.concatenate([r[2] for r in rows])
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     owner = np.repeat(np.arange(n_steps), counts)
-    agg = {
+    # per-step request aggregates, each a Steps column of that name (typed Any: passed as **agg)
+    agg: dict[str, Any] = {
         "n_requests": counts.astype(np.float64),
         "n_prefill": np.bincount(owner, weights=pre.astype(float), minlength=n_steps),
         "sum_p": np.bincount(owner, weights=p, minlength=n_steps),
@@ -70,8 +79,7 @@ def synth_steps(n_steps: int = 600, *, seed: int = 0, noise: float = 0.01,
         "sum_pp": np.bincount(owner, weights=p * p, minlength=n_steps),
         "sum_pc": np.bincount(owner, weights=p * c, minlength=n_steps),
     }
-    X = np.column_stack([np.ones(n_steps), agg["sum_p"], agg["sum_c"], agg["sum_pp"],
-                         agg["n_requests"], agg["sum_pc"]])
+    X = np.column_stack([np.ones(n_steps), agg["sum_p"], agg["sum_c"], agg["sum_pp"], agg["n_requests"], agg["sum_pc"]])
     prefill_cls = (agg["n_prefill"] > 0) | (agg["sum_p"] > agg["n_requests"])
     total = np.where(prefill_cls, _piecewise(X, prefill_truth), _piecewise(X, decode_truth))
     host = host_truth[0] + host_truth[1] * agg["n_requests"]
@@ -82,15 +90,19 @@ def synth_steps(n_steps: int = 600, *, seed: int = 0, noise: float = 0.01,
     device = device * np.exp(noise * rng.standard_normal(n_steps))
     wall = np.round(host + device)
     steps = Steps(
-        sources=(source,), source_idx=np.zeros(n_steps, np.int32),
-        step=np.arange(n_steps, dtype=np.int64), wall_ns=wall,
-        gpu_active_ns=np.round(device), host_exposed_ns=wall - np.round(device),
-        host_wait_ns=np.full(n_steps, np.nan), queued=np.zeros(n_steps, bool),
-        requests=Requests(offsets, np.array([f"r{i}" for i in range(len(p))], dtype=object),
-                          p, c, pre),
-        origin=f"synth(seed={seed})", **agg)
-    return SynthData(steps, {"prefill": prefill_truth, "decode": decode_truth},
-                     host_truth, noise)
+        sources=(source,),
+        source_idx=np.zeros(n_steps, np.int32),
+        step=np.arange(n_steps, dtype=np.int64),
+        wall_ns=wall,
+        gpu_active_ns=np.round(device),
+        host_exposed_ns=wall - np.round(device),
+        host_wait_ns=np.full(n_steps, np.nan),
+        queued=np.zeros(n_steps, bool),
+        requests=Requests(offsets, np.array([f"r{i}" for i in range(len(p))], dtype=object), p, c, pre),
+        origin=f"synth(seed={seed})",
+        **agg,
+    )
+    return SynthData(steps, {"prefill": prefill_truth, "decode": decode_truth}, host_truth, noise)
 
 
 def _piecewise(X: np.ndarray, truth) -> np.ndarray:

@@ -66,16 +66,23 @@ class AllReduceModel:
         return self.latency_ns[kk] + 1e9 * size / (self.bw_bytes_per_s[kk] * scale)
 
     def to_dict(self) -> dict:
-        return {"device": self.device, "source": self.source,
-                "interconnect_bw_bytes_per_s": self.interconnect_bw_bytes_per_s,
-                "latency_ns": {str(k): v for k, v in self.latency_ns.items()},
-                "bw_bytes_per_s": {str(k): v for k, v in self.bw_bytes_per_s.items()}}
+        return {
+            "device": self.device,
+            "source": self.source,
+            "interconnect_bw_bytes_per_s": self.interconnect_bw_bytes_per_s,
+            "latency_ns": {str(k): v for k, v in self.latency_ns.items()},
+            "bw_bytes_per_s": {str(k): v for k, v in self.bw_bytes_per_s.items()},
+        }
 
     @staticmethod
-    def from_dict(d: dict) -> "AllReduceModel":
-        return AllReduceModel(d["device"], {int(k): v for k, v in d["latency_ns"].items()},
-                              {int(k): v for k, v in d["bw_bytes_per_s"].items()},
-                              d["interconnect_bw_bytes_per_s"], d.get("source", ""))
+    def from_dict(d: dict) -> AllReduceModel:
+        return AllReduceModel(
+            d["device"],
+            {int(k): v for k, v in d["latency_ns"].items()},
+            {int(k): v for k, v in d["bw_bytes_per_s"].items()},
+            d["interconnect_bw_bytes_per_s"],
+            d.get("source", ""),
+        )
 
 
 def fit_all_reduce(samples, device: DeviceSpec, single_node: bool = True) -> AllReduceModel:
@@ -93,8 +100,13 @@ def fit_all_reduce(samples, device: DeviceSpec, single_node: bool = True) -> All
             continue
         a, b = _fit_affine(samples.size_bytes[m], samples.time_ns[m])
         lat[int(k)], bw[int(k)] = a, 1e9 / b  # b: ns per byte
-    return AllReduceModel(device.name, lat, bw, device.interconnect_bw_bytes_per_s,
-                          "fitted on vidur a100_dgx all_reduce (median times, single node)")
+    return AllReduceModel(
+        device.name,
+        lat,
+        bw,
+        device.interconnect_bw_bytes_per_s,
+        "fitted on vidur a100_dgx all_reduce (median times, single node)",
+    )
 
 
 def _fit_affine(x, y):
@@ -118,8 +130,13 @@ def default_all_reduce(device: DeviceSpec) -> AllReduceModel:
     """Without a fit: 10 us latency, half the interconnect bandwidth x k / (2 (k - 1))."""
     lat = {k: 10_000.0 for k in (2, 4, 8)}
     bw = {k: 0.5 * device.interconnect_bw_bytes_per_s * k / (2 * (k - 1)) for k in (2, 4, 8)}
-    return AllReduceModel(device.name, lat, bw, device.interconnect_bw_bytes_per_s,
-                          "default: 10 us + ring all-reduce at 50 % of interconnect bandwidth")
+    return AllReduceModel(
+        device.name,
+        lat,
+        bw,
+        device.interconnect_bw_bytes_per_s,
+        "default: 10 us + ring all-reduce at 50 % of interconnect bandwidth",
+    )
 
 
 # -- forms --------------------------------------------------------------------------------
@@ -183,8 +200,14 @@ def compare_forms(fit_cells: list[TPCell], test_cells: list[TPCell]) -> dict[str
     return {f: error_metrics(fit_form(f, fit_cells).predict(test_cells), y) for f in FORMS}
 
 
-def synthetic_cells(form: str, params: tuple, ks=(1, 2, 4, 8), models=((6e6, 1.5e6), (30e6, 3e6), (12e6, 2e6)),
-                    noise: float = 0.02, seed: int = 0) -> list[TPCell]:
+def synthetic_cells(
+    form: str,
+    params: tuple,
+    ks=(1, 2, 4, 8),
+    models=((6e6, 1.5e6), (30e6, 3e6), (12e6, 2e6)),
+    noise: float = 0.02,
+    seed: int = 0,
+) -> list[TPCell]:
     """Cells generated from a known form: per model (D_1 ns, fixed per-kernel latency ns).
 
     The fixed per-kernel latency (t_min x kernels) does not split over ranks, so
@@ -206,24 +229,28 @@ def synthetic_cells(form: str, params: tuple, ks=(1, 2, 4, 8), models=((6e6, 1.5
 
 LLAMA_31_70B = get_preset("llama-3.1-70b")
 
+
 def _paper_values() -> dict:
     """The published TP values, from the one data file of published cells (paper_cells.json)."""
     import json
     from pathlib import Path
 
     cells = {c["id"]: c for c in json.loads(Path(__file__).with_name("paper_cells.json").read_text())["cells"]}
-    return {"8b_tp1": dict(wall_ms=cells["8b_b1"]["published"]["wall_ms"], gpu_ms=cells["8b_b1"]["gpu_ms"]),
-            "8b_tp2": dict(wall_ms=cells["8b_tp2"]["published"]["wall_ms"], gpu_ms=cells["8b_tp2"]["gpu_active_ms"]),
-            "70b_tp2_over_tp4": cells["70b_tp2_over_tp4"]["published"]["speedup"]}
+    return {
+        "8b_tp1": dict(wall_ms=cells["8b_b1"]["published"]["wall_ms"], gpu_ms=cells["8b_b1"]["gpu_ms"]),
+        "8b_tp2": dict(wall_ms=cells["8b_tp2"]["published"]["wall_ms"], gpu_ms=cells["8b_tp2"]["gpu_active_ms"]),
+        "70b_tp2_over_tp4": cells["70b_tp2_over_tp4"]["published"]["speedup"],
+    }
 
 
 PAPER_CELLS = _paper_values()
 
 
-def _cells_for(arch: Arch, ks, device: DeviceSpec, rl: RooflineModel, ar: AllReduceModel,
-               scale: float, context: int = 2048) -> list[TPCell]:
+def _cells_for(
+    arch: Arch, ks, device: DeviceSpec, rl: RooflineModel, ar: AllReduceModel, scale: float, context: int = 2048
+) -> list[TPCell]:
     """One TPCell per degree in ``ks`` (which starts at 1: D_1 comes from it)."""
-    out = []
+    out: list[TPCell] = []
     for k in ks:
         acc = account(arch, Cell(batch=1, q_tokens=1, context=context, tp=k, engine="vllm"))
         dt = device_time(acc, device, rl)
@@ -261,7 +288,9 @@ def paper_reference_check(ar: AllReduceModel | None = None, rl: RooflineModel | 
     scale = PAPER_CELLS["8b_tp1"]["gpu_ms"] * 1e6 / raw1
     c8 = _cells_for(arch8, (1, 2), dev, rl, ar, scale)
     c8[0] = TPCell(1, c8[0].device_ns, 0.0, c8[0].device1_ns, PAPER_CELLS["8b_tp1"]["wall_ms"] * 1e6, c8[0].label)
-    c8[1] = TPCell(2, c8[1].device_ns, c8[1].comm_ns, c8[1].device1_ns, PAPER_CELLS["8b_tp2"]["wall_ms"] * 1e6, c8[1].label)
+    c8[1] = TPCell(
+        2, c8[1].device_ns, c8[1].comm_ns, c8[1].device1_ns, PAPER_CELLS["8b_tp2"]["wall_ms"] * 1e6, c8[1].label
+    )
     c70 = _cells_for(LLAMA_31_70B, (1, 2, 4), dev, rl, ar, scale)[1:]
     rows = []
     for f in FORMS:

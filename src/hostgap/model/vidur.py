@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -51,8 +52,7 @@ VIDUR_OPS = {
 
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 
-_DIMS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "num_tokens",
-         "num_tensor_parallel_workers")
+_DIMS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "num_tokens", "num_tensor_parallel_workers")
 
 
 def _read_rows(path: str | Path, required: tuple) -> list[dict]:
@@ -76,9 +76,19 @@ def arch_of_row(row: dict, name: str) -> Arch:
     gated = str(row.get("use_gated_mlp", "True")).strip().lower()
     if gated not in ("true", "false"):
         raise HostgapError(name, f"use_gated_mlp must be True or False, got {row.get('use_gated_mlp')!r}")
-    return Arch(name=name, family="llama", hidden=h, layers=1, heads=heads, kv_heads=int(row["n_kv_head"]),
-                head_dim=h // heads, intermediate=int(row["n_expanded_embd"]), vocab=int(row["vocab_size"]),
-                tied_embeddings=False, gated_mlp=gated == "true")
+    return Arch(
+        name=name,
+        family="llama",
+        hidden=h,
+        layers=1,
+        heads=heads,
+        kv_heads=int(row["n_kv_head"]),
+        head_dim=h // heads,
+        intermediate=int(row["n_expanded_embd"]),
+        vocab=int(row["vocab_size"]),
+        tied_embeddings=False,
+        gated_mlp=gated == "true",
+    )
 
 
 def _ops_in(path, header, stat: str) -> list[str]:
@@ -90,8 +100,9 @@ def _ops_in(path, header, stat: str) -> list[str]:
     return have
 
 
-def read_mlp(path: str | Path, device: DeviceSpec, group: str | None = None,
-             stat: str = "median", dtype: str = "float16") -> OpSamples:
+def read_mlp(
+    path: str | Path, device: DeviceSpec, group: str | None = None, stat: str = "median", dtype: str = "float16"
+) -> OpSamples:
     """One sample per (row, vidur op): accounting FLOPs/bytes for that op, measured time.
 
     ``key`` is the vidur op name. vidur profiles fp16 (``dtype``).
@@ -101,7 +112,7 @@ def read_mlp(path: str | Path, device: DeviceSpec, group: str | None = None,
     # no post-attention norm: a parallel block whose "add" is attn + mlp + residual (two kernels)
     add_kernels = 1.0 if "post_attention_layernorm" in ops else 2.0
     group = group or Path(path).stem
-    cols = {c: [] for c in ("key", "flops", "bytes", "kernels", "time_ns", "tokens")}
+    cols: dict[str, list] = {c: [] for c in ("key", "flops", "bytes", "kernels", "time_ns", "tokens")}
     cache = {}
     for r in rows:
         k, T = _int(path, r, "num_tensor_parallel_workers"), _int(path, r, "num_tokens")
@@ -123,10 +134,15 @@ def read_mlp(path: str | Path, device: DeviceSpec, group: str | None = None,
             cols["tokens"].append(T)
     n = len(cols["key"])
     return OpSamples(
-        key=np.array(cols["key"]), flops=np.array(cols["flops"]), bytes=np.array(cols["bytes"]),
-        kernels=np.array(cols["kernels"]), peak_flops=np.full(n, device.peak(dtype)),
-        bw_bytes_per_s=np.full(n, device.mem_bw_bytes_per_s), time_ns=np.array(cols["time_ns"]),
-        group=np.full(n, group), tokens=np.array(cols["tokens"]),
+        key=np.array(cols["key"]),
+        flops=np.array(cols["flops"]),
+        bytes=np.array(cols["bytes"]),
+        kernels=np.array(cols["kernels"]),
+        peak_flops=np.full(n, device.peak(dtype)),
+        bw_bytes_per_s=np.full(n, device.mem_bw_bytes_per_s),
+        time_ns=np.array(cols["time_ns"]),
+        group=np.full(n, group),
+        tokens=np.array(cols["tokens"]),
     )
 
 
@@ -158,8 +174,10 @@ class AllReduceSamples:
     devices_per_node: np.ndarray
     time_ns: np.ndarray
 
-    def take(self, mask) -> "AllReduceSamples":
-        return AllReduceSamples(self.size_bytes[mask], self.workers[mask], self.devices_per_node[mask], self.time_ns[mask])
+    def take(self, mask) -> AllReduceSamples:
+        return AllReduceSamples(
+            self.size_bytes[mask], self.workers[mask], self.devices_per_node[mask], self.time_ns[mask]
+        )
 
     def __len__(self) -> int:
         return len(self.time_ns)
@@ -169,8 +187,10 @@ def read_all_reduce(path: str | Path, stat: str = "median") -> AllReduceSamples:
     col = f"time_stats.all_reduce.{stat}"
     rows = _read_rows(path, ("size", "num_workers", "devices_per_node", col))
     return AllReduceSamples(
-        np.array([float(r["size"]) for r in rows]), np.array([int(r["num_workers"]) for r in rows]),
-        np.array([int(r["devices_per_node"]) for r in rows]), np.array([float(r[col]) * 1e6 for r in rows]),
+        np.array([float(r["size"]) for r in rows]),
+        np.array([int(r["num_workers"]) for r in rows]),
+        np.array([int(r["devices_per_node"]) for r in rows]),
+        np.array([float(r[col]) * 1e6 for r in rows]),
     )
 
 
@@ -212,7 +232,8 @@ def validate_cross_model(calibrate: OpSamples, score: OpSamples, keyed_by: str =
         key = np.where(np.isin(s.key, GEMM_OPS), "gemm", s.key)
         return OpSamples(key, s.flops, s.bytes, s.kernels, s.peak_flops, s.bw_bytes_per_s, s.time_ns, s.group, s.tokens)
 
-    model = roofline.fit(rekey(calibrate), source=f"vidur {calibrate.group[0]}", keyed_by="op")
+    # vidur profile rows (read_mlp) carry the model they come from in ``group``
+    model = roofline.fit(rekey(calibrate), source=f"vidur {cast(np.ndarray, calibrate.group)[0]}", keyed_by="op")
     pred = roofline.predict(model, rekey(score))
     out = {}
     for op in np.unique(score.key):

@@ -63,6 +63,11 @@ class Setup:
     capture: str | None = None  # graph mode: CUDA graph capture (None: the engine's default)
 
 
+def setup_account(s: Setup, cell: Cell | None = None, arch: Arch | None = None) -> Account:
+    """The account of ``cell`` (default: the setup's), with the measured kernels per step."""
+    return _account(s, cell, arch)
+
+
 def _account(s: Setup, cell: Cell | None = None, arch: Arch | None = None) -> Account:
     cell = cell or s.cell
     acc = account(arch or s.arch, cell)
@@ -92,10 +97,13 @@ def _overlap(s: Setup, cell: Cell, mode: str, host_speed: float) -> StepPredicti
     acc = _account(s, cell)
     dt = device_time(acc, s.device, s.roofline)
     dev = max(s.device_scale * dt.total_ns, bandwidth_floor_ns(acc, s.device))
-    kernels, graphs = acc.launches, 1.0
+    kernels, graphs, nodes = acc.launches, 1.0, 0.0
     if mode != "eager":
         graphs, kernels, _ = graph_split(acc, s.arch.layers, s.capture)
-    return step(dev, collective_ns(s, dt, cell.tp), kernels, cell.batch, s.host, mode, host_speed, cell.tp, graphs)
+        nodes = acc.launches - kernels
+    return step(
+        dev, collective_ns(s, dt, cell.tp), kernels, cell.batch, s.host, mode, host_speed, cell.tp, graphs, nodes
+    )
 
 
 def form_totals(s: Setup, cell: Cell | None = None, mode: str | None = None, host_speed: float = 1.0) -> dict:
@@ -104,9 +112,14 @@ def form_totals(s: Setup, cell: Cell | None = None, mode: str | None = None, hos
     pk = _overlap(s, cell, mode, host_speed)
     p1 = _overlap(s, replace(cell, tp=1), mode, host_speed)
     k, h1, gk = cell.tp, p1.host_ns, pk.device_ns + pk.collective_ns
-    return {"overlap": pk.total_ns, "additive": gk + h1, "compute_comm": p1.total_ns / k + pk.collective_ns,
-            "host_over_k": gk + h1 / k, "host_times_k": gk + h1 * k,
-            "additive_skew": gk + h1}  # its skew term needs TP > 1 measurements to fit: 0 here
+    return {
+        "overlap": pk.total_ns,
+        "additive": gk + h1,
+        "compute_comm": p1.total_ns / k + pk.collective_ns,
+        "host_over_k": gk + h1 / k,
+        "host_times_k": gk + h1 * k,
+        "additive_skew": gk + h1,
+    }  # its skew term needs TP > 1 measurements to fit: 0 here
 
 
 def predict(s: Setup, cell: Cell | None = None, mode: str | None = None, host_speed: float = 1.0) -> StepPrediction:
@@ -134,12 +147,18 @@ class MemoryCheck:
         return self.weights_bytes + self.kv_bytes <= self.device_bytes
 
     def message(self, device: str) -> str:
-        return (f"weights {self.weights_bytes / 1e9:.1f} GB + KV cache {self.kv_bytes / 1e9:.1f} GB per rank "
-                f"{'fit in' if self.fits else 'exceed'} {device}'s {self.device_bytes / 1e9:.0f} GB")
+        return (
+            f"weights {self.weights_bytes / 1e9:.1f} GB + KV cache {self.kv_bytes / 1e9:.1f} GB per rank "
+            f"{'fit in' if self.fits else 'exceed'} {device}'s {self.device_bytes / 1e9:.0f} GB"
+        )
 
     def to_dict(self) -> dict:
-        return {"weights_bytes": self.weights_bytes, "kv_bytes": self.kv_bytes,
-                "device_bytes": self.device_bytes, "fits": self.fits}
+        return {
+            "weights_bytes": self.weights_bytes,
+            "kv_bytes": self.kv_bytes,
+            "device_bytes": self.device_bytes,
+            "fits": self.fits,
+        }
 
 
 def memory_check(arch: Arch, cell: Cell, device: DeviceSpec) -> MemoryCheck:
@@ -161,6 +180,7 @@ class WhatIf:
     tokens_per_step: float = 1.0  # tokens per sequence the scenario's step emits
     baseline_tokens: float = 1.0
     extra: dict = field(default_factory=dict)
+    scenario_extra: dict = field(default_factory=dict)  # keys added to the scenario's JSON
 
     @property
     def step_change(self) -> float:
@@ -172,12 +192,19 @@ class WhatIf:
         return (self.baseline.total_ns / self.baseline_tokens) / (self.scenario.total_ns / self.tokens_per_step)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "assumptions": list(self.assumptions), "baseline": self.baseline.to_dict(),
-                "scenario": self.scenario.to_dict(), "tokens_per_step": self.tokens_per_step,
-                "step_change": self.step_change, "per_token_speedup": self.per_token_speedup, **self.extra}
+        return {
+            "name": self.name,
+            "assumptions": list(self.assumptions),
+            "baseline": self.baseline.to_dict(),
+            "scenario": {**self.scenario.to_dict(), **self.scenario_extra},
+            "tokens_per_step": self.tokens_per_step,
+            "step_change": self.step_change,
+            "per_token_speedup": self.per_token_speedup,
+            **self.extra,
+        }
 
 
-def parse(spec: str) -> tuple[str, dict]:
+def parse(spec: str, known: dict | None = None) -> tuple[str, dict]:
     """``"spec:gamma=4,alpha=0.7"`` -> ("spec", {...}); ``"tp=4"`` -> ("tp", {"k": "4"})."""
     spec = spec.strip()
     if ":" in spec:
@@ -193,8 +220,9 @@ def parse(spec: str) -> tuple[str, dict]:
             raise HostgapError("--what-if", f"{spec!r}: expected key=value, got {part!r}")
         k, v = part.split("=", 1)
         kw[k.strip()] = v.strip()
-    if name not in WHATIFS:
-        raise HostgapError("--what-if", f"unknown what-if {name!r}; known: {', '.join(WHATIFS)}")
+    known = WHATIFS if known is None else known
+    if name not in known:
+        raise HostgapError("--what-if", f"unknown what-if {name!r}; known: {', '.join(known)}")
     return name, kw
 
 
@@ -212,6 +240,10 @@ def _float(kw: dict, key: str, default: float | None, spec: str, lo: float, hi: 
     return v
 
 
+num = _float
+"""Public name of the what-ifs' number parser (the what-if modules beside this one use it)."""
+
+
 def graphs(s: Setup, kw: dict) -> WhatIf:
     """Same cell in graph mode: captured kernels' launches -> graph launches; the per-step
     dispatch and the kernels launched outside the graphs stay (accounting.GRAPH_CAPTURE)."""
@@ -219,26 +251,40 @@ def graphs(s: Setup, kw: dict) -> WhatIf:
     if capture is not None:
         known = GRAPH_CAPTURE[s.cell.engine]
         if capture not in known:
-            raise HostgapError("--what-if", f"graphs: {s.cell.engine} has no capture={capture!r}; known: "
-                                            f"{', '.join(known)}")
+            raise HostgapError(
+                "--what-if", f"graphs: {s.cell.engine} has no capture={capture!r}; known: {', '.join(known)}"
+            )
         s = replace(s, capture=capture)
     base = predict(s)
     new = predict(s, mode="graph")
     _, _, how = graph_split(_account(s), s.arch.layers, s.capture)
     hidden = base.orchestration_exposed_ns == 0
-    where = ("attention between the pieces, LM head, sampling" if how == "piecewise"
-             else "LM head, sampling" if s.cell.engine == "vllm" else "sampling")
-    return WhatIf("graphs", (
-        f"orchestration {base.orchestration_ns / 1e6:.3f} ms (dispatch {s.host.dispatch_ns / 1e6:.3f} ms + "
-        f"{base.kernels:.0f} launches x {s.host.per_kernel_ns / 1e3:.1f} us) -> "
-        f"{new.orchestration_ns / 1e6:.3f} ms with {how} CUDA graphs: {new.graph_launches:.0f} graph launch(es) "
-        f"x {s.host.graph_launch_ns / 1e3:.0f} us + {new.kernels:.0f} kernels still launched eagerly ({where})",
-        "the per-step dispatch (input and attention-metadata preparation) runs in both modes"
-        + ("; graphs:capture=full for one graph per step" if how == "piecewise" else ""),
-        f"orchestration overlaps GPU work: exposed part {base.orchestration_exposed_ns / 1e6:.3f} ms"
-        + (" (already hidden: no gain)" if hidden else ""),
-        "serial host work (scheduler, IPC, sampling) is unchanged",
-    ), base, new, extra={"capture": how})
+    where = (
+        "attention between the pieces, LM head, sampling"
+        if how == "piecewise"
+        else "LM head, sampling"
+        if s.cell.engine == "vllm"
+        else "sampling"
+    )
+    return WhatIf(
+        "graphs",
+        (
+            f"orchestration {base.orchestration_ns / 1e6:.3f} ms (dispatch {s.host.dispatch_ns / 1e6:.3f} ms + "
+            f"{base.kernels:.0f} launches x {s.host.per_kernel_ns / 1e3:.1f} us) -> "
+            f"{new.orchestration_ns / 1e6:.3f} ms with {how} CUDA graphs: {new.graph_launches:.0f} graph launch(es) "
+            f"x {s.host.graph_launch_ns / 1e3:.0f} us + {_account(s).launches - new.kernels:.0f} replayed nodes x "
+            f"{s.host.graph_node_ns / 1e3:.2f} us (graph launch host cost by node count) + {new.kernels:.0f} kernels "
+            f"still launched eagerly ({where})",
+            "the per-step dispatch (input and attention-metadata preparation) runs in both modes"
+            + ("; graphs:capture=full for one graph per step" if how == "piecewise" else ""),
+            f"orchestration overlaps GPU work: exposed part {base.orchestration_exposed_ns / 1e6:.3f} ms"
+            + (" (already hidden: no gain)" if hidden else ""),
+            "serial host work (scheduler, IPC, sampling) is unchanged",
+        ),
+        base,
+        new,
+        extra={"capture": how},
+    )
 
 
 def expected_tokens(gamma: int, alpha: float) -> float:
@@ -253,7 +299,9 @@ def speculative(s: Setup, kw: dict) -> WhatIf:
     gamma = int(_float(kw, "gamma", 4, spec, 1, 64))
     alpha = _float(kw, "alpha", None, spec, 0.0, 1.0)
     base = predict(s)
-    verify_cell = replace(s.cell, q_tokens=gamma + 1, context=s.cell.context + gamma, logits_kept=s.cell.batch * (gamma + 1))
+    verify_cell = replace(
+        s.cell, q_tokens=gamma + 1, context=s.cell.context + gamma, logits_kept=s.cell.batch * (gamma + 1)
+    )
     verify = predict(s, cell=verify_cell)
     draft_dev, draft_orch, draft_name = 0.0, 0.0, "none (n-gram / prompt-lookup drafting: no draft model time)"
     if kw.get("draft"):
@@ -261,17 +309,37 @@ def speculative(s: Setup, kw: dict) -> WhatIf:
         draft = _overlap(replace(s, arch=d_arch, kernels_per_step=None), s.cell, s.mode, 1.0)
         draft_dev = draft.device_ns + draft.collective_ns
         draft_orch, draft_name = draft.orchestration_ns, d_arch.name
-    cycle = StepPrediction(verify.device_ns + gamma * draft_dev, verify.collective_ns, verify.serial_ns,
-                           verify.orchestration_ns + gamma * draft_orch, verify.kernels, verify.mode, verify.tp,
-                           verify.graph_launches)
+    cycle = StepPrediction(
+        verify.device_ns + gamma * draft_dev,
+        verify.collective_ns,
+        verify.serial_ns,
+        verify.orchestration_ns + gamma * draft_orch,
+        verify.kernels,
+        verify.mode,
+        verify.tp,
+        verify.graph_launches,
+    )
     e = expected_tokens(gamma, alpha)
-    return WhatIf("spec", (
-        f"draft length gamma={gamma}, acceptance alpha={alpha:g}: E[tokens per cycle] = "
-        f"(1 - alpha^(gamma+1)) / (1 - alpha) = {e:.3f}",
-        f"verify = one step over {gamma + 1} tokens per sequence; draft model: {draft_name}",
-        "serial host term paid once per cycle; draft steps' orchestration overlaps their GPU work",
-        "acceptance independent per position (i.i.d.), as in the expected-tokens formula",
-    ), base, cycle, tokens_per_step=e, extra={"gamma": gamma, "alpha": alpha, "expected_tokens": e})
+    return WhatIf(
+        "spec",
+        (
+            f"draft length gamma={gamma}, acceptance alpha={alpha:g}: E[tokens per cycle] = "
+            f"(1 - alpha^(gamma+1)) / (1 - alpha) = {e:.3f}",
+            f"verify = one step over {gamma + 1} tokens per sequence; draft model: {draft_name}",
+            "serial host term paid once per cycle; draft steps' orchestration overlaps their GPU work",
+            "acceptance independent per position (i.i.d.), as in the expected-tokens formula",
+        ),
+        base,
+        cycle,
+        tokens_per_step=e,
+        extra={
+            "gamma": gamma,
+            "alpha": alpha,
+            "expected_tokens": e,
+            "host_per_cycle_ns": cycle.host_ns,
+            "host_per_token_ns": cycle.host_ns / e,
+        },
+    )
 
 
 def _derated(rl: RooflineModel, acc: Account, factor: float) -> RooflineModel:
@@ -294,15 +362,22 @@ def fp8(s: Setup, kw: dict) -> WhatIf:
     w_ratio = a8.weight_bytes / a16.weight_bytes
     l_ratio = a8.launches / a16.launches
     has = "fp8" in s.device.peak_flops
-    return WhatIf("fp8", (
-        f"W8A8: weight bytes x{w_ratio:.2f} (embedding and LM head stay 16-bit)",
-        f"+1 activation-quantisation kernel per matmul: launches x{l_ratio:.2f} (paper measured ~1.7x), "
-        "each paying the per-kernel host cost",
-        f"matmuls at the FP8 peak ({s.device.peak('fp8') / 1e12:.0f} TFLOP/s)" if has
-        else f"{s.device.name} has no FP8 tensor cores: matmuls at the 16-bit peak",
-        "quantisation kernels use the 'quant' roofline family",
-        f"8-bit GEMM efficiency = 16-bit x {factor:g} (fp8:gemm_eff=F to change; 1 = as efficient as 16-bit)",
-    ), base, new, extra={"weight_bytes_ratio": w_ratio, "launch_ratio": l_ratio, "gemm_eff": factor})
+    return WhatIf(
+        "fp8",
+        (
+            f"W8A8: weight bytes x{w_ratio:.2f} (embedding and LM head stay 16-bit)",
+            f"+1 activation-quantisation kernel per matmul: launches x{l_ratio:.2f} (paper measured ~1.7x), "
+            "each paying the per-kernel host cost",
+            f"matmuls at the FP8 peak ({s.device.peak('fp8') / 1e12:.0f} TFLOP/s)"
+            if has
+            else f"{s.device.name} has no FP8 tensor cores: matmuls at the 16-bit peak",
+            "quantisation kernels use the 'quant' roofline family",
+            f"8-bit GEMM efficiency = 16-bit x {factor:g} (fp8:gemm_eff=F to change; 1 = as efficient as 16-bit)",
+        ),
+        base,
+        new,
+        extra={"weight_bytes_ratio": w_ratio, "launch_ratio": l_ratio, "gemm_eff": factor},
+    )
 
 
 def tensor_parallel(s: Setup, kw: dict) -> WhatIf:
@@ -313,32 +388,49 @@ def tensor_parallel(s: Setup, kw: dict) -> WhatIf:
     totals = form_totals(s, cellk)
     ar = s.all_reduce or default_all_reduce(s.device)
     others = ", ".join(f"{f} {t / 1e6:.2f} ms" for f, t in totals.items() if f != s.tp_form)
-    return WhatIf("tp", (
-        f"TP={k}: per-rank weights and FLOPs / {k}, KV heads split (replicated beyond {s.arch.kv_heads})",
-        f"all-reduce after attention and MLP: {ar.source}"
-        + ("" if ar.device == s.device.name else f" (bandwidth scaled to {s.device.name}'s interconnect)"),
-        f"host term by the '{s.tp_form}' form"
-        + (": serial part + per extra rank; each rank orchestrates its own kernels, exposed orchestration "
-           "waits inside the all-reduce" if s.tp_form == "overlap" else "") + f"; other forms: {others}",
-        "TP host terms are fitted on the paper's published 8B TP-2/TP-4 cells only (docs/models.md §4)",
-    ), base, scen, extra={"tp": k, "form_totals_ns": totals})
+    return WhatIf(
+        "tp",
+        (
+            f"TP={k}: per-rank weights and FLOPs / {k}, KV heads split (replicated beyond {s.arch.kv_heads})",
+            f"all-reduce after attention and MLP: {ar.source}"
+            + ("" if ar.device == s.device.name else f" (bandwidth scaled to {s.device.name}'s interconnect)"),
+            f"host term by the '{s.tp_form}' form"
+            + (
+                ": serial part + per extra rank; each rank orchestrates its own kernels, exposed orchestration "
+                "waits inside the all-reduce"
+                if s.tp_form == "overlap"
+                else ""
+            )
+            + f"; other forms: {others}",
+            "TP host terms are fitted on the paper's published 8B TP-2/TP-4 cells only (docs/models.md §4)",
+        ),
+        base,
+        scen,
+        extra={"tp": k, "form_totals_ns": totals},
+    )
 
 
 def host_speed(s: Setup, kw: dict) -> WhatIf:
     f = _float(kw, "speed", None, "host", 0.05, 20.0)
     base = predict(s)
     new = predict(s, host_speed=f)
-    return WhatIf("host", (
-        f"host CPU {f:g}x single-thread speed ({'faster' if f > 1 else 'slower' if f < 1 else 'same'}): "
-        f"serial host work, per-step dispatch and per-kernel CPU work / {f:g}",
-        f"launch floor {s.host.launch_floor_ns / 1e3:.2f} us per kernel unchanged (driver/hardware)",
-        "paper: orchestration -10-29 %, end-to-end up to -14 % on a faster host",
-    ), base, new)
+    return WhatIf(
+        "host",
+        (
+            f"host CPU {f:g}x single-thread speed ({'faster' if f > 1 else 'slower' if f < 1 else 'same'}): "
+            f"serial host work, per-step dispatch and per-kernel CPU work / {f:g}",
+            f"launch floor {s.host.launch_floor_ns / 1e3:.2f} us per kernel unchanged (driver/hardware)",
+            "paper: orchestration -10-29 %, end-to-end up to -14 % on a faster host",
+        ),
+        base,
+        new,
+    )
 
 
 WHATIFS = {"graphs": graphs, "spec": speculative, "fp8": fp8, "tp": tensor_parallel, "host": host_speed}
 
 
 def run(s: Setup, spec: str) -> WhatIf:
+    """This module's what-ifs; :func:`hostgap.model.scenarios.run` knows every what-if."""
     name, kw = parse(spec)
     return WHATIFS[name](s, kw)

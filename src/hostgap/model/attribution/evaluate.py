@@ -37,13 +37,19 @@ class GroupMetrics:
 
     def to_dict(self) -> dict:
         q = ("p50", "p90", "p99")
-        return {"source": self.source, "class": self.step_class, "n_steps": self.n_steps,
-                "r2": self.r2, **{f"rel_err_{k}": v for k, v in zip(q, self.rel_err)},
-                "baseline_r2": self.baseline_r2,
-                **{f"baseline_rel_err_{k}": v for k, v in zip(q, self.baseline_rel_err)},
-                **{f"improvement_{k}": v for k, v in zip(q, self.improvement)},
-                "host_fraction_median": self.host_fraction_median, "regime": self.regime,
-                "note": self.note}
+        return {
+            "source": self.source,
+            "class": self.step_class,
+            "n_steps": self.n_steps,
+            "r2": self.r2,
+            **{f"rel_err_{k}": v for k, v in zip(q, self.rel_err)},
+            "baseline_r2": self.baseline_r2,
+            **{f"baseline_rel_err_{k}": v for k, v in zip(q, self.baseline_rel_err)},
+            **{f"improvement_{k}": v for k, v in zip(q, self.improvement)},
+            "host_fraction_median": self.host_fraction_median,
+            "regime": self.regime,
+            "note": self.note,
+        }
 
 
 @dataclass(frozen=True)
@@ -56,9 +62,13 @@ class Metrics:
     def to_dict(self) -> dict:
         from hostgap import SCHEMA_VERSION
 
-        return {"schema_version": SCHEMA_VERSION, "n_steps": self.n_steps,
-                "n_excluded_training_steps": self.n_excluded, "note": self.note,
-                "groups": [g.to_dict() for g in self.groups]}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "n_steps": self.n_steps,
+            "n_excluded_training_steps": self.n_excluded,
+            "note": self.note,
+            "groups": [g.to_dict() for g in self.groups],
+        }
 
 
 def _r2(pred, y) -> float | None:
@@ -69,21 +79,24 @@ def _r2(pred, y) -> float | None:
 
 
 def _pcts(rel) -> tuple[float, float, float]:
-    return tuple(float(x) for x in np.percentile(rel, [50, 90, 99]))
+    p50, p90, p99 = (float(x) for x in np.percentile(rel, [50, 90, 99]))
+    return p50, p90, p99
 
 
 def _group(source, cls, pred, base, y, hf) -> GroupMetrics:
     rel, brel = _pcts(np.abs(pred - y) / y), _pcts(np.abs(base - y) / y)
-    imp = tuple((b / m if m > 0 else None) for b, m in zip(brel, rel))
+    i50, i90, i99 = ((b / m if m > 0 else None) for b, m in zip(brel, rel))
+    imp = (i50, i90, i99)
     hmed = _nanmedian(hf)
     note = ""
     if hmed is None:
         note = "host fraction unknown (no host_exposed_ns)"
     elif hmed >= HOST_DOMINATED_MIN:
-        note = (f"host-dominated (median host fraction {hmed:.0%}): mostly host work, so "
-                "memory-/compute-bound segments cannot show")
-    return GroupMetrics(source, cls, len(y), _r2(pred, y), rel, _r2(base, y), brel, imp, hmed,
-                        classify(hmed), note)
+        note = (
+            f"host-dominated (median host fraction {hmed:.0%}): mostly host work, so "
+            "memory-/compute-bound segments cannot show"
+        )
+    return GroupMetrics(source, cls, len(y), _r2(pred, y), rel, _r2(base, y), brel, imp, hmed, classify(hmed), note)
 
 
 def evaluate(model: Model, steps: Steps) -> Metrics:
@@ -97,8 +110,11 @@ def evaluate(model: Model, steps: Steps) -> Metrics:
     if len(srcs) > 1:
         srcs.append(("all", np.ones(len(steps), bool)))
     for sname, sm in srcs:
-        for cname, cm in (("prefill", steps.is_prefill), ("decode", ~steps.is_prefill),
-                          ("all", np.ones(len(steps), bool))):
+        for cname, cm in (
+            ("prefill", steps.is_prefill),
+            ("decode", ~steps.is_prefill),
+            ("all", np.ones(len(steps), bool)),
+        ):
             m = sm & cm
             both = (sm & steps.is_prefill).any() and (sm & ~steps.is_prefill).any()
             if m.any() and (cname != "all" or both):

@@ -31,8 +31,15 @@ from hostgap.model.attribution.terms import (
 from hostgap.model.steps_table import Steps
 
 
-def fit(steps: Steps, *, target: str = "wall_ns", classes=CLASSES, use_pc: bool = True,
-        loss: str = "relative", provenance: dict | None = None) -> Model:
+def fit(
+    steps: Steps,
+    *,
+    target: str = "wall_ns",
+    classes=CLASSES,
+    use_pc: bool = True,
+    loss: str = "relative",
+    provenance: dict | None = None,
+) -> Model:
     """Fit the piecewise NNLS model, the token-count baseline and (when the data has
     gpu_active_ns and host_exposed_ns) device and host component models.
 
@@ -56,10 +63,8 @@ def fit(steps: Steps, *, target: str = "wall_ns", classes=CLASSES, use_pc: bool 
         Xc, yc = X[mask], y[mask]
         wden = yc if loss == "relative" else np.full(len(yc), np.median(yc))
         other = "decode" if name == "prefill" else "prefill"
-        hint = (f"fit the other class only (--classes {other})"
-                if (~mask).any() and other in classes else "")
-        fitted[name] = fit_class(name, Xc, yc, wden, use_pc=use_pc, origin=steps.origin,
-                                 hint=hint)
+        hint = f"fit the other class only (--classes {other})" if (~mask).any() and other in classes else ""
+        fitted[name] = fit_class(name, Xc, yc, wden, use_pc=use_pc, origin=steps.origin, hint=hint)
         baseline[name] = _fit_baseline(Xc, yc, wden)
     if not fitted:
         raise HostgapError(steps.origin, "no steps of the requested classes to fit")
@@ -70,39 +75,61 @@ def fit(steps: Steps, *, target: str = "wall_ns", classes=CLASSES, use_pc: bool 
     prov.update(_provenance(steps))
     prov["train_rows"] = _encode_rows(row_hashes(steps))
     prov["train_range"] = _train_range(steps)
-    return Model(target=target, loss=loss, classes=fitted, baseline=baseline, components=comps,
-                 host_fraction=hfrac, provenance=prov, notes=tuple(notes + cnotes))
+    return Model(
+        target=target,
+        loss=loss,
+        classes=fitted,
+        baseline=baseline,
+        components=comps,
+        host_fraction=hfrac,
+        provenance=prov,
+        notes=tuple(notes + cnotes),
+    )
 
 
-def fit_class(name: str, X: np.ndarray, y: np.ndarray, wden: np.ndarray, *,
-              use_pc: bool = True, origin: str = "STEPS", hint: str = "") -> ClassModel:
+def fit_class(
+    name: str,
+    X: np.ndarray,
+    y: np.ndarray,
+    wden: np.ndarray,
+    *,
+    use_pc: bool = True,
+    origin: str = "STEPS",
+    hint: str = "",
+) -> ClassModel:
     """Fit one class: refuse degenerate data, merge unidentifiable terms, search the break."""
     cand = [j for j in _CANDIDATES[name] if j != 5 or (use_pc and not np.isnan(X[:, 5]).any())]
     need = max(MIN_STEPS, MIN_STEPS_PER_TERM * len(cand))
     if len(y) < need:
-        raise HostgapError(origin, f"{len(y)} {name} step(s) are too few to fit the {name} "
-                           f"model (need >= {need}); collect more steps"
-                           + (f", or {hint}" if hint else ""))
+        raise HostgapError(
+            origin,
+            f"{len(y)} {name} step(s) are too few to fit the {name} "
+            f"model (need >= {need}); collect more steps" + (f", or {hint}" if hint else ""),
+        )
     batches = np.unique(X[:, 4])
     if len(batches) < 2:
-        raise HostgapError(origin, f"every {name} step has the same batch size "
-                           f"(|B| = {int(batches[0])}): the per-request cost cannot be told from "
-                           "the per-step constant β; include steps with other batch sizes")
+        raise HostgapError(
+            origin,
+            f"every {name} step has the same batch size "
+            f"(|B| = {int(batches[0])}): the per-request cost cannot be told from "
+            "the per-step constant β; include steps with other batch sizes",
+        )
     notes = [] if 5 in cand or name == "decode" else ["Σp·c not in the data: a5 not fitted"]
     kept, merged = _identifiable(X, cand)
     notes += merged
     segs, snotes = _fit_segments(X, y, wden, kept)
     pred = _predict_rows(X, segs)
     rel = np.abs(pred - y) / y
-    return ClassModel(name, tuple(kept), segs, len(y), float(np.percentile(rel, 90)),
-                      tuple(notes + snotes))
+    return ClassModel(name, tuple(kept), segs, len(y), float(np.percentile(rel, 90)), tuple(notes + snotes))
 
 
 def _identifiable(X: np.ndarray, cand: list[int]) -> tuple[list[int], list[str]]:
     """Keep candidate columns in order while each adds rank; report the rest as merged."""
     Xn = np.nan_to_num(X[:, cand])
     norms = np.linalg.norm(Xn, axis=0)
-    kept, notes, cols = [], [], []
+    kept: list[int] = []
+    notes: list[str] = []
+    cols: list[np.ndarray] = []
     for j, col, nrm in zip(cand, Xn.T, norms):
         if nrm == 0:
             notes.append(f"{TERMS[j]}: {FEATURES[j]} is zero in every step; not fitted")
@@ -112,9 +139,11 @@ def _identifiable(X: np.ndarray, cand: list[int]) -> tuple[list[int], list[str]]
             kept.append(j)
             cols.append(col / nrm)
         else:
-            notes.append(f"{TERMS[j]}: {FEATURES[j]} is a linear combination of the other "
-                         "features in this training set (e.g. s = q when nothing is cached); "
-                         "fixed at 0, its cost is carried by the other terms")
+            notes.append(
+                f"{TERMS[j]}: {FEATURES[j]} is a linear combination of the other "
+                "features in this training set (e.g. s = q when nothing is cached); "
+                "fixed at 0, its cost is carried by the other terms"
+            )
     return kept, notes
 
 
@@ -126,7 +155,7 @@ def _nnls_fit(X: np.ndarray, y: np.ndarray, wden: np.ndarray, kept: list[int]):
     x, rnorm = nnls(A / norms, b, maxiter=50 * A.shape[1])
     coef = np.zeros(6)
     coef[kept] = x / norms
-    return coef, float(rnorm ** 2)
+    return coef, float(rnorm**2)
 
 
 def _full_rank(X: np.ndarray, kept: list[int]) -> bool:
@@ -175,7 +204,7 @@ def _gram_nnls(G: np.ndarray, h: np.ndarray, bb: float) -> float | None:
     L = np.linalg.cholesky(Gn)
     z = np.linalg.solve(L, h / d)
     _, rnorm = nnls(L.T, z)
-    return max(rnorm ** 2 + bb - float(z @ z), 0.0)
+    return max(rnorm**2 + bb - float(z @ z), 0.0)
 
 
 def _fit_segments(X, y, wden, kept) -> tuple[tuple[Segment, ...], list[str]]:
@@ -215,13 +244,13 @@ def _search_cuts(search: _SplitSearch, cuts: np.ndarray) -> int | None:
     lo, hi = 0, len(cuts) - 1
     best, best_sse, tried = None, math.inf, {}
     while True:
-        idx = np.unique(np.linspace(lo, hi, min(_COARSE_BREAKS, hi - lo + 1)).round()
-                        .astype(int))
+        idx = np.unique(np.linspace(lo, hi, min(_COARSE_BREAKS, hi - lo + 1)).round().astype(int))
         for i in idx:
             if i not in tried:
                 tried[i] = search.sse(int(cuts[i]))
-            if tried[i] is not None and tried[i] < best_sse:
-                best, best_sse = int(i), tried[i]
+            sse = tried[i]
+            if sse is not None and sse < best_sse:
+                best, best_sse = int(i), sse
         if len(idx) == hi - lo + 1 or best is None:
             return best
         below, above = idx[idx < best], idx[idx > best]
@@ -244,21 +273,17 @@ def _fit_components(steps: Steps, X, fitted: dict, use_pc: bool) -> tuple[dict, 
     """Device (gpu_active) and host (host_exposed) models with the main model's terms."""
     ok = ~steps.queued & ~np.isnan(steps.gpu_active_ns) & ~np.isnan(steps.host_exposed_ns)
     if not ok.any():
-        return {}, ["no gpu_active_ns/host_exposed_ns: only the measured-fraction split is "
-                    "available"]
+        return {}, ["no gpu_active_ns/host_exposed_ns: only the measured-fraction split is available"]
     out: dict = {"device": {}, "host": {}}
     is_pre = steps.is_prefill
     for name, cm in fitted.items():
         m = ok & (is_pre if name == "prefill" else ~is_pre)
         if m.sum() < max(MIN_STEPS, MIN_STEPS_PER_TERM * len(cm.terms)):
-            return {}, [f"too few unqueued {name} steps with gpu_active_ns for the "
-                        "device/host component models"]
+            return {}, [f"too few unqueued {name} steps with gpu_active_ns for the device/host component models"]
         wall = steps.wall_ns[m]
-        for comp, yv in (("device", steps.gpu_active_ns[m]),
-                         ("host", np.clip(steps.host_exposed_ns[m], 0, None))):
+        for comp, yv in (("device", steps.gpu_active_ns[m]), ("host", np.clip(steps.host_exposed_ns[m], 0, None))):
             segs, notes = _fit_segments(X[m], yv, wall, list(cm.terms))
-            out[comp][name] = ClassModel(name, cm.terms, segs, int(m.sum()), float("nan"),
-                                         tuple(notes))
+            out[comp][name] = ClassModel(name, cm.terms, segs, int(m.sum()), float("nan"), tuple(notes))
     return out, []
 
 
@@ -269,7 +294,14 @@ def _provenance(steps: Steps) -> dict:
 
     from hostgap import __version__
 
-    return {"hostgap_version": __version__, "data_sha256": steps.data_sha256(),
-            "steps": steps.origin, "n_steps": len(steps), "sources": list(steps.sources),
-            "python": platform.python_version(), "numpy": np.__version__,
-            "scipy": scipy.__version__, "machine": platform.machine()}
+    return {
+        "hostgap_version": __version__,
+        "data_sha256": steps.data_sha256(),
+        "steps": steps.origin,
+        "n_steps": len(steps),
+        "sources": list(steps.sources),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "machine": platform.machine(),
+    }

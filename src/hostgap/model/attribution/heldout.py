@@ -10,8 +10,20 @@ import numpy as np
 from hostgap.model.attribution.terms import CLASSES, Model
 from hostgap.model.steps_table import Steps
 
-_ROW_FIELDS = ("step", "wall_ns", "gpu_active_ns", "host_exposed_ns", "host_wait_ns", "queued",
-               "n_requests", "n_prefill", "sum_p", "sum_c", "sum_pp", "sum_pc")
+_ROW_FIELDS = (
+    "step",
+    "wall_ns",
+    "gpu_active_ns",
+    "host_exposed_ns",
+    "host_wait_ns",
+    "queued",
+    "n_requests",
+    "n_prefill",
+    "sum_p",
+    "sum_c",
+    "sum_pp",
+    "sum_pc",
+)
 """What a step *is* for the held-out split: its id and measured content, never its file name."""
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -41,7 +53,7 @@ def split_mask(steps: Steps, test_fraction: float, seed: int = 0) -> np.ndarray:
     does not depend on the file's name, format or row order."""
     if test_fraction <= 0:
         return np.zeros(len(steps), bool)
-    return (row_hashes(steps, seed) / np.float64(2 ** 64)) < test_fraction
+    return (row_hashes(steps, seed) / np.float64(2**64)) < test_fraction
 
 
 def held_out(model: Model, steps: Steps) -> np.ndarray:
@@ -98,8 +110,10 @@ def _train_range(steps: Steps) -> dict:
     for name in CLASSES:
         m = steps.is_prefill if name == "prefill" else ~steps.is_prefill
         if m.any():
-            out[name] = {label: [float(getattr(steps, f)[m].min()), float(getattr(steps, f)[m].max())]
-                         for label, f in _RANGE_FIELDS}
+            out[name] = {
+                label: [float(getattr(steps, f)[m].min()), float(getattr(steps, f)[m].max())]
+                for label, f in _RANGE_FIELDS
+            }
     return out
 
 
@@ -122,12 +136,16 @@ def range_note(model: Model, steps: Steps) -> str | None:
             bad = m & ((v < lo) | (v > hi))
             if bad.any():
                 outside |= bad
-                parts.append(f"{name} {label} {_num(v[bad].min())}..{_num(v[bad].max())} vs trained "
-                             f"{_num(lo)}..{_num(hi)}")
+                parts.append(
+                    f"{name} {label} {_num(v[bad].min())}..{_num(v[bad].max())} vs trained {_num(lo)}..{_num(hi)}"
+                )
     if not outside.any():
         return None
-    return (f"{int(outside.sum())} of {len(steps)} step(s) outside the training range ("
-            + "; ".join(parts) + "): the model extrapolates there")
+    return (
+        f"{int(outside.sum())} of {len(steps)} step(s) outside the training range ("
+        + "; ".join(parts)
+        + "): the model extrapolates there"
+    )
 
 
 def _num(x: float) -> str:

@@ -38,8 +38,10 @@ def _check_classes(table: _Table, steps: Steps) -> None:
     missing = ~table.present[np.where(is_pre, 0, 1)]
     if missing.any():
         cls = "prefill" if is_pre[np.argmax(missing)] else "decode"
-        raise HostgapError(steps.origin, f"{int(missing.sum())} {cls} step(s), but the model "
-                           f"has no {cls} fit (its training data had none)")
+        raise HostgapError(
+            steps.origin,
+            f"{int(missing.sum())} {cls} step(s), but the model has no {cls} fit (its training data had none)",
+        )
 
 
 def _checked_rows(table: _Table, steps: Steps) -> np.ndarray:
@@ -56,8 +58,9 @@ def _request_cols(table: _Table, steps: Steps, si: np.ndarray) -> np.ndarray:
 def _pc_term(sum_pc: np.ndarray, a5: np.ndarray, origin: str) -> np.ndarray:
     need = (a5 > 0) & np.isnan(sum_pc)
     if need.any():
-        raise HostgapError(origin, "the model uses Σq·s (a5) but these steps lack it "
-                           "(ctx_qs/gen_qs or per-request rows)")
+        raise HostgapError(
+            origin, "the model uses Σq·s (a5) but these steps lack it (ctx_qs/gen_qs or per-request rows)"
+        )
     return np.where(a5 > 0, a5 * np.nan_to_num(sum_pc), 0.0)
 
 
@@ -96,8 +99,7 @@ def request_terms(cols: np.ndarray, p, c, n_requests) -> np.ndarray:
     return (a1 + a3 * p + a5 * c) * p + a2 * c + a4 + b / n_requests
 
 
-def attribute(model: Model, steps: Steps, *, rescale: bool = False,
-              split: str = "fraction") -> Shares:
+def attribute(model: Model, steps: Steps, *, rescale: bool = False, split: str = "fraction") -> Shares:
     """Shares of every request in every step (vectorised over all requests).
 
     ``rescale`` scales each step's shares to its measured time instead of T̂. ``split``:
@@ -107,13 +109,15 @@ def attribute(model: Model, steps: Steps, *, rescale: bool = False,
     """
     check_finite(steps)
     if steps.requests is None:
-        raise HostgapError(steps.origin, "per-request shares need per-request q and s (a "
-                           "requests table); these steps only carry per-step sums, which are "
-                           "enough to fit and evaluate but not to attribute")
+        raise HostgapError(
+            steps.origin,
+            "per-request shares need per-request q and s (a "
+            "requests table); these steps only carry per-step sums, which are "
+            "enough to fit and evaluate but not to attribute",
+        )
     r = steps.requests
     si = r.step_index
-    share = request_terms(_request_cols(model.table, steps, si), r.p, r.c,
-                          steps.n_requests[si])
+    share = request_terms(_request_cols(model.table, steps, si), r.p, r.c, steps.n_requests[si])
     pred = np.bincount(si, weights=share, minlength=len(steps))
     meas = measured(steps, model.target)
     if rescale:
@@ -128,8 +132,22 @@ def attribute(model: Model, steps: Steps, *, rescale: bool = False,
         host = share * hf[si]
     else:
         raise HostgapError("--split", f"unknown split {split!r}: use fraction or model")
-    return Shares(si, r.request, r.p, r.c, r.prefill, share, share - host, host,
-                  alone(model, r.p, r.c, r.prefill), pred, meas, hf, split, rescale)
+    return Shares(
+        si,
+        r.request,
+        r.p,
+        r.c,
+        r.prefill,
+        share,
+        share - host,
+        host,
+        alone(model, r.p, r.c, r.prefill),
+        pred,
+        meas,
+        hf,
+        split,
+        rescale,
+    )
 
 
 def _fill_fraction(model: Model, steps: Steps, hf: np.ndarray) -> np.ndarray:
@@ -137,8 +155,9 @@ def _fill_fraction(model: Model, steps: Steps, hf: np.ndarray) -> np.ndarray:
     unknown too, the fraction stays NaN (unknown: the host part is not known, not zero)."""
     miss = np.isnan(hf)
     if miss.any():
-        fill = np.array([np.nan if model.host_fraction.get(n) is None else model.host_fraction[n]
-                         for n in CLASSES], dtype=float)
+        fill = np.array(
+            [np.nan if model.host_fraction.get(n) is None else model.host_fraction[n] for n in CLASSES], dtype=float
+        )
         hf = np.where(miss, fill[np.where(steps.is_prefill, 0, 1)], hf)
     return hf
 
@@ -146,8 +165,10 @@ def _fill_fraction(model: Model, steps: Steps, hf: np.ndarray) -> np.ndarray:
 def _model_host_ratio(model: Model, steps: Steps, si, r) -> np.ndarray:
     tabs = model.component_tables
     if not tabs:
-        raise HostgapError("--split", "model split needs device/host component models; this "
-                           "model has none (training data lacked gpu_active_ns)")
+        raise HostgapError(
+            "--split",
+            "model split needs device/host component models; this model has none (training data lacked gpu_active_ns)",
+        )
     n = steps.n_requests[si]
     d = request_terms(_request_cols(tabs["device"], steps, si), r.p, r.c, n)
     h = request_terms(_request_cols(tabs["host"], steps, si), r.p, r.c, n)
@@ -172,8 +193,9 @@ class StepShares(NamedTuple):
     predicted_ns: float
 
 
-def attribute_step(model: Model, p: np.ndarray, c: np.ndarray, *, prefill: bool | None = None,
-                   host_fraction: float | None = None) -> StepShares:
+def attribute_step(
+    model: Model, p: np.ndarray, c: np.ndarray, *, prefill: bool | None = None, host_fraction: float | None = None
+) -> StepShares:
     """Per-step call for a scheduler loop: shares of one batch from its (p, c) arrays.
 
     ``prefill`` says whether the step is prefill-containing (default: any p > 1).

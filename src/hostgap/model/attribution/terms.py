@@ -11,8 +11,14 @@ import numpy as np
 from hostgap.errors import HostgapError
 from hostgap.model.steps_table import Steps
 
-TERMS = ("beta_ns", "a1_ns_per_token", "a2_ns_per_kv_token", "a3_ns_per_token2",
-         "a4_ns_per_request", "a5_ns_per_token_kv_token")
+TERMS = (
+    "beta_ns",
+    "a1_ns_per_token",
+    "a2_ns_per_kv_token",
+    "a3_ns_per_token2",
+    "a4_ns_per_request",
+    "a5_ns_per_token_kv_token",
+)
 """Coefficient names (JSON keys), in feature order: 1, Σp, Σc, Σp², |B|, Σp·c."""
 FEATURES = ("1", "Σp", "Σc", "Σp²", "|B|", "Σp·c")
 CLASSES = ("prefill", "decode")
@@ -27,6 +33,7 @@ cannot show. Stricter than the verdict's host-bound threshold (0.25), which is a
 
 
 # ------------------------------------------------------------------ model types
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -62,7 +69,7 @@ class Model:
     notes: tuple[str, ...] = ()
 
     @cached_property
-    def table(self) -> "_Table":
+    def table(self) -> _Table:
         return _Table.build(self.classes)
 
     @cached_property
@@ -79,7 +86,7 @@ class _Table:
     present: np.ndarray  # (2,) bool
 
     @staticmethod
-    def build(classes: dict) -> "_Table":
+    def build(classes: dict) -> _Table:
         coef = np.full((2, 2, 6), np.nan)
         brk = np.full(2, np.inf)
         present = np.zeros(2, bool)
@@ -97,8 +104,10 @@ class _Table:
     @cached_property
     def fast(self) -> tuple:
         """Per class: (break, low-segment coefs, high-segment coefs) as Python floats."""
-        return tuple((float(self.brk[k]), tuple(map(float, self.coef[k, 0])),
-                      tuple(map(float, self.coef[k, 1]))) for k in range(2))
+        return tuple(
+            (float(self.brk[k]), tuple(map(float, self.coef[k, 0])), tuple(map(float, self.coef[k, 1])))
+            for k in range(2)
+        )
 
     @cached_property
     def cols(self) -> np.ndarray:
@@ -118,10 +127,12 @@ class _Table:
 
 # ------------------------------------------------------------------ features
 
+
 def step_features(steps: Steps) -> np.ndarray:
     """(n, 6) matrix of 1, Σp, Σc, Σp², |B|, Σp·c (Σp·c NaN where the input lacks it)."""
-    return np.column_stack([np.ones(len(steps)), steps.sum_p, steps.sum_c, steps.sum_pp,
-                            steps.n_requests, steps.sum_pc])
+    return np.column_stack(
+        [np.ones(len(steps)), steps.sum_p, steps.sum_c, steps.sum_pp, steps.n_requests, steps.sum_pc]
+    )
 
 
 def check_finite(steps: Steps) -> None:
@@ -129,16 +140,26 @@ def check_finite(steps: Steps) -> None:
     NaN where a number is required (composition, wall time, per-request q and s); an unmeasured
     time may be NaN, never ±inf. A single inf would otherwise collapse the fit or leak into
     the output as invalid JSON."""
-    checks = [("wall_ns", steps.wall_ns, False), ("gpu_active_ns", steps.gpu_active_ns, True),
-              ("host_exposed_ns", steps.host_exposed_ns, True), ("host_wait_ns", steps.host_wait_ns, True),
-              ("requests", steps.n_requests, False), ("Σq", steps.sum_p, False), ("Σs", steps.sum_c, False),
-              ("Σq²", steps.sum_pp, False), ("Σq·s", steps.sum_pc, True)]
+    checks = [
+        ("wall_ns", steps.wall_ns, False),
+        ("gpu_active_ns", steps.gpu_active_ns, True),
+        ("host_exposed_ns", steps.host_exposed_ns, True),
+        ("host_wait_ns", steps.host_wait_ns, True),
+        ("requests", steps.n_requests, False),
+        ("Σq", steps.sum_p, False),
+        ("Σs", steps.sum_c, False),
+        ("Σq²", steps.sum_pp, False),
+        ("Σq·s", steps.sum_pc, True),
+    ]
     for name, v, nan_ok in checks:
         bad = np.isinf(v) if nan_ok else ~np.isfinite(v)
         if bad.any():
             i = int(np.argmax(bad))
-            raise HostgapError(steps.origin, f"{name} is {v[i]} at step {int(steps.step[i])} of "
-                               f"{steps.sources[steps.source_idx[i]]}: every value must be finite")
+            raise HostgapError(
+                steps.origin,
+                f"{name} is {v[i]} at step {int(steps.step[i])} of "
+                f"{steps.sources[steps.source_idx[i]]}: every value must be finite",
+            )
     if steps.requests is not None:
         r = steps.requests
         for name, v in (("q", r.p), ("s", r.c)):
@@ -146,8 +167,11 @@ def check_finite(steps: Steps) -> None:
             if bad.any():
                 k = int(np.argmax(bad))
                 si = int(r.step_index[k])
-                raise HostgapError(steps.origin, f"request {r.request[k]!s} has {name} = {v[k]} at step "
-                                   f"{int(steps.step[si])}: every value must be finite")
+                raise HostgapError(
+                    steps.origin,
+                    f"request {r.request[k]!s} has {name} = {v[k]} at step "
+                    f"{int(steps.step[si])}: every value must be finite",
+                )
 
 
 def measured(steps: Steps, target: str) -> np.ndarray:
@@ -155,8 +179,11 @@ def measured(steps: Steps, target: str) -> np.ndarray:
     check_finite(steps)
     y = steps.wall_ns if target == "wall_ns" else steps.gpu_active_ns
     if target == "gpu_active_ns" and (np.isnan(y).any() or (y <= 0).any()):
-        raise HostgapError(steps.origin, "--target gpu_active needs a positive gpu_active_ns "
-                           "for every step (this data has none or zeros: CPU runs have no GPU)")
+        raise HostgapError(
+            steps.origin,
+            "--target gpu_active needs a positive gpu_active_ns "
+            "for every step (this data has none or zeros: CPU runs have no GPU)",
+        )
     return y
 
 
