@@ -35,14 +35,28 @@ def main(argv=None) -> int:
     ap.add_argument("--all", action="store_true", help="every test file that takes its budget from tests/budget.py")
     args = ap.parse_args(argv)
     if args.all:
-        args.files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
-                            if "from budget import examples" in p.read_text())
+        args.files = sorted(
+            str(p.relative_to(ROOT))
+            for p in (ROOT / "tests").glob("test_*.py")
+            if "from budget import examples" in p.read_text()
+        )
     if args.examples < 1:
         print("properties.py: -n must be positive", file=sys.stderr)
         return 2
     env = dict(os.environ, HOSTGAP_PROPERTY_EXAMPLES=str(args.examples))
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "-m", "not vllm",
-           f"--hypothesis-seed={args.seed}", *args.files]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-x",
+        "-m",
+        "not vllm",
+        f"--hypothesis-seed={args.seed}",
+        *args.files,
+    ]
     if args.k:
         cmd += ["-k", args.k]
     print(f"{args.examples:,} examples per property, seed {args.seed}: {' '.join(args.files)}", flush=True)

@@ -37,15 +37,30 @@ A100 = [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}]
 
 
 def _x(cat, name, ts, dur, pid, tid, **args) -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
-            "args": {k: v for k, v in args.items() if v is not None}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": pid,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {k: v for k, v in args.items() if v is not None},
+    }
 
 
 class Timeline:
     """Accumulates events; every method returns the event (or correlation id) it added."""
 
-    def __init__(self, *, pid: int = HOST_PID, tid: int = HOST_TID, device: int = DEVICE,
-                 stream: int = STREAM, props: list | None = None):
+    def __init__(
+        self,
+        *,
+        pid: int = HOST_PID,
+        tid: int = HOST_TID,
+        device: int = DEVICE,
+        stream: int = STREAM,
+        props: list | None = None,
+    ):
         self.pid, self.tid, self.device, self.stream = pid, tid, device, stream
         self.props = props
         self.events: list[dict] = []
@@ -62,8 +77,9 @@ class Timeline:
         return self._add(_x("user_annotation", name, ts, dur, self.pid, tid or self.tid))
 
     def gpu_annotation(self, name: str, ts, dur) -> dict:
-        return self._add(_x("gpu_user_annotation", name, ts, dur, self.device, self.stream,
-                            device=self.device, stream=self.stream))
+        return self._add(
+            _x("gpu_user_annotation", name, ts, dur, self.device, self.stream, device=self.device, stream=self.stream)
+        )
 
     def op(self, name: str, ts, dur, *, tid: int | None = None) -> dict:
         """A framework op (``cpu_op``)."""
@@ -79,22 +95,41 @@ class Timeline:
 
     # -- launches and GPU work --------------------------------------------------------
 
-    def kernel(self, name: str, ts, dur, *, corr: int | None = None, stream: int | None = None,
-               device: int | None = None) -> dict:
+    def kernel(
+        self, name: str, ts, dur, *, corr: int | None = None, stream: int | None = None, device: int | None = None
+    ) -> dict:
         d = self.device if device is None else device
         s = self.stream if stream is None else stream
         return self._add(_x("kernel", name, ts, dur, d, s, device=d, stream=s, correlation=corr))
 
-    def launch_kernel(self, ts, dur, kernel: str, k_ts, k_dur, *, api: str = "cudaLaunchKernel",
-                      stream: int | None = None, tid: int | None = None) -> int:
+    def launch_kernel(
+        self,
+        ts,
+        dur,
+        kernel: str,
+        k_ts,
+        k_dur,
+        *,
+        api: str = "cudaLaunchKernel",
+        stream: int | None = None,
+        tid: int | None = None,
+    ) -> int:
         """A launch call [ts, ts+dur] and the kernel it enqueued [k_ts, k_ts+k_dur]."""
         corr = next(self._corr)
         self.runtime(api, ts, dur, corr=corr, tid=tid)
         self.kernel(kernel, k_ts, k_dur, corr=corr, stream=stream)
         return corr
 
-    def graph_launch(self, ts, dur, kernels: list[tuple[str, float, float]], *,
-                     api: str = "cudaGraphLaunch", stream: int | None = None, tid: int | None = None) -> int:
+    def graph_launch(
+        self,
+        ts,
+        dur,
+        kernels: list[tuple[str, float, float]],
+        *,
+        api: str = "cudaGraphLaunch",
+        stream: int | None = None,
+        tid: int | None = None,
+    ) -> int:
         """One graph launch replaying ``kernels`` [(name, ts, dur), ...] under one correlation id."""
         corr = next(self._corr)
         self.runtime(api, ts, dur, corr=corr, tid=tid)
@@ -102,22 +137,57 @@ class Timeline:
             self.kernel(name, k_ts, k_dur, corr=corr, stream=stream)
         return corr
 
-    def copy(self, ts, dur, c_ts, c_dur, nbytes: int, *, direction: str = "HtoD",
-             api: str = "cudaMemcpyAsync", stream: int | None = None, tid: int | None = None) -> int:
+    def copy(
+        self,
+        ts,
+        dur,
+        c_ts,
+        c_dur,
+        nbytes: int,
+        *,
+        direction: str = "HtoD",
+        api: str = "cudaMemcpyAsync",
+        stream: int | None = None,
+        tid: int | None = None,
+    ) -> int:
         """A copy call and the GPU copy it enqueued (direction ``HtoD``/``DtoH``/``DtoD``)."""
         corr = next(self._corr)
         self.runtime(api, ts, dur, corr=corr, tid=tid)
         s = self.stream if stream is None else stream
-        self._add(_x("gpu_memcpy", f"Memcpy {direction} (Pinned -> Device)", c_ts, c_dur, self.device, s,
-                     device=self.device, stream=s, correlation=corr, bytes=nbytes))
+        self._add(
+            _x(
+                "gpu_memcpy",
+                f"Memcpy {direction} (Pinned -> Device)",
+                c_ts,
+                c_dur,
+                self.device,
+                s,
+                device=self.device,
+                stream=s,
+                correlation=corr,
+                bytes=nbytes,
+            )
+        )
         return corr
 
     def memset(self, ts, dur, c_ts, c_dur, nbytes: int, *, stream: int | None = None) -> int:
         corr = next(self._corr)
         self.runtime("cudaMemsetAsync", ts, dur, corr=corr)
         s = self.stream if stream is None else stream
-        self._add(_x("gpu_memset", "Memset (Device)", c_ts, c_dur, self.device, s,
-                     device=self.device, stream=s, correlation=corr, bytes=nbytes))
+        self._add(
+            _x(
+                "gpu_memset",
+                "Memset (Device)",
+                c_ts,
+                c_dur,
+                self.device,
+                s,
+                device=self.device,
+                stream=s,
+                correlation=corr,
+                bytes=nbytes,
+            )
+        )
         return corr
 
     # -- output ---------------------------------------------------------------------
@@ -140,8 +210,10 @@ class Timeline:
         name = name or f"micro{len(os.listdir(folder))}.json"
         return load_trace(self.write(folder, name, **top))
 
-
     def __repr__(self) -> str:
-        rows = "\n".join(f"  {e['cat']:<18} {e['name'][:40]:<40} ts={e['ts']:<8} dur={e['dur']:<6} tid={e['tid']} "
-                         f"corr={e['args'].get('correlation', '')}" for e in sorted(self.events, key=lambda e: e["ts"]))
+        rows = "\n".join(
+            f"  {e['cat']:<18} {e['name'][:40]:<40} ts={e['ts']:<8} dur={e['dur']:<6} tid={e['tid']} "
+            f"corr={e['args'].get('correlation', '')}"
+            for e in sorted(self.events, key=lambda e: e["ts"])
+        )
         return f"Timeline(\n{rows}\n)"

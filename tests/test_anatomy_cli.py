@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from anatomy_builders import H100, US, Timeline
 from click.testing import CliRunner
 
+from anatomy_builders import H100, US, Timeline
 from hostgap import SCHEMA_VERSION
 from hostgap.anatomy.markers import find_markers
 from hostgap.anatomy.steps import AnatomyConfig, analyze
@@ -71,8 +71,14 @@ def test_steps_json(trace4):
     assert [s["graph_launches"] for s in doc["steps"]] == [0, 1, 0, 1]
     assert doc["steps"][0]["wall_ns"] == 100 * US
     assert doc["taxbreak"]["floor_source"] == "cli" and doc["taxbreak"]["launch_floor_ns"] == 4500
-    assert doc["verdict"]["verdict"] in ("host-bound", "balanced", "device-bound", "dependency-bound",
-                                         "incomplete-capture", "unexplained-idle")
+    assert doc["verdict"]["verdict"] in (
+        "host-bound",
+        "balanced",
+        "device-bound",
+        "dependency-bound",
+        "incomplete-capture",
+        "unexplained-idle",
+    )
 
 
 def test_steps_csv(trace4):
@@ -80,8 +86,21 @@ def test_steps_csv(trace4):
     assert r.exit_code == 0, r.output
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     assert len(rows) == 4
-    for key in ("index", "kind", "wall_ns", "gpu_active_ns", "host_exposed_ns", "host_wait_ns", "host_fraction",
-                "kernel_count", "queued", "partial", "tb_hdbi", "tb_ft_ns", "gen_requests"):
+    for key in (
+        "index",
+        "kind",
+        "wall_ns",
+        "gpu_active_ns",
+        "host_exposed_ns",
+        "host_wait_ns",
+        "host_fraction",
+        "kernel_count",
+        "queued",
+        "partial",
+        "tb_hdbi",
+        "tb_ft_ns",
+        "gen_requests",
+    ):
         assert key in rows[0], key
     js = json.loads(run("steps", trace4, "--json").stdout)["steps"]
     assert [int(r["gpu_active_ns"]) for r in rows] == [s["gpu_active_ns"] for s in js]
@@ -138,8 +157,20 @@ def test_kernels_csv_one_row_per_launch(trace4):
     graph = [x for x in rows if x["graph"] == "True"]
     assert len(graph) == 2 and all(x["gpu_ops"] == "2" for x in graph)
     first = rows[0]
-    for key in ("step", "kernel", "op", "frame", "t_py_ns", "t_dispatch_ns", "t_launch_ns", "i_lib", "dft_ns",
-                "dct_ns", "dkt_fw_ns", "queued"):
+    for key in (
+        "step",
+        "kernel",
+        "op",
+        "frame",
+        "t_py_ns",
+        "t_dispatch_ns",
+        "t_launch_ns",
+        "i_lib",
+        "dft_ns",
+        "dct_ns",
+        "dkt_fw_ns",
+        "queued",
+    ):
         assert key in first, key
     # step 0: op aten::linear [2, 22] in frame [1, 41]; launch [4, 6] -> kernel s0a at 30
     assert (first["step"], first["kernel"], first["op"]) == ("0", "s0a", "aten::linear")
@@ -223,8 +254,19 @@ def boundary_steps() -> Timeline:
     return t
 
 
-STEP_KEYS = ("wall_ns", "gpu_active_ns", "busy_ns", "idle_ns", "host_exposed_ns", "host_wait_ns", "idle_causes",
-             "partial", "partial_reason", "queued", "kernel_count")
+STEP_KEYS = (
+    "wall_ns",
+    "gpu_active_ns",
+    "busy_ns",
+    "idle_ns",
+    "host_exposed_ns",
+    "host_wait_ns",
+    "idle_causes",
+    "partial",
+    "partial_reason",
+    "queued",
+    "kernel_count",
+)
 
 
 def test_trim_keeps_work_running_in_the_steps_and_the_boundary_gap(tmp_path):
@@ -238,8 +280,12 @@ def test_trim_keeps_work_running_in_the_steps_and_the_boundary_gap(tmp_path):
     before = analyze(load_trace(src)).steps
     assert before[0]["busy_ns"] == 30 * US and before[0]["gpu_active_ns"] == 10 * US
     assert before[1]["host_wait_ns"] == 46 * US
-    assert before[1]["idle_causes"] == {"host_ns": 46 * US, "dependency_ns": 0, "outside_ns": 0,
-                                        "unexplained_ns": 44 * US}
+    assert before[1]["idle_causes"] == {
+        "host_ns": 46 * US,
+        "dependency_ns": 0,
+        "outside_ns": 0,
+        "unexplained_ns": 44 * US,
+    }
     for steps, compare in (("0:2", [0]), ("1:3", [1, 2])):
         out = tmp_path / f"t{steps.replace(':', '_')}.json"
         assert run("trim", src, "--steps", steps, "-o", out, "-q").exit_code == 0
@@ -319,13 +365,19 @@ def test_bad_step_marker(trace4, verb):
 
 
 def test_trim_bad_step_marker(trace4, tmp_path):
-    one_line_error(run("trim", trace4, "--steps", "0:1", "--step-marker", "([", "-o", tmp_path / "o.json"),
-                   "--step-marker")
+    one_line_error(
+        run("trim", trace4, "--steps", "0:1", "--step-marker", "([", "-o", tmp_path / "o.json"), "--step-marker"
+    )
 
 
-@pytest.mark.parametrize("content, word", [("{oops", "not JSON"),
-                                           (json.dumps({"kind": "launch_floor", "device": "cuda"}), "mean_ns"),
-                                           (json.dumps({"kind": "x", "mean_ns": 4000}), "launch-floor")])
+@pytest.mark.parametrize(
+    "content, word",
+    [
+        ("{oops", "not JSON"),
+        (json.dumps({"kind": "launch_floor", "device": "cuda"}), "mean_ns"),
+        (json.dumps({"kind": "x", "mean_ns": 4000}), "launch-floor"),
+    ],
+)
 @pytest.mark.parametrize("verb", ["steps", "kernels"])
 def test_bad_floor_file(trace4, tmp_path, content, word, verb):
     f = tmp_path / "floor.json"

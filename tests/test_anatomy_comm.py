@@ -8,16 +8,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from anatomy_builders import US, Timeline
 from click.testing import CliRunner
-from conftest import corpus_path
-from test_ranks_real import raw_kineto_steps, union
 
+from anatomy_builders import US, Timeline
+from conftest import corpus_path
 from hostgap.anatomy.kernels import kernel_rows
 from hostgap.anatomy.overview import overview
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 from hostgap.cli import cli
 from hostgap.load import load_trace
+from test_ranks_real import raw_kineto_steps, union
 
 FLOOR = AnatomyConfig(launch_floor_ns=4500.0)
 ALLREDUCE = "ncclKernel_AllReduce_RING_LL_Sum_bf16(ncclDevComm*, unsigned long, ncclWork*)"
@@ -52,13 +52,20 @@ def test_steps_split_compute_and_communication():
     assert got == [(80 * US, 75 * US, 20 * US, 2), (0, 20 * US, 0, 1)]
     for s in a["steps"]:  # the three parts tile the step's GPU-active time
         assert s["compute_active_ns"] + s["comm_active_ns"] - s["comm_overlap_ns"] == s["gpu_active_ns"]
-    assert a["communication"] == {"compute_active_ns": 80 * US, "comm_active_ns": 95 * US,
-                                  "comm_overlap_ns": 20 * US, "comm_count": 3,
-                                  "by_type": {"allreduce": 2, "sendrecv": 1}}
+    assert a["communication"] == {
+        "compute_active_ns": 80 * US,
+        "comm_active_ns": 95 * US,
+        "comm_overlap_ns": 20 * US,
+        "comm_count": 3,
+        "by_type": {"allreduce": 2, "sendrecv": 1},
+    }
     steady = a["summary"]["steady"]  # two steps, both steady: medians of (80, 0), (75, 20), (20, 0)
     assert steady["count"] == 2
-    assert (steady["compute_active_ns"]["median"], steady["comm_active_ns"]["median"],
-            steady["comm_overlap_ns"]["median"]) == (40 * US, 47.5 * US, 10 * US)
+    assert (
+        steady["compute_active_ns"]["median"],
+        steady["comm_active_ns"]["median"],
+        steady["comm_overlap_ns"]["median"],
+    ) == (40 * US, 47.5 * US, 10 * US)
 
 
 def test_taxbreak_by_launch_class():
@@ -68,7 +75,10 @@ def test_taxbreak_by_launch_class():
     a = analyze(two_steps().load(), FLOOR).to_dict()
     by = a["taxbreak"]["by_class"]
     assert {c: (v["launches"], v["graph_launches"], v["kt_ns"], v["device_ns"]) for c, v in by.items()} == {
-        "compute": (1, 0, 4500, 60 * US), "communication": (2, 0, 9000, 80 * US), "mixed": (0, 1, 4500, 25 * US)}
+        "compute": (1, 0, 4500, 60 * US),
+        "communication": (2, 0, 9000, 80 * US),
+        "mixed": (0, 1, 4500, 25 * US),
+    }
     tax = a["taxbreak"]
     for key in ("ft_ns", "ct_ns", "kt_ns", "orchestrate_ns"):
         assert sum(v[key] for v in by.values()) == tax[key]
@@ -80,16 +90,27 @@ def test_launch_rows_and_top_kernels_carry_the_class():
     trace = two_steps().load()
     rows = kernel_rows(trace, analyze(trace, FLOOR))
     assert [(r["kernel"], r["class"]) for r in rows] == [
-        ("gemm", "compute"), (ALLREDUCE, "communication"), ("graph replay (2 ops)", "mixed"),
-        (SENDRECV, "communication")]
+        ("gemm", "compute"),
+        (ALLREDUCE, "communication"),
+        ("graph replay (2 ops)", "mixed"),
+        (SENDRECV, "communication"),
+    ]
     (dev,) = overview(trace)["devices"]
     assert {k["name"]: k["class"] for k in dev["top_kernels"]} == {
-        "gemm": "compute", ALLREDUCE: "communication", CUSTOM_AR: "communication", SENDRECV: "communication",
-        "gemm2": "compute"}
+        "gemm": "compute",
+        ALLREDUCE: "communication",
+        CUSTOM_AR: "communication",
+        SENDRECV: "communication",
+        "gemm2": "compute",
+    }
     # whole device: compute 80, communication 95, busy [20, 120] ∪ [130, 140] ∪ [150, 175] ∪ [230, 250]
     # = 155, overlap 80 + 95 − 155 = 20
     assert (dev["compute_active_ns"], dev["comm_active_ns"], dev["comm_overlap_ns"], dev["comm_count"]) == (
-        80 * US, 95 * US, 20 * US, 3)
+        80 * US,
+        95 * US,
+        20 * US,
+        3,
+    )
     assert dev["busy_ns"] == 155 * US
 
 
@@ -115,7 +136,7 @@ def test_steps_cli_shows_the_split(tmp_path):
     cols = [c.strip() for c in head.split("┃")]
     i = cols.index("compute")
     step_rows = [[c.strip() for c in r] for r in rows if r[1].strip() in ("0", "1")][:2]
-    assert [r[i:i + 3] for r in step_rows] == [["0.080", "0.075", "0.020"], ["0.000", "0.020", "0.000"]]
+    assert [r[i : i + 3] for r in step_rows] == [["0.080", "0.075", "0.020"], ["0.000", "0.020", "0.000"]]
     assert "communication ops in steps: 3 (allreduce 2, sendrecv 1)" in out.output
     assert "communication 2 launches" in out.output and "mixed 1 launches" in out.output
     doc = json.loads(CliRunner().invoke(cli, ["steps", path, "--json"]).output)
@@ -182,7 +203,7 @@ def test_real_nccl_trace_report_classes_the_top_kernels(nccl, tmp_path):
     res = CliRunner().invoke(cli, ["report", path, "-o", str(out)])
     assert res.exit_code == 0, res.output
     html = out.read_text()
-    table = html[html.index("top kernels (whole trace)"):]
-    table = table[:table.index("</table>")]
+    table = html[html.index("top kernels (whole trace)") :]
+    table = table[: table.index("</table>")]
     # the all-reduce kernel is the top one; the broadcast is not in the top 10
     assert table.count("<td>communication</td>") == 1 and table.count("<td>compute</td>") == 9

@@ -9,8 +9,8 @@ unexplained by the evidence named in the docstring.
 from __future__ import annotations
 
 import pytest
-from anatomy_builders import H100, US, Timeline
 
+from anatomy_builders import H100, US, Timeline
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 
 FLOOR = AnatomyConfig(launch_floor_ns=4500.0)
@@ -22,8 +22,12 @@ def run(t: Timeline, tmp_path, config: AnatomyConfig = FLOOR) -> dict:
 
 
 def causes(host=0, dependency=0, outside=0, unexplained=0) -> dict:
-    return {"host_ns": host * US, "dependency_ns": dependency * US, "outside_ns": outside * US,
-            "unexplained_ns": unexplained * US}
+    return {
+        "host_ns": host * US,
+        "dependency_ns": dependency * US,
+        "outside_ns": outside * US,
+        "unexplained_ns": unexplained * US,
+    }
 
 
 # -- dependency ---------------------------------------------------------------------------------
@@ -136,7 +140,10 @@ def test_full_graph_wait_is_outside_not_host(tmp_path):
     # the replay waited behind work outside the capture: no launch-path (ΔKT_fw) sample
     assert doc["taxbreak"]["queued_launches"] == 1 and doc["taxbreak"]["kt_fw_samples"] == 0
     v = doc["verdict"]
-    assert v["verdict"] == "incomplete-capture" and v["raw_verdict"] == "host-bound"
+    # the raw residual (50 %) would say host-bound, but the step's annotation ends 90 µs before
+    # its replay ends: the graph-mode guard withholds a host-bound reading (anatomy/graphs.py)
+    assert v["verdict"] == "incomplete-capture" and v["raw_verdict"] == "graph-untrusted"
+    assert s["graph_flags"] == ["annotation-ends-early"] and v["graph_flagged_steps"] == [0]
     assert v["host_wait_share"] == 0.0 and v["idle_shares"]["outside"] == pytest.approx(0.5)
 
 
@@ -249,8 +256,8 @@ def test_partial_rule_launch_without_gpu_work(tmp_path):
 def legacy_steps() -> Timeline:
     """ProfilerStep#N recorded as ops (category "Operator", 2021 traces)::
 
-        ProfilerStep#1 [0, 50]:   aten::mm [5, 20] > launch [8, 10] -> k [12, 22]
-        ProfilerStep#2 [50, 100]: aten::mm [55, 70] > launch [58, 60] -> k [62, 72]
+    ProfilerStep#1 [0, 50]:   aten::mm [5, 20] > launch [8, 10] -> k [12, 22]
+    ProfilerStep#2 [50, 100]: aten::mm [55, 70] > launch [58, 60] -> k [62, 72]
     """
     t = Timeline(props=H100)
     t.op("ProfilerStep#1", 0, 50)
@@ -291,28 +298,45 @@ def test_device_bound_with_hidden_host_work_says_so():
     """A device-bound verdict whose trace HDBI is below 0.5: the note names the hidden host work."""
     from hostgap.anatomy.verdict import step_verdict
 
-    step = {"index": 0, "kind": "decode", "partial": False, "queued": False, "wall_ns": 100,
-            "host_wait_ns": 5, "host_fraction": 0.3,
-            "idle_causes": {"host_ns": 5, "dependency_ns": 0, "outside_ns": 0, "unexplained_ns": 0}}
+    step = {
+        "index": 0,
+        "kind": "decode",
+        "partial": False,
+        "queued": False,
+        "wall_ns": 100,
+        "host_wait_ns": 5,
+        "host_fraction": 0.3,
+        "idle_causes": {"host_ns": 5, "dependency_ns": 0, "outside_ns": 0, "unexplained_ns": 0},
+    }
     v = step_verdict([step], [], 0.4)
     assert v["verdict"] == "device-bound" and "HDBI 0.40" in v["note"]
     assert step_verdict([step], [], 0.6)["note"] == ""
 
 
-@pytest.mark.parametrize("host, dep, out, unexp, label", [
-    (25, 30, 30, 30, "host-bound"),          # the host share alone decides when it reaches 0.25
-    (24, 25, 30, 30, "dependency-bound"),    # then dependency, outside, unexplained in that order
-    (24, 24, 25, 30, "incomplete-capture"),
-    (24, 24, 24, 25, "unexplained-idle"),
-    (24, 24, 24, 24, "balanced"),
-    (9, 0, 0, 0, "device-bound"),
-])
+@pytest.mark.parametrize(
+    "host, dep, out, unexp, label",
+    [
+        (25, 30, 30, 30, "host-bound"),  # the host share alone decides when it reaches 0.25
+        (24, 25, 30, 30, "dependency-bound"),  # then dependency, outside, unexplained in that order
+        (24, 24, 25, 30, "incomplete-capture"),
+        (24, 24, 24, 25, "unexplained-idle"),
+        (24, 24, 24, 24, "balanced"),
+        (9, 0, 0, 0, "device-bound"),
+    ],
+)
 def test_verdict_labels_on_the_causal_basis(host, dep, out, unexp, label):
     from hostgap.anatomy.verdict import step_verdict
 
-    step = {"index": 0, "kind": "decode", "partial": False, "queued": False, "wall_ns": 100,
-            "host_wait_ns": host, "host_fraction": 0.9,
-            "idle_causes": {"host_ns": host, "dependency_ns": dep, "outside_ns": out, "unexplained_ns": unexp}}
+    step = {
+        "index": 0,
+        "kind": "decode",
+        "partial": False,
+        "queued": False,
+        "wall_ns": 100,
+        "host_wait_ns": host,
+        "host_fraction": 0.9,
+        "idle_causes": {"host_ns": host, "dependency_ns": dep, "outside_ns": out, "unexplained_ns": unexp},
+    }
     v = step_verdict([step], [], None)
     assert v["verdict"] == label and v["raw_verdict"] == "host-bound"
     assert v["host_wait_share"] == host / 100 and v["idle_shares"]["dependency"] == dep / 100
@@ -352,8 +376,10 @@ def test_a_step_without_gpu_work_is_measured_on_every_device(tmp_path):
     t.runtime("cudaLaunchKernel", 3, 1, corr=50)
     t.kernel("b", 20, 40, corr=50, device=1, stream=3)
     s1 = run(t, tmp_path)["steps"][1]
-    assert [(d["device"], d["busy_ns"], d["host_wait_ns"]) for d in s1["devices"]] == [(0, 0, 50 * US),
-                                                                                      (1, 10 * US, 40 * US)]
+    assert [(d["device"], d["busy_ns"], d["host_wait_ns"]) for d in s1["devices"]] == [
+        (0, 0, 50 * US),
+        (1, 10 * US, 40 * US),
+    ]
     assert (s1["busy_ns"], s1["host_wait_ns"]) == (10 * US, 40 * US)
 
 
@@ -366,8 +392,10 @@ def test_cpu_steps_without_compute_ops_are_host_time(tmp_path):
     t.op("aten::view", 10, 1)
     doc = run(t, tmp_path)
     assert doc["activity"] == "cpu-compute"
-    assert [(s["busy_ns"], s["host_wait_ns"], s["devices"]) for s in doc["steps"]] == [(0, 50 * US, []),
-                                                                                      (0, 30 * US, [])]
+    assert [(s["busy_ns"], s["host_wait_ns"], s["devices"]) for s in doc["steps"]] == [
+        (0, 50 * US, []),
+        (0, 30 * US, []),
+    ]
 
 
 def test_a_step_is_measured_on_the_devices_its_own_ops_ran_on(tmp_path):

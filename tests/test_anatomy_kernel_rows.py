@@ -4,7 +4,6 @@ launch inside an op, an orphan launch, a graph launch and a queued launch, field
 from __future__ import annotations
 
 from anatomy_builders import H100, US, Timeline
-
 from hostgap.anatomy.kernels import kernel_rows
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 
@@ -36,15 +35,57 @@ def one_step() -> Timeline:
 def test_kernel_rows_field_by_field(tmp_path):
     tr = one_step().load(tmp_path)
     rows = kernel_rows(tr, analyze(tr, FLOOR))
-    pick = ("launch_api", "graph", "kernel", "gpu_ops", "device_ns", "op", "inner_op", "frame",
-            "launch_start_ns", "launch_dur_ns", "kernel_start_ns", "t_launch_ns", "queued", "dkt_fw_ns")
+    pick = (
+        "launch_api",
+        "graph",
+        "kernel",
+        "gpu_ops",
+        "device_ns",
+        "op",
+        "inner_op",
+        "frame",
+        "launch_start_ns",
+        "launch_dur_ns",
+        "kernel_start_ns",
+        "t_launch_ns",
+        "queued",
+        "dkt_fw_ns",
+    )
     got = [tuple(r[k] for k in pick) for r in rows]
     assert got == [
-        ("cudaLaunchKernel", False, "gemm", 1, 3 * US, "aten::mm", "aten::mm", "", 12 * US, 2 * US, 16 * US,
-         4 * US, False, 0.0),
+        (
+            "cudaLaunchKernel",
+            False,
+            "gemm",
+            1,
+            3 * US,
+            "aten::mm",
+            "aten::mm",
+            "",
+            12 * US,
+            2 * US,
+            16 * US,
+            4 * US,
+            False,
+            0.0,
+        ),
         ("cudaLaunchKernel", False, "k2", 1, 2 * US, "", "", "", 30 * US, 1 * US, 40 * US, 10 * US, False, 5500.0),
-        ("cudaGraphLaunch", True, "graph replay (2 ops)", 2, 5 * US, "", "", "", 50 * US, 2 * US, 55 * US,
-         5 * US, False, 500.0),
+        (
+            "cudaGraphLaunch",
+            True,
+            "graph replay (2 ops)",
+            2,
+            5 * US,
+            "",
+            "",
+            "",
+            50 * US,
+            2 * US,
+            55 * US,
+            5 * US,
+            False,
+            500.0,
+        ),
         ("cudaLaunchKernel", False, "k3", 1, 7 * US, "", "", "", 62 * US, 1 * US, 65 * US, 3 * US, False, 0.0),
         ("cudaLaunchKernel", False, "k4", 1, 2 * US, "", "", "", 66 * US, 1 * US, 72 * US, 6 * US, True, None),
     ]

@@ -6,8 +6,8 @@ Expected fields are worked out by hand from the formats in hostgap.anatomy.marke
 from __future__ import annotations
 
 import pytest
-from anatomy_builders import Timeline
 
+from anatomy_builders import Timeline
 from hostgap.anatomy.markers import COMPOSITION_FIELDS, composition, find_markers, step_markers
 from hostgap.errors import HostgapError
 
@@ -21,9 +21,13 @@ def fields(**kw):
 def test_hostgap_annotation_composition():
     """b requests of q tokens each, KV s each: requests b, q b*q, s b*s, qq b*q², qs b*q*s."""
     assert composition("hostgap.step#0:prefill:b2:q8:s10") == (
-        "prefill", fields(ctx_requests=2, ctx_q=16, ctx_s=20, ctx_qq=128, ctx_qs=160))
+        "prefill",
+        fields(ctx_requests=2, ctx_q=16, ctx_s=20, ctx_qq=128, ctx_qs=160),
+    )
     assert composition("hostgap.step#3:decode:b4:q1:s100") == (
-        "decode", fields(gen_requests=4, gen_q=4, gen_s=400, gen_qq=4, gen_qs=400))
+        "decode",
+        fields(gen_requests=4, gen_q=4, gen_s=400, gen_qq=4, gen_qs=400),
+    )
 
 
 def test_vllm_detailed_composition_is_mixed_when_both_parts_have_requests():
@@ -33,12 +37,15 @@ def test_vllm_detailed_composition_is_mixed_when_both_parts_have_requests():
     assert f == dict(zip(COMPOSITION_FIELDS, [1, 8, 10, 64, 80, 4, 4, 40, 4, 40]))
 
 
-@pytest.mark.parametrize("name, kind, ctx_qq, gen_qq", [
-    ("execute_context_2(16_130)_generation_3(3)", "mixed", 130, 3),   # no Σq² for decode: Σq
-    ("execute_context_0(0)_generation_2(2_5)", "decode", None, 5),
-    ("execute_context_1(7)_generation_0(0)", "prefill", None, 0),
-    ("execute_context_0(0)_generation_0(0)", "unknown", None, 0),
-])
+@pytest.mark.parametrize(
+    "name, kind, ctx_qq, gen_qq",
+    [
+        ("execute_context_2(16_130)_generation_3(3)", "mixed", 130, 3),  # no Σq² for decode: Σq
+        ("execute_context_0(0)_generation_2(2_5)", "decode", None, 5),
+        ("execute_context_1(7)_generation_0(0)", "prefill", None, 0),
+        ("execute_context_0(0)_generation_0(0)", "unknown", None, 0),
+    ],
+)
 def test_vllm_short_composition(name, kind, ctx_qq, gen_qq):
     k, f = composition(name)
     assert k == kind
@@ -51,18 +58,27 @@ def test_vllm_short_counts():
     assert (f["ctx_requests"], f["ctx_q"], f["gen_requests"], f["gen_q"]) == (2, 16, 3, 3)
 
 
-@pytest.mark.parametrize("name, kind, f", [
-    ("step[forward_mode=extend bs=3]", "prefill",
-     dict.fromkeys(COMPOSITION_FIELDS) | {"ctx_requests": 3, "gen_requests": 0}),
-    ("step[forward_mode=decode bs=5]", "decode",
-     dict.fromkeys(COMPOSITION_FIELDS) | {"gen_requests": 5, "gen_q": 5, "ctx_requests": 0}),
-    ("step[mode: mixed bs=4]", "mixed", None),
-    ("step[prefill decode]", "mixed", None),
-    ("step[decode]", "decode", None),
-    ("step[forward_mode=decode batch_size=x7]", "decode", None),
-    ("step[forward_mode=idle]", "unknown", None),
-    ("ProfilerStep#3", "unknown", None),
-])
+@pytest.mark.parametrize(
+    "name, kind, f",
+    [
+        (
+            "step[forward_mode=extend bs=3]",
+            "prefill",
+            dict.fromkeys(COMPOSITION_FIELDS) | {"ctx_requests": 3, "gen_requests": 0},
+        ),
+        (
+            "step[forward_mode=decode bs=5]",
+            "decode",
+            dict.fromkeys(COMPOSITION_FIELDS) | {"gen_requests": 5, "gen_q": 5, "ctx_requests": 0},
+        ),
+        ("step[mode: mixed bs=4]", "mixed", None),
+        ("step[prefill decode]", "mixed", None),
+        ("step[decode]", "decode", None),
+        ("step[forward_mode=decode batch_size=x7]", "decode", None),
+        ("step[forward_mode=idle]", "unknown", None),
+        ("ProfilerStep#3", "unknown", None),
+    ],
+)
 def test_sglang_and_other_compositions(name, kind, f):
     assert composition(name) == (kind, f)
 

@@ -8,8 +8,8 @@ Every expected value is worked out by hand in the docstring (µs; the builder's 
 from __future__ import annotations
 
 import pytest
-from anatomy_builders import H100, US, Timeline
 
+from anatomy_builders import H100, US, Timeline
 from hostgap.anatomy.markers import hostgap_step_name
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 
@@ -117,8 +117,16 @@ def test_library_launch_wrapper_time_is_framework_time_less_its_sync(tmp_path):
 
 def vstep(i, wall, host, dep=0, queued=False, partial=False, kind="decode"):
     causes = {"host_ns": host, "dependency_ns": dep, "outside_ns": 0, "unexplained_ns": 0}
-    return {"index": i, "kind": kind, "partial": partial, "queued": queued, "wall_ns": wall,
-            "host_wait_ns": host, "host_fraction": (wall - 10) / wall if wall else None, "idle_causes": causes}
+    return {
+        "index": i,
+        "kind": kind,
+        "partial": partial,
+        "queued": queued,
+        "wall_ns": wall,
+        "host_wait_ns": host,
+        "host_fraction": (wall - 10) / wall if wall else None,
+        "idle_causes": causes,
+    }
 
 
 def test_verdict_pool_is_the_queued_steps_when_they_are_most():
@@ -144,8 +152,10 @@ def test_verdict_queued_and_hidden_host_notes_join():
 
     steps = [vstep(0, 100, 5, queued=True), vstep(1, 100, 5, queued=True), vstep(2, 100, 5)]
     v = step_verdict(steps, [], 0.3)
-    assert v["note"] == ("host ran ahead of the GPU (queued steps): the GPU rarely waited on the host; "
-                         "HDBI 0.30: host orchestration exceeds GPU time but is hidden behind it")
+    assert v["note"] == (
+        "host ran ahead of the GPU (queued steps): the GPU rarely waited on the host; "
+        "HDBI 0.30: host orchestration exceeds GPU time but is hidden behind it"
+    )
 
 
 def test_verdict_skips_zero_wall_steps_in_the_shares():
@@ -162,8 +172,7 @@ def test_verdict_warmup_and_partial_steps_leave_the_pool():
     (0.05): only step 3 is used -> device-bound."""
     from hostgap.anatomy.verdict import step_verdict
 
-    steps = [vstep(0, 100, 90), vstep(1, 100, 90, partial=True), vstep(2, 100, 90, kind="prefill"),
-             vstep(3, 100, 5)]
+    steps = [vstep(0, 100, 90), vstep(1, 100, 90, partial=True), vstep(2, 100, 90, kind="prefill"), vstep(3, 100, 5)]
     v = step_verdict(steps, [0], None)
     assert (v["steps_used"], v["verdict"], v["host_wait_share"]) == (1, "device-bound", 0.05)
     none = step_verdict([], [], None)

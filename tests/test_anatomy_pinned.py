@@ -9,8 +9,8 @@ Every expected value is worked out by hand in the docstring (µs; the builder's 
 from __future__ import annotations
 
 import pytest
-from anatomy_builders import H100, US, Timeline
 
+from anatomy_builders import H100, US, Timeline
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 from hostgap.errors import HostgapError
 
@@ -27,15 +27,15 @@ def run(t: Timeline, tmp_path, config: AnatomyConfig = FLOOR) -> dict:
 def unattributed_two_steps() -> Timeline:
     """One thread, no Python frames::
 
-        ProfilerStep#1 [0, 50]
-          aten::mul [10, 20]: launch [12, 14] -> k [20, 25]
-             T_py [0, 10] (from the step start), T_dispatch [10, 12], launch [12, 14]
-          cudaStreamSynchronize [30, 40]   (the host waits: covered, not unattributed)
-          covered = [0, 14] + [30, 40] = 24; window [0, 50] -> unattributed 26
-        ProfilerStep#2 [50, 90]
-          aten::add [60, 70]: launch [61, 63] -> k [70, 72]
-             T_py [50, 60] (step start 50 > previous op end 20), T_dispatch [60, 61], launch [61, 63]
-          covered 13; window [50, 90] (the last step: to its marker end) -> unattributed 27
+    ProfilerStep#1 [0, 50]
+      aten::mul [10, 20]: launch [12, 14] -> k [20, 25]
+         T_py [0, 10] (from the step start), T_dispatch [10, 12], launch [12, 14]
+      cudaStreamSynchronize [30, 40]   (the host waits: covered, not unattributed)
+      covered = [0, 14] + [30, 40] = 24; window [0, 50] -> unattributed 26
+    ProfilerStep#2 [50, 90]
+      aten::add [60, 70]: launch [61, 63] -> k [70, 72]
+         T_py [50, 60] (step start 50 > previous op end 20), T_dispatch [60, 61], launch [61, 63]
+      covered 13; window [50, 90] (the last step: to its marker end) -> unattributed 27
     """
     t = Timeline(props=H100)
     t.annotation("ProfilerStep#1", 0, 50)
@@ -122,8 +122,10 @@ def test_gpu_top_ops_per_step_and_shares(tmp_path):
     aten::add 10 + 1 = 11 (both native, no ΔCT); 2 steps: 6 and 5.5 per step; shares 12/23, 11/23."""
     doc = run(unattributed_two_steps(), tmp_path)
     got = [(r["name"], r["host_ns"], r["host_ns_per_step"], r["launches"], r["share"]) for r in doc["top_ops"]]
-    assert got == [("aten::mul", 12 * US, 6 * US, 1, pytest.approx(12 / 23)),
-                   ("aten::add", 11 * US, 5.5 * US, 1, pytest.approx(11 / 23))]
+    assert got == [
+        ("aten::mul", 12 * US, 6 * US, 1, pytest.approx(12 / 23)),
+        ("aten::add", 11 * US, 5.5 * US, 1, pytest.approx(11 / 23)),
+    ]
     frames = [(r["name"], r["host_ns"]) for r in doc["top_frames"]]
     assert frames == [("(no Python frame in trace)", 23 * US)]
 
@@ -349,9 +351,16 @@ def test_verdict_pool_without_decode_steps_keeps_the_complete_ones():
     from hostgap.anatomy.verdict import step_verdict
 
     def step(i, partial, host):
-        return {"index": i, "kind": "prefill", "partial": partial, "queued": False, "wall_ns": 100,
-                "host_wait_ns": host, "host_fraction": host / 100,
-                "idle_causes": {"host_ns": host, "dependency_ns": 0, "outside_ns": 0, "unexplained_ns": 0}}
+        return {
+            "index": i,
+            "kind": "prefill",
+            "partial": partial,
+            "queued": False,
+            "wall_ns": 100,
+            "host_wait_ns": host,
+            "host_fraction": host / 100,
+            "idle_causes": {"host_ns": host, "dependency_ns": 0, "outside_ns": 0, "unexplained_ns": 0},
+        }
 
     v = step_verdict([step(0, True, 90), step(1, False, 5)], [], None)
     assert (v["verdict"], v["steps_used"], v["host_wait_share"]) == ("device-bound", 1, 0.05)

@@ -19,13 +19,16 @@ def test_cli_value_in_us_becomes_ns_and_must_be_positive():
             launch_floor([], floor_us=bad)
 
 
-@pytest.mark.parametrize("names, ns, key", [
-    (["NVIDIA H200"], 4503.0, "H200"),
-    (["nvidia h100 80gb hbm3"], 4707.0, "H100"),
-    (["cpu", "NVIDIA H200 NVL"], 4503.0, "H200"),  # the first name with a known GPU
-    (["NVIDIA A100-SXM4-80GB"], GENERIC_FLOOR_NS, None),
-    ([], GENERIC_FLOOR_NS, None),
-])
+@pytest.mark.parametrize(
+    "names, ns, key",
+    [
+        (["NVIDIA H200"], 4503.0, "H200"),
+        (["nvidia h100 80gb hbm3"], 4707.0, "H100"),
+        (["cpu", "NVIDIA H200 NVL"], 4503.0, "H200"),  # the first name with a known GPU
+        (["NVIDIA A100-SXM4-80GB"], GENERIC_FLOOR_NS, None),
+        ([], GENERIC_FLOOR_NS, None),
+    ],
+)
 def test_device_defaults(names, ns, key):
     f = launch_floor(names)
     assert f.ns == ns
@@ -44,16 +47,19 @@ def test_floor_file_value_and_label(tmp_path):
     assert (f.ns, f.source) == (4321.5, f"file:{p}")
 
 
-@pytest.mark.parametrize("doc, msg", [
-    ([1, 2], "not a launch-floor result"),
-    ({"kind": "other", "mean_ns": 4000.0}, "not a launch-floor result"),
-    ({"mean_ns": 4000.0}, "not a launch-floor result"),
-    ({"kind": "launch_floor", "mean_ns": 0}, "no positive mean_ns"),
-    ({"kind": "launch_floor", "mean_ns": -3.0}, "no positive mean_ns"),
-    ({"kind": "launch_floor", "mean_ns": "4000"}, "no positive mean_ns"),
-    ({"kind": "launch_floor"}, "no positive mean_ns"),
-    ({"kind": "launch_floor", "mean_ns": 900.0, "device": "cpu"}, "CPU dispatch floor"),
-])
+@pytest.mark.parametrize(
+    "doc, msg",
+    [
+        ([1, 2], "not a launch-floor result"),
+        ({"kind": "other", "mean_ns": 4000.0}, "not a launch-floor result"),
+        ({"mean_ns": 4000.0}, "not a launch-floor result"),
+        ({"kind": "launch_floor", "mean_ns": 0}, "no positive mean_ns"),
+        ({"kind": "launch_floor", "mean_ns": -3.0}, "no positive mean_ns"),
+        ({"kind": "launch_floor", "mean_ns": "4000"}, "no positive mean_ns"),
+        ({"kind": "launch_floor"}, "no positive mean_ns"),
+        ({"kind": "launch_floor", "mean_ns": 900.0, "device": "cpu"}, "CPU dispatch floor"),
+    ],
+)
 def test_malformed_floor_files_are_refused(tmp_path, doc, msg):
     with pytest.raises(HostgapError, match=msg):
         launch_floor([], floor_file=_file(tmp_path, doc))

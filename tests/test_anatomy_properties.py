@@ -13,11 +13,11 @@ import shutil
 import tempfile
 
 import numpy as np
-from anatomy_builders import H100, Timeline
-from budget import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from anatomy_builders import H100, Timeline
+from budget import examples
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 from hostgap.events import GPU_OP_KINDS, Kind
 
@@ -69,8 +69,16 @@ def timelines(draw) -> Timeline:
                 t.graph_launch(cursor, dur, [(f"g{j}", s, d) for j, (s, d) in enumerate(ks)], stream=stream, tid=tid)
             else:
                 ((cs, cd),) = run_kernels(stream, cursor, 1)
-                t.copy(cursor, dur, cs, cd, draw(st.integers(1, 4096)),
-                       direction=draw(st.sampled_from(["HtoD", "DtoH"])), stream=stream, tid=tid)
+                t.copy(
+                    cursor,
+                    dur,
+                    cs,
+                    cd,
+                    draw(st.integers(1, 4096)),
+                    direction=draw(st.sampled_from(["HtoD", "DtoH"])),
+                    stream=stream,
+                    tid=tid,
+                )
             cursor += dur
         if what == "op" and draw(st.booleans()):  # an inner op around the launches
             t.op("aten::inner", o_start, cursor - o_start, tid=tid)
@@ -225,8 +233,11 @@ def naive_steps(events: list[dict]) -> list[dict]:
     def step_of(t):
         return _step_of(markers, t)
 
-    launch_at = {e["args"]["correlation"]: e["ts"] * ns for e in events
-                 if e["cat"] == "cuda_runtime" and "correlation" in e["args"]}
+    launch_at = {
+        e["args"]["correlation"]: e["ts"] * ns
+        for e in events
+        if e["cat"] == "cuda_runtime" and "correlation" in e["args"]
+    }
     out = [{"kernels": [], "ops": [], "launches": 0, "graph_launches": 0} for _ in markers]
     for e in events:
         if e["cat"] == "cuda_runtime":
@@ -248,15 +259,21 @@ def naive_steps(events: list[dict]) -> list[dict]:
     # (its launch call ended) by t. The device's first gap is outside the capture, whole, when
     # its op waited more than 30 µs after its launch. The last step's wall may end after it.
     ends = []
-    for i, st in enumerate(out):
+    for i, row in enumerate(out):
         if i + 1 < len(markers):
             ends.append(starts[i + 1])
         else:
-            ends.append(max([markers[i][1]] + [e for _, e in st["ops"]]))
-    launch_end = {e["args"]["correlation"]: (e["ts"] + e["dur"]) * ns for e in events
-                  if e["cat"] == "cuda_runtime" and "correlation" in e["args"]}
-    ops = sorted((e["ts"] * ns, (e["ts"] + e["dur"]) * ns, launch_end[e["args"]["correlation"]]) for e in events
-                 if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset"))
+            ends.append(max([markers[i][1]] + [e for _, e in row["ops"]]))
+    launch_end = {
+        e["args"]["correlation"]: (e["ts"] + e["dur"]) * ns
+        for e in events
+        if e["cat"] == "cuda_runtime" and "correlation" in e["args"]
+    }
+    ops = sorted(
+        (e["ts"] * ns, (e["ts"] + e["dur"]) * ns, launch_end[e["args"]["correlation"]])
+        for e in events
+        if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")
+    )
     lo = min([starts[0]] + [s for s, _, _ in ops])
     hi = max(ends + [e for _, e, _ in ops])
     host = []  # host-caused intervals
@@ -272,14 +289,23 @@ def naive_steps(events: list[dict]) -> list[dict]:
     host.append((reach, hi))
     host_wait = [sum(max(0, min(b, ends[i]) - max(a, starts[i])) for a, b in host) for i in range(len(markers))]
     rows = []
-    for i, st in enumerate(out):
+    for i, step in enumerate(out):
         if i + 1 < len(markers):
             wall = starts[i + 1] - starts[i]
         else:
-            wall = max([markers[i][1]] + [e for _, e in st["ops"]]) - starts[i]
-        rows.append({"host_wait_ns": host_wait[i], "kernel_count": len(st["kernels"]), "kernel_sum_ns": sum(e - s for s, e in st["kernels"]),
-                     "kernel_union_ns": _union_len(st["kernels"]), "gpu_active_ns": _union_len(st["ops"]),
-                     "wall_ns": wall, "launches": st["launches"], "graph_launches": st["graph_launches"]})
+            wall = max([markers[i][1]] + [e for _, e in step["ops"]]) - starts[i]
+        rows.append(
+            {
+                "host_wait_ns": host_wait[i],
+                "kernel_count": len(step["kernels"]),
+                "kernel_sum_ns": sum(e - s for s, e in step["kernels"]),
+                "kernel_union_ns": _union_len(step["kernels"]),
+                "gpu_active_ns": _union_len(step["ops"]),
+                "wall_ns": wall,
+                "launches": step["launches"],
+                "graph_launches": step["graph_launches"],
+            }
+        )
     return rows
 
 
@@ -342,8 +368,22 @@ def test_idle_causes_tile_the_idle_time(t):
 @example(t=two_threads_two_streams())
 def test_steps_match_a_naive_reference(t):
     trace, a, doc = analysed(t)
-    got = [{k: s[k] for k in ("host_wait_ns", "kernel_count", "kernel_sum_ns", "kernel_union_ns", "gpu_active_ns",
-                              "wall_ns", "launches", "graph_launches")} for s in doc["steps"]]
+    got = [
+        {
+            k: s[k]
+            for k in (
+                "host_wait_ns",
+                "kernel_count",
+                "kernel_sum_ns",
+                "kernel_union_ns",
+                "gpu_active_ns",
+                "wall_ns",
+                "launches",
+                "graph_launches",
+            )
+        }
+        for s in doc["steps"]
+    ]
     assert got == naive_steps(t.events)
 
 
@@ -368,8 +408,11 @@ def naive_taxes(events: list[dict]) -> dict[int, dict]:
         c = e["args"].get("correlation")
         if c is not None:
             first_gpu[c] = min(first_gpu.get(c, iv(e)), iv(e))
-    launches = [e for e in events if e["name"] in ("cudaLaunchKernel", "cudaGraphLaunch")
-                and e["args"].get("correlation") in first_gpu]
+    launches = [
+        e
+        for e in events
+        if e["name"] in ("cudaLaunchKernel", "cudaGraphLaunch") and e["args"].get("correlation") in first_gpu
+    ]
     ops = [e for e in events if e["cat"] == "cpu_op"]
     frames = [e for e in events if e["cat"] == "python_function"]
 
@@ -432,8 +475,12 @@ def naive_taxes(events: list[dict]) -> dict[int, dict]:
             lo = markers[step][0] if step is not None else prev
             t_dispatch = l_start - max(prev, lo)
         prev = lane_prev[id(first_op_of[c])]
-        out[c] = {"t_py_ns": t_py, "t_dispatch_ns": max(t_dispatch, 0), "t_launch_ns": first_gpu[c][0] - l_start,
-                  "queued": prev is not None and prev > l_start}
+        out[c] = {
+            "t_py_ns": t_py,
+            "t_dispatch_ns": max(t_dispatch, 0),
+            "t_launch_ns": first_gpu[c][0] - l_start,
+            "queued": prev is not None and prev > l_start,
+        }
     return out
 
 
@@ -443,7 +490,13 @@ def test_taxbreak_terms_match_a_naive_reference(t):
     trace, a, doc = analysed(t)
     k = a.kernels
     ev = trace.events
-    got = {int(ev.correlation[r]): {"t_py_ns": int(k.t_py_ns[i]), "t_dispatch_ns": int(k.t_dispatch_ns[i]),
-                                     "t_launch_ns": int(k.t_launch_ns[i]), "queued": bool(k.queued[i])}
-           for i, r in enumerate(k.launch_row)}
+    got = {
+        int(ev.correlation[r]): {
+            "t_py_ns": int(k.t_py_ns[i]),
+            "t_dispatch_ns": int(k.t_dispatch_ns[i]),
+            "t_launch_ns": int(k.t_launch_ns[i]),
+            "queued": bool(k.queued[i]),
+        }
+        for i, r in enumerate(k.launch_row)
+    }
     assert got == naive_taxes(t.events)

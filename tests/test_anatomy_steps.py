@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from anatomy_builders import H100, US, Timeline
 
+from anatomy_builders import H100, US, Timeline
 from hostgap.anatomy.markers import hostgap_step_name
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 from hostgap.errors import HostgapError
@@ -92,12 +92,15 @@ def test_host_wait_of_the_graph_step(tmp_path):
     doc = run(graph_steps(), tmp_path)
     s0, s1 = doc["steps"]
     assert s0["host_wait_ns"] == 68 * US
-    assert s0["idle_causes"] == {"host_ns": 68 * US, "dependency_ns": 1 * US, "outside_ns": 0,
-                                 "unexplained_ns": 12 * US}
+    assert s0["idle_causes"] == {
+        "host_ns": 68 * US,
+        "dependency_ns": 1 * US,
+        "outside_ns": 0,
+        "unexplained_ns": 12 * US,
+    }
     assert s0["busy_ns"] == 19 * US and s0["idle_ns"] == 81 * US
     assert s1["host_wait_ns"] == 8 * US
-    assert s1["idle_causes"] == {"host_ns": 8 * US, "dependency_ns": 1 * US, "outside_ns": 0,
-                                 "unexplained_ns": 12 * US}
+    assert s1["idle_causes"] == {"host_ns": 8 * US, "dependency_ns": 1 * US, "outside_ns": 0, "unexplained_ns": 12 * US}
 
 
 def test_host_wait_clipped_to_the_step_wall(tmp_path):
@@ -285,8 +288,13 @@ def test_hostgap_capture_markers_preferred_and_parsed(tmp_path):
     assert doc["marker_family"] == "hostgap"
     p, d = doc["steps"]
     assert p["kind"] == "prefill" and d["kind"] == "decode"
-    assert (p["ctx_requests"], p["ctx_q"], p["ctx_s"], p["ctx_qq"], p["ctx_qs"]) == (4, 512, 512, 4 * 128 ** 2,
-                                                                                     4 * 128 * 128)
+    assert (p["ctx_requests"], p["ctx_q"], p["ctx_s"], p["ctx_qq"], p["ctx_qs"]) == (
+        4,
+        512,
+        512,
+        4 * 128**2,
+        4 * 128 * 128,
+    )
     assert p["gen_requests"] == 0
     assert (d["gen_requests"], d["gen_q"], d["gen_s"], d["gen_qq"], d["gen_qs"]) == (4, 4, 516, 4, 516)
     assert d["ctx_requests"] == 0
@@ -470,9 +478,19 @@ def test_cpu_host_wait_clipped_to_the_step_wall(tmp_path):
 # -- verdict ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fraction, expected", [
-    (0.0, "device-bound"), (0.0999, "device-bound"), (0.10, "balanced"), (0.2499, "balanced"),
-    (0.25, "host-bound"), (1.0, "host-bound"), (None, None), (float("nan"), None)])
+@pytest.mark.parametrize(
+    "fraction, expected",
+    [
+        (0.0, "device-bound"),
+        (0.0999, "device-bound"),
+        (0.10, "balanced"),
+        (0.2499, "balanced"),
+        (0.25, "host-bound"),
+        (1.0, "host-bound"),
+        (None, None),
+        (float("nan"), None),
+    ],
+)
 def test_verdict_thresholds(fraction, expected):
     from hostgap.anatomy.verdict import classify
 

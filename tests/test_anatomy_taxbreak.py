@@ -9,8 +9,8 @@ import json
 
 import numpy as np
 import pytest
-from anatomy_builders import A100, H100, H200, US, Timeline
 
+from anatomy_builders import A100, H100, H200, US, Timeline
 from hostgap.anatomy.floor import GENERIC_FLOOR_NS, launch_floor
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 from hostgap.anatomy.taxbreak import base_name, is_library_kernel
@@ -18,30 +18,53 @@ from hostgap.errors import HostgapError
 
 FLOOR = AnatomyConfig(launch_floor_ns=4500.0)
 
-FLASH = ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<128, 64, 64, 4, false, "
-         "false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<128, 64, 64, 4, cutlass::bfloat16_t> >, "
-         "false, true, false, false, true, true, false, false>(pytorch_flash::Flash_fwd_params)")
-ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
-       "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)")
+FLASH = (
+    "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<128, 64, 64, 4, false, "
+    "false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<128, 64, 64, 4, cutlass::bfloat16_t> >, "
+    "false, true, false, false, true, true, false, false>(pytorch_flash::Flash_fwd_params)"
+)
+ADD = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+    "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)"
+)
 MUL = "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor>>()"
 XMMA = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
-CUTLASS = ("void cutlass::Kernel<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>"
-           "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8::Params)")
+CUTLASS = (
+    "void cutlass::Kernel<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>"
+    "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8::Params)"
+)
 NVJET = "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTT"
 CIJK = "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT16x16x256_MI16x16x1_SN_LDSB1_AFC1_AFEM1"
-GEMVX = ("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, __nv_bfloat16, __nv_bfloat16, "
-         "__nv_bfloat16, float, false, true, true, false, 6, false, cublasGemvParamsEx<int, __nv_bfloat16 const*, "
-         "__nv_bfloat16 const*, __nv_bfloat16*, float const*> >(cublasGemvParamsEx<int, __nv_bfloat16 const*, "
-         "__nv_bfloat16 const*, __nv_bfloat16*, float const*>)")
+GEMVX = (
+    "std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, __nv_bfloat16, __nv_bfloat16, "
+    "__nv_bfloat16, float, false, true, true, false, 6, false, cublasGemvParamsEx<int, __nv_bfloat16 const*, "
+    "__nv_bfloat16 const*, __nv_bfloat16*, float const*> >(cublasGemvParamsEx<int, __nv_bfloat16 const*, "
+    "__nv_bfloat16 const*, __nv_bfloat16*, float const*>)"
+)
 
 
 def rows_by_launch(a) -> list[dict]:
     """Per-launch terms in launch order, as plain ints (µs where exact)."""
     k = a.kernels
     order = np.argsort(k.launch_row)
-    return [{f: (getattr(k, f)[i].item()) for f in ("t_py_ns", "t_dispatch_ns", "t_launch_ns", "dft_ns", "dct_ns",
-                                                     "i_lib", "queued", "first_in_unit", "dkt_fw_ns", "step")}
-            for i in order]
+    return [
+        {
+            f: (getattr(k, f)[i].item())
+            for f in (
+                "t_py_ns",
+                "t_dispatch_ns",
+                "t_launch_ns",
+                "dft_ns",
+                "dct_ns",
+                "i_lib",
+                "queued",
+                "first_in_unit",
+                "dkt_fw_ns",
+                "step",
+            )
+        }
+        for i in order
+    ]
 
 
 # -- an op with several kernels, a frame with several ops -----------------------------------
@@ -109,8 +132,11 @@ def test_per_kernel_intervals_never_overlap(tmp_path):
     lr = k.launch_row
     spans = []
     for i in range(len(k)):
-        spans += [(k.py_start_ns[i], k.py_end_ns[i]), (k.dispatch_start_ns[i], k.dispatch_end_ns[i]),
-                  (tr.events.start_ns[lr[i]], tr.events.end_ns[lr[i]])]
+        spans += [
+            (k.py_start_ns[i], k.py_end_ns[i]),
+            (k.dispatch_start_ns[i], k.dispatch_end_ns[i]),
+            (tr.events.start_ns[lr[i]], tr.events.end_ns[lr[i]]),
+        ]
     spans = sorted((s, e) for s, e in spans if e > s)
     assert all(e0 <= s1 for (_, e0), (s1, _) in zip(spans, spans[1:]))
     assert sum(e - s for s, e in spans) == 37 * US
@@ -129,14 +155,24 @@ def test_top_ops_and_frames_rank_host_time(tmp_path):
 # -- library vs framework-native kernels -----------------------------------------------------
 
 
-@pytest.mark.parametrize("name, lib", [
-    (FLASH, False), (ADD, False), (MUL, False), ("triton_poi_fused_add_0", False),
-    ("void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*)", False),
-    (XMMA, True), (CUTLASS, True), ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(x)", True),
-    (NVJET, True), (CIJK, True), ("ampere_sgemm_128x64_nn", True),
-    ("void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 2, 2, false, false>(x)", True),
-    ("void splitKreduce_kernel<float, float, float, float, true, false, false>(x)", True),
-])
+@pytest.mark.parametrize(
+    "name, lib",
+    [
+        (FLASH, False),
+        (ADD, False),
+        (MUL, False),
+        ("triton_poi_fused_add_0", False),
+        ("void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*)", False),
+        (XMMA, True),
+        (CUTLASS, True),
+        ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(x)", True),
+        (NVJET, True),
+        (CIJK, True),
+        ("ampere_sgemm_128x64_nn", True),
+        ("void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 2, 2, false, false>(x)", True),
+        ("void splitKreduce_kernel<float, float, float, float, true, false, false>(x)", True),
+    ],
+)
 def test_library_base_names(name, lib):
     assert is_library_kernel(name) is lib
 
@@ -170,9 +206,15 @@ def library_mix() -> Timeline:
     """
     t = Timeline(props=H100)
     t.annotation("ProfilerStep#1", 0, 200)
-    plan = [("aten::_flash_attention_forward", 10, 10, 13, FLASH), ("aten::add", 30, 10, 35, ADD),
-            ("aten::mul", 50, 10, 54, MUL), ("aten::mm", 70, 20, 82, XMMA), ("aten::addmm", 100, 10, 102, CUTLASS),
-            ("aten::mm", 120, 20, 130, NVJET), ("aten::mm", 150, 20, 159, CIJK)]
+    plan = [
+        ("aten::_flash_attention_forward", 10, 10, 13, FLASH),
+        ("aten::add", 30, 10, 35, ADD),
+        ("aten::mul", 50, 10, 54, MUL),
+        ("aten::mm", 70, 20, 82, XMMA),
+        ("aten::addmm", 100, 10, 102, CUTLASS),
+        ("aten::mm", 120, 20, 130, NVJET),
+        ("aten::mm", 150, 20, 159, CIJK),
+    ]
     for op, ts, dur, at, kname in plan:
         t.op(op, ts, dur)
         t.launch_kernel(at, 1, kname, at + 5, 2)
@@ -236,12 +278,48 @@ def test_launch_without_op_is_its_own_unit(tmp_path):
 # -- trace-level keys --------------------------------------------------------------------------
 
 
-TRACE_KEYS = {"ft_ns", "ct_ns", "kt_ns", "kt_fw_ns", "unattributed_ns", "device_active_ns", "orchestrate_ns",
-              "hdbi", "kernels_per_step", "kernels_per_token", "launch_floor_ns", "floor_source"}
-STEP_KEYS = {"index", "kind", "device", "wall_ns", "gpu_active_ns", "kernel_union_ns", "kernel_sum_ns",
-             "host_exposed_ns", "host_wait_ns", "host_fraction", "kernel_count", "launches", "graph_launches",
-             "queued", "partial", "taxbreak", "ctx_requests", "ctx_q", "ctx_s", "ctx_qq", "ctx_qs", "gen_requests",
-             "gen_q", "gen_s", "gen_qq", "gen_qs"}
+TRACE_KEYS = {
+    "ft_ns",
+    "ct_ns",
+    "kt_ns",
+    "kt_fw_ns",
+    "unattributed_ns",
+    "device_active_ns",
+    "orchestrate_ns",
+    "hdbi",
+    "kernels_per_step",
+    "kernels_per_token",
+    "launch_floor_ns",
+    "floor_source",
+}
+STEP_KEYS = {
+    "index",
+    "kind",
+    "device",
+    "wall_ns",
+    "gpu_active_ns",
+    "kernel_union_ns",
+    "kernel_sum_ns",
+    "host_exposed_ns",
+    "host_wait_ns",
+    "host_fraction",
+    "kernel_count",
+    "launches",
+    "graph_launches",
+    "queued",
+    "partial",
+    "taxbreak",
+    "ctx_requests",
+    "ctx_q",
+    "ctx_s",
+    "ctx_qq",
+    "ctx_qs",
+    "gen_requests",
+    "gen_q",
+    "gen_s",
+    "gen_qq",
+    "gen_qs",
+}
 
 
 def test_json_contract_keys(tmp_path):
@@ -276,8 +354,9 @@ def test_floor_sources(tmp_path):
     assert launch_floor([], floor_us=2.0, floor_file=f).source == "cli"
 
 
-@pytest.mark.parametrize("props, ns, word", [(H100, 4707.0, "H100"), (H200, 4503.0, "H200"),
-                                             (A100, GENERIC_FLOOR_NS, "generic")])
+@pytest.mark.parametrize(
+    "props, ns, word", [(H100, 4707.0, "H100"), (H200, 4503.0, "H200"), (A100, GENERIC_FLOOR_NS, "generic")]
+)
 def test_floor_default_from_trace_device(tmp_path, props, ns, word):
     t = Timeline(props=props)
     t.annotation("ProfilerStep#1", 0, 10)
@@ -294,14 +373,17 @@ def test_floor_file_used_by_analyze(tmp_path):
     assert tb["kt_ns"] == 7 * 6000
 
 
-@pytest.mark.parametrize("content, word", [
-    ("{not json", "not JSON"),
-    (json.dumps({"kind": "something_else", "mean_ns": 5}), "not a launch-floor"),
-    (json.dumps({"kind": "launch_floor", "device": "cuda"}), "mean_ns"),
-    (json.dumps({"kind": "launch_floor", "device": "cuda", "mean_ns": -1}), "mean_ns"),
-    (json.dumps({"kind": "launch_floor", "device": "cpu", "mean_ns": 900}), "CPU"),
-    (json.dumps([1, 2]), "not a launch-floor"),
-])
+@pytest.mark.parametrize(
+    "content, word",
+    [
+        ("{not json", "not JSON"),
+        (json.dumps({"kind": "something_else", "mean_ns": 5}), "not a launch-floor"),
+        (json.dumps({"kind": "launch_floor", "device": "cuda"}), "mean_ns"),
+        (json.dumps({"kind": "launch_floor", "device": "cuda", "mean_ns": -1}), "mean_ns"),
+        (json.dumps({"kind": "launch_floor", "device": "cpu", "mean_ns": 900}), "CPU"),
+        (json.dumps([1, 2]), "not a launch-floor"),
+    ],
+)
 def test_bad_floor_file(tmp_path, content, word):
     p = tmp_path / "floor.json"
     p.write_text(content)
@@ -323,9 +405,9 @@ def test_missing_floor_file_and_bad_cli_floor(tmp_path):
 def cpu_only() -> Timeline:
     """Two steps, no device: leaf compute ops are the CPU analogue of kernels::
 
-        step 0 [0, 50]:  aten::linear [5, 25] > aten::addmm [6, 24] (leaf);
-                         aten::view [30, 31] (metadata only, not compute)
-        step 1 [50, 100]: aten::mul [60, 70] (leaf)
+    step 0 [0, 50]:  aten::linear [5, 25] > aten::addmm [6, 24] (leaf);
+                     aten::view [30, 31] (metadata only, not compute)
+    step 1 [50, 100]: aten::mul [60, 70] (leaf)
     """
     t = Timeline()
     t.annotation("ProfilerStep#1", 0, 50)
@@ -342,8 +424,17 @@ def test_cpu_only_taxbreak_not_applicable(tmp_path):
     assert doc["activity"] == "cpu-compute"
     tb = doc["taxbreak"]
     assert tb["applicable"] is False
-    for key in ("ft_ns", "ct_ns", "kt_ns", "kt_fw_ns", "hdbi", "launch_floor_ns", "floor_source",
-                "device_active_ns", "orchestrate_ns"):
+    for key in (
+        "ft_ns",
+        "ct_ns",
+        "kt_ns",
+        "kt_fw_ns",
+        "hdbi",
+        "launch_floor_ns",
+        "floor_source",
+        "device_active_ns",
+        "orchestrate_ns",
+    ):
         assert tb[key] is None, key  # not applicable, never 0
     assert all(s["taxbreak"] is None for s in doc["steps"])
     s0, s1 = doc["steps"]
@@ -400,17 +491,37 @@ def test_cpu_only_taxbreak_has_the_gpu_key_set(tmp_path):
     gpu = analyze(nested().load(tmp_path), FLOOR).taxbreak
     cpu = analyze(cpu_only().load(tmp_path)).taxbreak
     assert set(gpu) - {"note"} <= set(cpu)
-    assert all(cpu[k] is None for k in set(gpu) - {"applicable", "kernels_per_step", "kernels_per_token",
-                                                  "unique_kernels", "total_kernels", "unique_ratio", "note"})
+    assert all(
+        cpu[k] is None
+        for k in set(gpu)
+        - {
+            "applicable",
+            "kernels_per_step",
+            "kernels_per_token",
+            "unique_kernels",
+            "total_kernels",
+            "unique_ratio",
+            "note",
+        }
+    )
 
 
 def test_base_name_keeps_anonymous_namespaces():
-    assert base_name("void (anonymous namespace)::elementwise_kernel_with_index<int, at::native::arange_cuda_out"
-                     "(c10::Scalar const&)::{lambda()#1}>(int, float*)") == \
-        "(anonymous namespace)::elementwise_kernel_with_index"
-    assert base_name("void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous "
-                     "namespace)::OpaqueType<2u>, unsigned int, 3, 128, 1>(at::native::(anonymous namespace)::"
-                     "OpaqueType<2u>*, int)") == "at::native::(anonymous namespace)::CatArrayBatchedCopy"
+    assert (
+        base_name(
+            "void (anonymous namespace)::elementwise_kernel_with_index<int, at::native::arange_cuda_out"
+            "(c10::Scalar const&)::{lambda()#1}>(int, float*)"
+        )
+        == "(anonymous namespace)::elementwise_kernel_with_index"
+    )
+    assert (
+        base_name(
+            "void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous "
+            "namespace)::OpaqueType<2u>, unsigned int, 3, 128, 1>(at::native::(anonymous namespace)::"
+            "OpaqueType<2u>*, int)"
+        )
+        == "at::native::(anonymous namespace)::CatArrayBatchedCopy"
+    )
 
 
 # -- method.md §5 as implemented: wrappers, synchronising calls, a second thread ------------------

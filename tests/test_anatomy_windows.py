@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from anatomy_builders import H100, US, Timeline
 
+from anatomy_builders import H100, US, Timeline
 from hostgap.anatomy.markers import step_markers
 from hostgap.anatomy.timeline import activity_rows
 from hostgap.anatomy.windows import INT_MAX, device_ops, host_api_steps, marker_windows, step_of, with_wall_end
@@ -60,11 +60,11 @@ def test_whole_trace_window_without_markers(tmp_path):
 
 def launches_around_the_capture() -> Timeline:
     """Steps [10, 20) and [20, 30]. GPU ops (stream 7):
-        a: launched [5, 6] (before the first step)   runs [7, 8]    -> outside, no step
-        b: launched [12, 13] (step 0)                runs [14, 15]  -> step 0, handed over at 13
-        c: launched [20, 21] (on the boundary)       runs [22, 23]  -> step 1
-        d: no launch in the trace, starts at 25                     -> not outside (after the start)
-        e: no launch in the trace, starts at 3                      -> outside (before the first step)
+    a: launched [5, 6] (before the first step)   runs [7, 8]    -> outside, no step
+    b: launched [12, 13] (step 0)                runs [14, 15]  -> step 0, handed over at 13
+    c: launched [20, 21] (on the boundary)       runs [22, 23]  -> step 1
+    d: no launch in the trace, starts at 25                     -> not outside (after the start)
+    e: no launch in the trace, starts at 3                      -> outside (before the first step)
     """
     t = Timeline(props=H100)
     t.annotation("ProfilerStep#1", 10, 5)
@@ -87,8 +87,13 @@ def test_device_ops_steps_hand_over_and_outside(tmp_path):
     by = {tr.name_of(r): i for i, r in enumerate(ops.rows)}
     get = lambda col: {n: int(col[i]) for n, i in by.items()}  # noqa: E731
     assert get(ops.step) == {"a": NONE, "b": 0, "c": 1, "d": NONE, "e": NONE}
-    assert {n: bool(ops.outside[i]) for n, i in by.items()} == {"a": True, "b": False, "c": False,
-                                                               "d": False, "e": True}
+    assert {n: bool(ops.outside[i]) for n, i in by.items()} == {
+        "a": True,
+        "b": False,
+        "c": False,
+        "d": False,
+        "e": True,
+    }
     enq = get(ops.enqueue_ns)
     assert (enq["a"], enq["b"], enq["c"]) == (6 * US, 13 * US, 21 * US)
     assert ops.launch_row[by["d"]] == NONE and ops.launch_row[by["b"]] >= 0
@@ -126,21 +131,26 @@ def test_before_first_launch_by_correlation_within_the_process():
     """Host calls of process (link key) 1 start at correlation 5. GPU ops without a launch:
     key 1 corr 3 (below 5: launched before the capture), key 1 corr 9 (no), key 2 (a process
     with no host call in the trace: no), key 0 (no), key 1 without a correlation id (no)."""
-    from test_link_nesting import table
-
     from hostgap.anatomy.windows import _before_first_launch
     from hostgap.events import Kind
+    from test_link_nesting import table
 
-    rows = [{"kind": Kind.LAUNCH, "start": 0, "dur": 1, "corr": 5, "key": 1},
-            {"kind": Kind.RUNTIME, "start": 1, "dur": 1, "corr": 7, "key": 1}]
-    rows += [{"kind": Kind.KERNEL, "start": 10 + i, "dur": 1, "corr": c, "key": k}
-             for i, (k, c) in enumerate([(1, 3), (1, 9), (2, 1), (0, 1), (1, NONE)])]
+    rows = [
+        {"kind": Kind.LAUNCH, "start": 0, "dur": 1, "corr": 5, "key": 1},
+        {"kind": Kind.RUNTIME, "start": 1, "dur": 1, "corr": 7, "key": 1},
+    ]
+    rows += [
+        {"kind": Kind.KERNEL, "start": 10 + i, "dur": 1, "corr": c, "key": k}
+        for i, (k, c) in enumerate([(1, 3), (1, 9), (2, 1), (0, 1), (1, NONE)])
+    ]
     tr = table(rows)
     assert _before_first_launch(tr, np.arange(2, 7)).tolist() == [True, False, False, False, False]
     assert _before_first_launch(table(rows[2:]), np.arange(5)).tolist() == [False] * 5  # no host calls
     # the first captured call is the lowest correlation id, not the earliest call: 5, not 7
-    rows = [{"kind": Kind.RUNTIME, "start": 0, "dur": 1, "corr": 7, "key": 1},
-            {"kind": Kind.LAUNCH, "start": 1, "dur": 1, "corr": 5, "key": 1},
-            {"kind": Kind.KERNEL, "start": 10, "dur": 1, "corr": 6, "key": 1},
-            {"kind": Kind.KERNEL, "start": 11, "dur": 1, "corr": 4, "key": 1}]
+    rows = [
+        {"kind": Kind.RUNTIME, "start": 0, "dur": 1, "corr": 7, "key": 1},
+        {"kind": Kind.LAUNCH, "start": 1, "dur": 1, "corr": 5, "key": 1},
+        {"kind": Kind.KERNEL, "start": 10, "dur": 1, "corr": 6, "key": 1},
+        {"kind": Kind.KERNEL, "start": 11, "dur": 1, "corr": 4, "key": 1},
+    ]
     assert _before_first_launch(table(rows), np.array([2, 3])).tolist() == [False, True]

@@ -4,16 +4,19 @@ Python frame, and GPU ops without a launch partner (kept and counted)."""
 from __future__ import annotations
 
 import numpy as np
-from conftest import cpu_op, kernel, launch, memcpy, python_frame, runtime
 
+from conftest import cpu_op, kernel, launch, memcpy, python_frame, runtime
 from hostgap.events import NONE, Kind
 from hostgap.link import Nesting, link
 from hostgap.load import load_trace
 
 
 def row(trace, name, kind=None):
-    hits = [i for i in range(len(trace.events)) if trace.name_of(i) == name
-            and (kind is None or trace.events.kind[i] == kind)]
+    hits = [
+        i
+        for i in range(len(trace.events))
+        if trace.name_of(i) == name and (kind is None or trace.events.kind[i] == kind)
+    ]
     assert len(hits) == 1, (name, hits)
     return hits[0]
 
@@ -52,8 +55,11 @@ def test_launch_op_top_op_frame_chain(kineto_trace):
 
 
 def test_ops_on_another_thread_do_not_enclose(kineto_trace):
-    events = [cpu_op("aten::mm", ts=0, dur=100, tid=2), launch(ts=10, dur=1, corr=1, tid=1),
-              kernel("k", ts=20, dur=1, corr=1)]
+    events = [
+        cpu_op("aten::mm", ts=0, dur=100, tid=2),
+        launch(ts=10, dur=1, corr=1, tid=1),
+        kernel("k", ts=20, dur=1, corr=1),
+    ]
     t = load_trace(kineto_trace(events))
     lk = link(t)
     assert lk.op_of[row(t, "cudaLaunchKernel")] == NONE
@@ -66,9 +72,13 @@ def test_partial_overlap_is_not_enclosure(kineto_trace):
 
 
 def test_kernels_without_launch_partner_are_kept_and_counted(kineto_trace):
-    events = [launch(ts=1, dur=1, corr=1), kernel("linked", ts=5, dur=1, corr=1),
-              kernel("orphan", ts=7, dur=1, corr=2), kernel("no_corr", ts=9, dur=1),
-              memcpy(ts=11, dur=1, corr=77)]
+    events = [
+        launch(ts=1, dur=1, corr=1),
+        kernel("linked", ts=5, dur=1, corr=1),
+        kernel("orphan", ts=7, dur=1, corr=2),
+        kernel("no_corr", ts=9, dur=1),
+        memcpy(ts=11, dur=1, corr=77),
+    ]
     t = load_trace(kineto_trace(events))
     lk = link(t)
     assert np.sum(t.events.kind == Kind.KERNEL) == 3  # nothing dropped
@@ -100,8 +110,11 @@ def test_copy_linked_to_its_runtime_call(kineto_trace):
 
 
 def test_external_id_kept_for_op_launch_kernel(kineto_trace):
-    events = [cpu_op("aten::mm", ts=0, dur=10, ext=55), launch(ts=2, dur=1, corr=1, ext=55),
-              kernel("k", ts=5, dur=1, corr=1, ext=55)]
+    events = [
+        cpu_op("aten::mm", ts=0, dur=10, ext=55),
+        launch(ts=2, dur=1, corr=1, ext=55),
+        kernel("k", ts=5, dur=1, corr=1, ext=55),
+    ]
     t = load_trace(kineto_trace(events))
     assert set(t.events.external_id.tolist()) == {55}
 
@@ -115,11 +128,17 @@ def test_nesting_deep_and_many_threads():
         for depth in range(40):
             rows.append((th, depth * 10, 10_000 - depth * 10))
     n = len(rows)
-    cols = {c: np.zeros(n, dtype=np.int64) for c in ("pid", "device", "stream", "correlation", "link_key",
-                                                    "external_id", "bytes", "copy_kind")}
-    cols.update(kind=np.full(n, Kind.CPU_OP), tid=np.array([r[0] for r in rows]),
-                start_ns=np.array([r[1] for r in rows]), dur_ns=np.array([r[2] - r[1] for r in rows]),
-                name=np.arange(n))
+    cols = {
+        c: np.zeros(n, dtype=np.int64)
+        for c in ("pid", "device", "stream", "correlation", "link_key", "external_id", "bytes", "copy_kind")
+    }
+    cols.update(
+        kind=np.full(n, Kind.CPU_OP),
+        tid=np.array([r[0] for r in rows]),
+        start_ns=np.array([r[1] for r in rows]),
+        dur_ns=np.array([r[2] - r[1] for r in rows]),
+        name=np.arange(n),
+    )
     t = Trace(EventTable.from_columns(cols), tuple(f"op{i}" for i in range(n)), TraceMeta("synthetic", "kineto"))
     nest = Nesting.build(t, np.ones(n, dtype=bool))
     depth = np.zeros(len(nest.rows), dtype=int)

@@ -66,14 +66,16 @@ def test_launch_join_is_scoped_by_link_key():
     L2 (key 2, corr 5), L3 (key 1, corr 7). Kernels: K1 (key 2, corr 5) -> L2; K2 (key 1,
     corr 7) -> L3; K3 (key 1, corr 6), K4 (key 3, corr 5) and K5 (key 2, corr 9): no partner."""
     launch = Kind.LAUNCH
-    rows = [{"kind": launch, "start": 0, "dur": 1, "corr": 5, "key": 1},
-            {"kind": launch, "start": 1, "dur": 1, "corr": 5, "key": 2},
-            {"kind": launch, "start": 2, "dur": 1, "corr": 7, "key": 1},
-            {"kind": Kind.KERNEL, "start": 10, "dur": 1, "corr": 5, "key": 2},
-            {"kind": Kind.KERNEL, "start": 11, "dur": 1, "corr": 7, "key": 1},
-            {"kind": Kind.KERNEL, "start": 12, "dur": 1, "corr": 6, "key": 1},
-            {"kind": Kind.KERNEL, "start": 13, "dur": 1, "corr": 5, "key": 3},
-            {"kind": Kind.KERNEL, "start": 14, "dur": 1, "corr": 9, "key": 2}]  # above key 2's ids
+    rows = [
+        {"kind": launch, "start": 0, "dur": 1, "corr": 5, "key": 1},
+        {"kind": launch, "start": 1, "dur": 1, "corr": 5, "key": 2},
+        {"kind": launch, "start": 2, "dur": 1, "corr": 7, "key": 1},
+        {"kind": Kind.KERNEL, "start": 10, "dur": 1, "corr": 5, "key": 2},
+        {"kind": Kind.KERNEL, "start": 11, "dur": 1, "corr": 7, "key": 1},
+        {"kind": Kind.KERNEL, "start": 12, "dur": 1, "corr": 6, "key": 1},
+        {"kind": Kind.KERNEL, "start": 13, "dur": 1, "corr": 5, "key": 3},
+        {"kind": Kind.KERNEL, "start": 14, "dur": 1, "corr": 9, "key": 2},
+    ]  # above key 2's ids
     lk = link(table(rows))
     assert lk.launch_of[3:].tolist() == [1, 2, NONE, NONE, NONE]
     assert lk.gpu_ops_of_launch[:3].tolist() == [0, 1, 1]
@@ -83,8 +85,10 @@ def test_launch_join_is_scoped_by_link_key():
 def test_join_without_gpu_ops_or_without_host_calls():
     """Only host calls, or only GPU ops: nothing is linked, every GPU op counts as unlinked."""
     calls = [{"kind": Kind.LAUNCH, "start": 0, "dur": 1, "corr": 5, "key": 1}]
-    kernels = [{"kind": Kind.KERNEL, "start": 2, "dur": 1, "corr": 5, "key": 1},
-               {"kind": Kind.KERNEL, "start": 3, "dur": 1, "corr": 6, "key": 1}]
+    kernels = [
+        {"kind": Kind.KERNEL, "start": 2, "dur": 1, "corr": 5, "key": 1},
+        {"kind": Kind.KERNEL, "start": 3, "dur": 1, "corr": 6, "key": 1},
+    ]
     lk = link(table(calls))
     assert lk.launch_of.tolist() == [NONE] and lk.gpu_ops_of_launch.tolist() == [0] and lk.unlinked_gpu_ops == 0
     lk = link(table(kernels))

@@ -5,8 +5,8 @@ in each docstring (µs, the builder's unit)."""
 from __future__ import annotations
 
 import pytest
-from anatomy_builders import US, Timeline
 
+from anatomy_builders import US, Timeline
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 
 
@@ -79,7 +79,7 @@ def test_trim_last_step_wall_ends_with_its_last_gpu_op_not_its_marker(tmp_path):
     t.annotation("ProfilerStep#1", 0, 100)
     t.launch_kernel(10, 2, "k_step1", 20, 30)
     t.annotation("ProfilerStep#2", 100, 10)
-    t.launch_kernel(102, 2, "k_step2", 105, 95)           # ends at 200
+    t.launch_kernel(102, 2, "k_step2", 105, 95)  # ends at 200
     t.kernel("queued_before_capture", 150, 10, stream=8)  # no launch in the trace
     trace = t.load(tmp_path)
     names = _kept_names(trace, 1, 2)
@@ -93,8 +93,8 @@ def test_trim_keeps_gpu_annotations_up_to_the_last_kept_gpu_op(tmp_path):
     inside the kept GPU work, is kept too; one at 160 µs, after it, is not."""
     t = Timeline()
     t.annotation("ProfilerStep#1", 0, 100)
-    t.launch_kernel(10, 2, "k_step1", 20, 30)             # ends at 50
-    t.kernel("queued_before_capture", 90, 60, stream=8)   # 90-150, no launch in the trace
+    t.launch_kernel(10, 2, "k_step1", 20, 30)  # ends at 50
+    t.kernel("queued_before_capture", 90, 60, stream=8)  # 90-150, no launch in the trace
     t.gpu_annotation("inside_kept_work", 120, 10)
     t.gpu_annotation("after_kept_work", 160, 5)
     t.annotation("ProfilerStep#2", 100, 100)

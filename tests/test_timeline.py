@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import annotation, cpu_op, gpu_annotation, kernel, launch, memcpy, memset, python_frame, runtime
 
+from conftest import annotation, cpu_op, gpu_annotation, kernel, launch, memcpy, memset, python_frame, runtime
 from hostgap.anatomy.intervals import clip, gaps, merge, overlap_ns, union_ns
 from hostgap.anatomy.overview import overview
 from hostgap.anatomy.timeline import GpuTimes, gpu_times, windows
@@ -75,8 +75,12 @@ def test_device_times(main_doc):
         "kernel_sum_ns": 49 * US,  # 10 + 10 + 20 + 5 + 4
         "kernel_union_ns": 44 * US,  # K1 and K2 overlap by 5
         "kernel_count": 5,
-        "memcpy_count": 1, "memcpy_ns": 4 * US, "memcpy_bytes": 4096,
-        "memset_count": 1, "memset_ns": 2 * US, "memset_bytes": 512,
+        "memcpy_count": 1,
+        "memcpy_ns": 4 * US,
+        "memcpy_bytes": 4096,
+        "memset_count": 1,
+        "memset_ns": 2 * US,
+        "memset_bytes": 512,
     }
     assert {k: d[k] for k in expected} == expected
     assert d["streams"] == 2
@@ -85,7 +89,10 @@ def test_device_times(main_doc):
 def test_top_kernels(main_doc):
     top = main_doc["devices"][0]["top_kernels"]
     assert [(k["name"], k["count"], k["total_ns"]) for k in top] == [
-        ("gemm", 2, 30 * US), ("relu", 2, 15 * US), ("attn", 1, 4 * US)]
+        ("gemm", 2, 30 * US),
+        ("relu", 2, 15 * US),
+        ("attn", 1, 4 * US),
+    ]
     assert top[0]["mean_ns"] == 15 * US
     assert top[0]["share"] == pytest.approx(30 / 49)
     assert sum(k["share"] for k in top) == pytest.approx(1.0)
@@ -108,12 +115,15 @@ def test_idle_gap_classes_default_threshold(main_doc):
     assert all(sum(h) == g["count"][c] for c, h in g["histogram"].items())
 
 
-@pytest.mark.parametrize("threshold_ns, kernel_wait, other", [
-    (5 * US, (1, 1 * US), (2, 72 * US)),  # 1 µs stays kernel-wait; 10 and 62 become other
-    (10 * US, (1, 1 * US), (2, 72 * US)),  # "shorter than": exactly the threshold is other
-    (10 * US + 1, (2, 11 * US), (1, 62 * US)),
-    (100 * US, (3, 73 * US), (0, 0)),
-])
+@pytest.mark.parametrize(
+    "threshold_ns, kernel_wait, other",
+    [
+        (5 * US, (1, 1 * US), (2, 72 * US)),  # 1 µs stays kernel-wait; 10 and 62 become other
+        (10 * US, (1, 1 * US), (2, 72 * US)),  # "shorter than": exactly the threshold is other
+        (10 * US + 1, (2, 11 * US), (1, 62 * US)),
+        (100 * US, (3, 73 * US), (0, 0)),
+    ],
+)
 def test_idle_gap_threshold(kineto_trace, threshold_ns, kernel_wait, other):
     doc = overview(load_trace(kineto_trace(main_events())), gap_threshold_ns=threshold_ns)
     g = doc["devices"][0]["idle_gaps"]
@@ -144,41 +154,83 @@ def test_launch_stats(main_doc):
 
 
 def test_links_section(main_doc):
-    assert main_doc["links"] == {"launches": 4, "graph_launches": 0, "graph_replayed_ops": 0, "gpu_ops": 7,
-                                 "unlinked_gpu_ops": 1, "flow_events": 0}
+    assert main_doc["links"] == {
+        "launches": 4,
+        "graph_launches": 0,
+        "graph_replayed_ops": 0,
+        "gpu_ops": 7,
+        "unlinked_gpu_ops": 1,
+        "flow_events": 0,
+    }
 
 
 def test_windows_gpu_annotation_and_cpu_fallback(main_doc):
     w1, w2 = main_doc["windows"]
     assert (w1["name"], w1["device"], w1["source"]) == ("ProfilerStep#1", 0, "gpu_user_annotation")
     assert (w1["start_ns"], w1["end_ns"]) == (5 * US, 35 * US)  # the GPU-side range, not CPU [0, 40]
-    assert {k: w1[k] for k in ("span_ns", "busy_ns", "idle_ns", "kernel_sum_ns", "kernel_union_ns",
-                               "kernel_count", "memcpy_count", "memcpy_ns", "memcpy_bytes", "memset_count")} == {
-        "span_ns": 30 * US, "busy_ns": 19 * US, "idle_ns": 11 * US, "kernel_sum_ns": 20 * US,
-        "kernel_union_ns": 15 * US, "kernel_count": 2, "memcpy_count": 1, "memcpy_ns": 4 * US,
-        "memcpy_bytes": 4096, "memset_count": 0}
+    assert {
+        k: w1[k]
+        for k in (
+            "span_ns",
+            "busy_ns",
+            "idle_ns",
+            "kernel_sum_ns",
+            "kernel_union_ns",
+            "kernel_count",
+            "memcpy_count",
+            "memcpy_ns",
+            "memcpy_bytes",
+            "memset_count",
+        )
+    } == {
+        "span_ns": 30 * US,
+        "busy_ns": 19 * US,
+        "idle_ns": 11 * US,
+        "kernel_sum_ns": 20 * US,
+        "kernel_union_ns": 15 * US,
+        "kernel_count": 2,
+        "memcpy_count": 1,
+        "memcpy_ns": 4 * US,
+        "memcpy_bytes": 4096,
+        "memset_count": 0,
+    }
     assert (w2["name"], w2["device"], w2["source"]) == ("ProfilerStep#2", 0, "cpu_annotation")
     assert (w2["start_ns"], w2["end_ns"]) == (40 * US, 110 * US)
     # K4 [60,65], K5 [66,70], K3 [100,120] clipped to [100,110]; S1 [36,38] lies outside
-    assert {k: w2[k] for k in ("span_ns", "busy_ns", "idle_ns", "kernel_sum_ns", "kernel_union_ns",
-                               "kernel_count", "memset_count")} == {
-        "span_ns": 70 * US, "busy_ns": 19 * US, "idle_ns": 51 * US, "kernel_sum_ns": 19 * US,
-        "kernel_union_ns": 19 * US, "kernel_count": 3, "memset_count": 0}
+    assert {
+        k: w2[k]
+        for k in ("span_ns", "busy_ns", "idle_ns", "kernel_sum_ns", "kernel_union_ns", "kernel_count", "memset_count")
+    } == {
+        "span_ns": 70 * US,
+        "busy_ns": 19 * US,
+        "idle_ns": 51 * US,
+        "kernel_sum_ns": 19 * US,
+        "kernel_union_ns": 19 * US,
+        "kernel_count": 3,
+        "memset_count": 0,
+    }
 
 
 def test_window_clipping_both_edges(kineto_trace):
-    events = [kernel("a", ts=0, dur=10), kernel("b", ts=15, dur=10), kernel("c", ts=30, dur=1),
-              annotation("ProfilerStep#0", ts=5, dur=15)]
+    events = [
+        kernel("a", ts=0, dur=10),
+        kernel("b", ts=15, dur=10),
+        kernel("c", ts=30, dur=1),
+        annotation("ProfilerStep#0", ts=5, dur=15),
+    ]
     (w,) = windows(load_trace(kineto_trace(events)))
     t = w.times
     assert (w.start_ns, w.end_ns, w.source) == (5 * US, 20 * US, "cpu_annotation")
-    assert (t.span_ns, t.busy_ns, t.idle_ns, t.kernel_sum_ns, t.kernel_count) == (
-        15 * US, 10 * US, 5 * US, 10 * US, 2)
+    assert (t.span_ns, t.busy_ns, t.idle_ns, t.kernel_sum_ns, t.kernel_count) == (15 * US, 10 * US, 5 * US, 10 * US, 2)
 
 
 def test_windows_per_device_prefer_that_devices_gpu_range(kineto_trace):
-    events = [kernel("a", ts=10, dur=10, device=0), kernel("b", ts=10, dur=10, device=1),
-              annotation("ProfilerStep#3", ts=0, dur=30), gpu_annotation("ProfilerStep#3", ts=12, dur=4, device=1)]
+    events = [
+        kernel("a", ts=10, dur=10, device=0),
+        kernel("b", ts=10, dur=10, device=1),
+        annotation("ProfilerStep#3", ts=0, dur=30),
+        gpu_annotation("ProfilerStep#3", ts=12, dur=4, device=1),
+    ]
     ws = {(w.device, w.name): w for w in windows(load_trace(kineto_trace(events)))}
     assert ws[(0, "ProfilerStep#3")].source == "cpu_annotation"
     assert ws[(0, "ProfilerStep#3")].times.busy_ns == 10 * US
@@ -192,8 +244,22 @@ def test_non_profiler_step_annotations_are_not_windows(kineto_trace):
 
 
 def test_document_top_level(main_doc):
-    for key in ("schema_version", "trace", "format", "devices", "windows", "skipped", "rank", "world_size",
-                "base_time_ns", "events", "device_activity", "links", "launch_stats", "idle_gap_threshold_ns"):
+    for key in (
+        "schema_version",
+        "trace",
+        "format",
+        "devices",
+        "windows",
+        "skipped",
+        "rank",
+        "world_size",
+        "base_time_ns",
+        "events",
+        "device_activity",
+        "links",
+        "launch_stats",
+        "idle_gap_threshold_ns",
+    ):
         assert key in main_doc
     assert main_doc["format"] == "kineto" and main_doc["device_activity"] is True
     assert main_doc["events"] == len(main_events())
@@ -201,8 +267,11 @@ def test_document_top_level(main_doc):
 
 
 def test_two_devices(kineto_trace):
-    events = [kernel("a", ts=0, dur=4, device=0), kernel("b", ts=1, dur=2, device=1, stream=3),
-              kernel("c", ts=10, dur=2, device=1, stream=3)]
+    events = [
+        kernel("a", ts=0, dur=4, device=0),
+        kernel("b", ts=1, dur=2, device=1, stream=3),
+        kernel("c", ts=10, dur=2, device=1, stream=3),
+    ]
     doc = overview(load_trace(kineto_trace(events)))
     d0, d1 = doc["devices"]
     assert (d0["device"], d0["span_ns"], d0["busy_ns"], d0["kernel_count"]) == (0, 4 * US, 4 * US, 1)
@@ -258,8 +327,11 @@ def test_zero_duration_op_inside_window_counts(kineto_trace):
 
 def test_same_stream_overlap_programmatic_dependent_launch(kineto_trace):
     # PDL: the next kernel starts before the previous one ends on the same stream
-    events = [kernel("a", ts=0, dur=10, stream=7), kernel("b", ts=8, dur=10, stream=7),
-              kernel("c", ts=30, dur=2, stream=7)]
+    events = [
+        kernel("a", ts=0, dur=10, stream=7),
+        kernel("b", ts=8, dur=10, stream=7),
+        kernel("c", ts=30, dur=2, stream=7),
+    ]
     d = overview(load_trace(kineto_trace(events)))["devices"][0]
     assert (d["kernel_sum_ns"], d["kernel_union_ns"], d["busy_ns"]) == (22 * US, 20 * US, 20 * US)
     assert d["idle_gaps"]["count"] == {"host_wait": 0, "kernel_wait": 1, "other": 0}
@@ -297,7 +369,11 @@ def test_idle_gap_histogram_counts_every_gap(kineto_trace):
 
 
 def test_repeated_profiler_step_names_keep_both_windows(kineto_trace):
-    events = [kernel("a", ts=5, dur=1), kernel("b", ts=105, dur=1),
-              annotation("ProfilerStep#1", ts=0, dur=10), annotation("ProfilerStep#1", ts=100, dur=10)]
+    events = [
+        kernel("a", ts=5, dur=1),
+        kernel("b", ts=105, dur=1),
+        annotation("ProfilerStep#1", ts=0, dur=10),
+        annotation("ProfilerStep#1", ts=100, dur=10),
+    ]
     ws = windows(load_trace(kineto_trace(events)))
     assert [(w.start_ns, w.times.kernel_count) for w in ws] == [(0, 1), (100 * US, 1)]

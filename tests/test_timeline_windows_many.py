@@ -4,18 +4,19 @@ CPU-side range choice keeps the k-th CPU range of a name only past that name's G
 from __future__ import annotations
 
 import numpy as np
-from conftest import annotation, gpu_annotation, kernel, memcpy, memset
-from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from budget import examples
+from conftest import annotation, gpu_annotation, kernel, memcpy, memset
 from hostgap.anatomy.timeline import _choose_ranges, classify_gaps, gpu_times, lane_prev_end, totals, windows
 from hostgap.events import GPU_OP_KINDS
 from hostgap.link import link
 from hostgap.load import load_trace
 
-op = st.tuples(st.sampled_from(["k", "c", "s"]), st.integers(0, 60), st.integers(0, 15), st.integers(0, 1),
-               st.integers(0, 4096))
+op = st.tuples(
+    st.sampled_from(["k", "c", "s"]), st.integers(0, 60), st.integers(0, 15), st.integers(0, 1), st.integers(0, 4096)
+)
 win = st.tuples(st.integers(0, 3), st.integers(0, 70), st.integers(0, 30), st.booleans(), st.integers(0, 1))
 
 
@@ -27,8 +28,7 @@ def _events(ops, wins) -> list[dict]:
         events.append(make[kind](f"{kind}{ts}", ts=ts, dur=dur, device=dev, **extra))
     for step, ts, dur, on_gpu, dev in wins:
         name = f"ProfilerStep#{step}"
-        events.append(gpu_annotation(name, ts=ts, dur=dur, device=dev) if on_gpu
-                      else annotation(name, ts=ts, dur=dur))
+        events.append(gpu_annotation(name, ts=ts, dur=dur, device=dev) if on_gpu else annotation(name, ts=ts, dur=dur))
     return events
 
 
@@ -88,21 +88,32 @@ def test_thousands_of_windows_each_exact(kineto_trace):
 def test_totals_copies_by_direction(kineto_trace):
     # kernels [0,4] and [2,6] (sum 8, union 6); H2D copy [10,13] of 100 B, D2H copy [20,22] of 7 B,
     # a device-to-device copy [30,31] of 1,000 B (neither direction)
-    events = [kernel("a", ts=0, dur=4), kernel("b", ts=2, dur=4),
-              memcpy("Memcpy HtoD (Pageable -> Device)", ts=10, dur=3, nbytes=100),
-              memcpy("Memcpy DtoH (Device -> Pageable)", ts=20, dur=2, nbytes=7),
-              memcpy("Memcpy DtoD (Device -> Device)", ts=30, dur=1, nbytes=1000)]
+    events = [
+        kernel("a", ts=0, dur=4),
+        kernel("b", ts=2, dur=4),
+        memcpy("Memcpy HtoD (Pageable -> Device)", ts=10, dur=3, nbytes=100),
+        memcpy("Memcpy DtoH (Device -> Pageable)", ts=20, dur=2, nbytes=7),
+        memcpy("Memcpy DtoD (Device -> Device)", ts=30, dur=1, nbytes=1000),
+    ]
     t = totals(load_trace(kineto_trace(events)))
-    assert (t.activity, t.busy_ns, t.kernel_sum_ns, t.kernel_union_ns, t.kernel_count) == ("gpu", 12_000, 8_000,
-                                                                                            6_000, 2)
+    assert (t.activity, t.busy_ns, t.kernel_sum_ns, t.kernel_union_ns, t.kernel_count) == (
+        "gpu",
+        12_000,
+        8_000,
+        6_000,
+        2,
+    )
     assert (t.copy_ns, t.h2d_bytes, t.d2h_bytes) == (6_000, 100, 7)
 
 
 def test_idle_gaps_keep_devices_apart_on_equal_stream_ids(kineto_trace):
     # stream 7 on device 0: [0,1] then [100,101]; stream 7 on device 1: [50,51]. Per device the
     # only gap is device 0's 99 µs one; merged into one lane they would be two gaps of 49 µs
-    events = [kernel("a", ts=0, dur=1, device=0), kernel("b", ts=100, dur=1, device=0),
-              kernel("c", ts=50, dur=1, device=1)]
+    events = [
+        kernel("a", ts=0, dur=1, device=0),
+        kernel("b", ts=100, dur=1, device=0),
+        kernel("c", ts=50, dur=1, device=1),
+    ]
     trace = load_trace(kineto_trace(events))
     ev = trace.events
     rows = np.flatnonzero(ev.of_kind(*GPU_OP_KINDS))

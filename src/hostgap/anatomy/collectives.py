@@ -23,11 +23,13 @@ from hostgap.link import Links
 
 COMM_PATTERN = re.compile(
     r"nccl|rccl|msccl|gloo|c10d::|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 """Names of communication ops. ``broadcast`` alone is not enough (elementwise kernels say it)."""
 
 COLLECTIVE_TYPES: tuple[tuple[str, re.Pattern], ...] = tuple(
-    (name, re.compile(rx, re.IGNORECASE)) for name, rx in (
+    (name, re.compile(rx, re.IGNORECASE))
+    for name, rx in (
         ("allreduce", r"all_?reduce|cross_device_reduce"),
         ("reducescatter", r"reduce_?scatter"),
         ("allgather", r"all_?gather"),
@@ -38,7 +40,8 @@ COLLECTIVE_TYPES: tuple[tuple[str, re.Pattern], ...] = tuple(
         ("recv", r"recv"),
         ("reduce", r"reduce"),
         ("barrier", r"barrier"),
-    ))
+    )
+)
 """First match wins: the more specific names come first (``reduce_scatter`` before ``reduce``)."""
 
 TYPES = tuple(name for name, _ in COLLECTIVE_TYPES) + ("other",)
@@ -80,8 +83,9 @@ def op_classes(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(is communication, collective type index) of each of ``rows``, evaluated once per name."""
     if not len(trace.names):
         return np.zeros(len(rows), bool), np.zeros(len(rows), np.int64)
-    type_of_name = np.fromiter((TYPES.index(collective_type(s)) for s in trace.names), dtype=np.int64,
-                               count=len(trace.names))
+    type_of_name = np.fromiter(
+        (TYPES.index(collective_type(s)) for s in trace.names), dtype=np.int64, count=len(trace.names)
+    )
     codes = trace.events.name[rows]
     return comm_of_name(trace)[codes], type_of_name[codes]
 

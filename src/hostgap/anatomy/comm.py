@@ -47,16 +47,24 @@ class StepComm:
 
     def step_dict(self, i: int) -> dict:
         """The per-step keys of a step row."""
-        return {"compute_active_ns": int(self.compute_active_ns[i]), "comm_active_ns": int(self.comm_active_ns[i]),
-                "comm_overlap_ns": int(self.comm_overlap_ns[i]), "comm_count": int(self.comm_count[i])}
+        return {
+            "compute_active_ns": int(self.compute_active_ns[i]),
+            "comm_active_ns": int(self.comm_active_ns[i]),
+            "comm_overlap_ns": int(self.comm_overlap_ns[i]),
+            "comm_count": int(self.comm_count[i]),
+        }
 
     def totals(self) -> dict:
         """The trace's ``communication`` object: the per-step keys summed over the steps, and
         the communication ops launched in steps by collective type."""
         by_type = np.bincount(self.coll_type, minlength=len(TYPES))
-        return {"compute_active_ns": int(self.compute_active_ns.sum()), "comm_active_ns": int(self.comm_active_ns.sum()),
-                "comm_overlap_ns": int(self.comm_overlap_ns.sum()), "comm_count": int(self.comm_count.sum()),
-                "by_type": {t: int(c) for t, c in zip(TYPES, by_type) if c}}
+        return {
+            "compute_active_ns": int(self.compute_active_ns.sum()),
+            "comm_active_ns": int(self.comm_active_ns.sum()),
+            "comm_overlap_ns": int(self.comm_overlap_ns.sum()),
+            "comm_count": int(self.comm_count.sum()),
+            "by_type": {t: int(c) for t, c in zip(TYPES, by_type) if c},
+        }
 
 
 def split_ops(trace: Trace, ops: DeviceOps, n: int) -> StepComm:
@@ -70,8 +78,13 @@ def split_ops(trace: Trace, ops: DeviceOps, n: int) -> StepComm:
     both = grouped_union(st, s, e, n)
     in_step = comm & (st >= 0)
     count = np.bincount(st[in_step], minlength=n)[:n].astype(np.int64) if n else np.zeros(0, np.int64)
-    return StepComm(compute, comm_u, compute + comm_u - both, count, *_collectives(st[in_step], ctype[in_step],
-                                                                                     s[in_step], e[in_step]))
+    return StepComm(
+        compute,
+        comm_u,
+        compute + comm_u - both,
+        count,
+        *_collectives(st[in_step], ctype[in_step], s[in_step], e[in_step]),
+    )
 
 
 def step_comm(trace: Trace, step_marker: str | None = None, links: Links | None = None) -> StepComm:
@@ -91,5 +104,10 @@ def _collectives(step, ctype, start, end):
     new[1:] = (step[1:] != step[:-1]) | (ctype[1:] != ctype[:-1])
     first = np.maximum.accumulate(np.where(new, np.arange(len(step)), 0)) if len(step) else np.zeros(0, np.int64)
     ordinal = np.arange(len(step)) - first
-    return (step.astype(np.int64), ctype, ordinal.astype(np.int64), start.astype(np.int64),
-            (end - start).astype(np.int64))
+    return (
+        step.astype(np.int64),
+        ctype,
+        ordinal.astype(np.int64),
+        start.astype(np.int64),
+        (end - start).astype(np.int64),
+    )

@@ -60,14 +60,19 @@ def last_step_behind_earlier_work(w: StepWindows, ops: DeviceOps, g: StepGpu) ->
     carried = g.last_ns[:last].max() > w.start_ns[last]
     mine = ops.step == last
     end = w.marker_end_ns[last]
-    after = grouped_union(np.zeros(int(mine.sum()), np.int64), np.maximum(ops.start_ns[mine], end),
-                          np.maximum(ops.end_ns[mine], end), 1)[0]
+    after = grouped_union(
+        np.zeros(int(mine.sum()), np.int64), np.maximum(ops.start_ns[mine], end), np.maximum(ops.end_ns[mine], end), 1
+    )[0]
     out[last] = bool(carried and 2 * after > g.active_ns[last])
     return out
 
 
-QUEUED_RULES = (starts_after_next_marker, mostly_after_next_marker, waited_behind_earlier_work,
-                last_step_behind_earlier_work)
+QUEUED_RULES = (
+    starts_after_next_marker,
+    mostly_after_next_marker,
+    waited_behind_earlier_work,
+    last_step_behind_earlier_work,
+)
 
 
 def launch_without_gpu_work(w: StepWindows, lost_launches: np.ndarray, ops: DeviceOps) -> np.ndarray:

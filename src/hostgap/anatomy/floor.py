@@ -26,8 +26,7 @@ class LaunchFloor:
     source: str  # "cli", "file:<path>", "default:H100 (TaxBreak paper)", "generic fallback"
 
 
-def launch_floor(device_names: list[str], floor_us: float | None = None,
-                 floor_file: str | None = None) -> LaunchFloor:
+def launch_floor(device_names: list[str], floor_us: float | None = None, floor_file: str | None = None) -> LaunchFloor:
     """Resolve T_floor for a trace whose GPUs are called ``device_names``."""
     if floor_us is not None:
         if not floor_us > 0:

@@ -43,8 +43,19 @@ CAUSES = ("host", "dependency", "outside", "unexplained")
 BUSY, HOST, DEPENDENCY, OUTSIDE, UNEXPLAINED = range(5)
 """State codes; lower wins when devices are combined (busy anywhere = the step is busy)."""
 
-COLLECTIVE = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "all_gather", "reducescatter",
-              "reduce_scatter", "sendrecv", "alltoall", "cross_device_reduce")
+COLLECTIVE = (
+    "nccl",
+    "rccl",
+    "allreduce",
+    "all_reduce",
+    "allgather",
+    "all_gather",
+    "reducescatter",
+    "reduce_scatter",
+    "sendrecv",
+    "alltoall",
+    "cross_device_reduce",
+)
 """Substrings (lower case) of collective kernel names: they wait for the other ranks."""
 
 
@@ -52,9 +63,9 @@ def is_collective(name: str) -> bool:
     low = name[:200].lower()  # the name's head says it; template arguments can run to kilobytes
     return any(c in low for c in COLLECTIVE)
 
+
 STREAM_WAIT = re.compile(r"StreamWaitEvent|StreamWaitValue|WaitExternalSemaphore|cuStreamWait")
 """Host calls that make later work on a stream wait for an event."""
-
 
 
 @dataclass(frozen=True)
@@ -117,8 +128,9 @@ def _after_stream_wait(trace: Trace) -> np.ndarray:
     return out
 
 
-def device_states(ops: DeviceOps, sel: np.ndarray, dep: np.ndarray, lo: int, hi: int,
-                  tolerance_ns: int) -> tuple[DeviceStates, np.ndarray]:
+def device_states(
+    ops: DeviceOps, sel: np.ndarray, dep: np.ndarray, lo: int, hi: int, tolerance_ns: int
+) -> tuple[DeviceStates, np.ndarray]:
     """The timeline of the ops ``sel`` (indices into ``ops``, all on one device) over [lo, hi),
     and the indices (into ``ops``) of the ops that ended a gap whose non-host part is a
     dependency or lies outside the capture."""

@@ -30,8 +30,16 @@ from hostgap.errors import HostgapError
 from hostgap.events import Kind, Trace
 
 COMPOSITION_FIELDS = (
-    "ctx_requests", "ctx_q", "ctx_s", "ctx_qq", "ctx_qs",
-    "gen_requests", "gen_q", "gen_s", "gen_qq", "gen_qs",
+    "ctx_requests",
+    "ctx_q",
+    "ctx_s",
+    "ctx_qq",
+    "ctx_qs",
+    "gen_requests",
+    "gen_q",
+    "gen_s",
+    "gen_qq",
+    "gen_qs",
 )
 
 HOSTGAP_MARKER = re.compile(r"^hostgap\.step#(\d+):(prefill|decode):b(\d+):q(\d+):s(\d+)$")
@@ -53,7 +61,7 @@ def hostgap_step_name(index: int, kind: str, batch: int, q: int, s: int) -> str:
 @dataclass(frozen=True)
 class MarkerFamily:
     name: str  # "custom", "hostgap", "vllm", "sglang", "profiler_step", "whole_trace"
-    pattern: re.Pattern | None
+    pattern: re.Pattern
 
 
 FAMILIES = (
@@ -94,8 +102,12 @@ def step_markers(trace: Trace, step_marker: str | None = None) -> Markers:
         return Markers("custom", rows)
     found = {fam.name: _matching(trace, fam.pattern.match) for fam in FAMILIES}
     if len(found["vllm"]) and len(found["sglang"]) and not len(found["hostgap"]):
-        return Markers("sglang", found["sglang"], "both execute_ and step[ annotations: steps from step[ "
-                       "(execute_ ranges can hold the wait for earlier GPU work)")
+        return Markers(
+            "sglang",
+            found["sglang"],
+            "both execute_ and step[ annotations: steps from step[ "
+            "(execute_ ranges can hold the wait for earlier GPU work)",
+        )
     for fam in FAMILIES:
         if len(found[fam.name]):
             return Markers(fam.name, found[fam.name])
@@ -129,7 +141,7 @@ def _matching(trace: Trace, predicate) -> np.ndarray:
     return rows
 
 
-def composition(name: str) -> tuple[str, dict[str, int] | None]:
+def composition(name: str) -> tuple[str, dict[str, int | None] | None]:
     """(kind, composition fields or None) parsed from a marker name.
 
     kind is ``prefill``, ``decode`` or ``mixed`` when the annotation says, else ``unknown``.
@@ -138,10 +150,11 @@ def composition(name: str) -> tuple[str, dict[str, int] | None]:
     if m:
         _, kind, b, q, s = m.groups()
         b, q, s = int(b), int(q), int(s)
-        fields = dict.fromkeys(COMPOSITION_FIELDS, 0)
+        fields: dict[str, int | None] = dict.fromkeys(COMPOSITION_FIELDS, 0)
         pre = "ctx" if kind == "prefill" else "gen"
-        fields.update({f"{pre}_requests": b, f"{pre}_q": b * q, f"{pre}_s": b * s,
-                       f"{pre}_qq": b * q * q, f"{pre}_qs": b * q * s})
+        fields.update(
+            {f"{pre}_requests": b, f"{pre}_q": b * q, f"{pre}_s": b * s, f"{pre}_qq": b * q * q, f"{pre}_qs": b * q * s}
+        )
         return kind, fields
     m = VLLM_DETAILED.match(name)
     if m:
@@ -151,10 +164,18 @@ def composition(name: str) -> tuple[str, dict[str, int] | None]:
     m = VLLM_SHORT.match(name)
     if m:
         n, cq, cqq, g, gq, gqq = m.groups()
-        fields = {"ctx_requests": int(n), "ctx_q": int(cq), "ctx_s": None,
-                  "ctx_qq": int(cqq) if cqq else None, "ctx_qs": None,
-                  "gen_requests": int(g), "gen_q": int(gq), "gen_s": None,
-                  "gen_qq": int(gqq) if gqq else int(gq), "gen_qs": None}
+        fields = {
+            "ctx_requests": int(n),
+            "ctx_q": int(cq),
+            "ctx_s": None,
+            "ctx_qq": int(cqq) if cqq else None,
+            "ctx_qs": None,
+            "gen_requests": int(g),
+            "gen_q": int(gq),
+            "gen_s": None,
+            "gen_qq": int(gqq) if gqq else int(gq),
+            "gen_qs": None,
+        }
         return _kind(fields), fields
     m = SGLANG.match(name)
     if m:

@@ -11,6 +11,7 @@ from dataclasses import asdict
 import numpy as np
 
 from hostgap import SCHEMA_VERSION
+from hostgap.anatomy.collectives import comm_of_name
 from hostgap.anatomy.intervals import union_ns
 from hostgap.anatomy.timeline import (
     DEFAULT_GAP_THRESHOLD_NS,
@@ -22,11 +23,11 @@ from hostgap.anatomy.timeline import (
 )
 from hostgap.events import GPU_OP_KINDS, Kind, Trace
 from hostgap.link import Links, link
-from hostgap.anatomy.collectives import comm_of_name
 
 
-def overview(trace: Trace, links: Links | None = None, gap_threshold_ns: int = DEFAULT_GAP_THRESHOLD_NS,
-             top: int = 10) -> dict:
+def overview(
+    trace: Trace, links: Links | None = None, gap_threshold_ns: int = DEFAULT_GAP_THRESHOLD_NS, top: int = 10
+) -> dict:
     """Everything ``hostgap analyze`` reports about the GPU timeline of ``trace``."""
     links = links if links is not None else link(trace)
     ev = trace.events
@@ -51,8 +52,14 @@ def overview(trace: Trace, links: Links | None = None, gap_threshold_ns: int = D
         }
         devices.append(entry)
     win = [
-        {"name": w.name, "device": w.device, "source": w.source, "start_ns": w.start_ns,
-         "end_ns": w.end_ns, **w.times.to_dict()}
+        {
+            "name": w.name,
+            "device": w.device,
+            "source": w.source,
+            "start_ns": w.start_ns,
+            "end_ns": w.end_ns,
+            **w.times.to_dict(),
+        }
         for w in windows(trace)
     ]
     n_launch = int(np.sum(ev.kind == Kind.LAUNCH))
@@ -77,9 +84,26 @@ def overview(trace: Trace, links: Links | None = None, gap_threshold_ns: int = D
             "unlinked_gpu_ops": links.unlinked_gpu_ops,
             "flow_events": trace.meta.flows,
         },
+        "graph_launch_cost": graph_launch_cost(ev.dur_ns[graph_rows], links.gpu_ops_of_launch[graph_rows]),
         "launch_stats": [asdict(s) for s in launch_stats(trace, links)],
         "idle_gap_threshold_ns": int(gap_threshold_ns),
         "skipped": dict(sorted(trace.meta.skipped.items())),
+    }
+
+
+def graph_launch_cost(dur_ns: np.ndarray, nodes: np.ndarray) -> dict | None:
+    """Host time of the graph launches that replay GPU ops, per replayed node (the host cost of
+    a graph launch grows with its node count, docs/models.md §7); None without such launches."""
+    m = np.asarray(nodes) > 0
+    if not m.any():
+        return None
+    d, n = np.asarray(dur_ns, float)[m], np.asarray(nodes, float)[m]
+    return {
+        "launches": int(m.sum()),
+        "nodes": int(n.sum()),
+        "host_ns": float(d.sum()),
+        "host_ns_per_node": float(d.sum() / n.sum()),
+        "nodes_per_launch_p50": float(np.median(n)),
     }
 
 
@@ -90,5 +114,9 @@ def _comm_split(trace: Trace, rows: np.ndarray, is_comm_name: np.ndarray) -> dic
     comm = is_comm_name[ev.name[rows]] if len(is_comm_name) else np.zeros(len(rows), bool)
     s, e = ev.start_ns[rows], ev.start_ns[rows] + ev.dur_ns[rows]
     compute, comm_u = union_ns(s[~comm], e[~comm]), union_ns(s[comm], e[comm])
-    return {"compute_active_ns": compute, "comm_active_ns": comm_u,
-            "comm_overlap_ns": compute + comm_u - union_ns(s, e), "comm_count": int(comm.sum())}
+    return {
+        "compute_active_ns": compute,
+        "comm_active_ns": comm_u,
+        "comm_overlap_ns": compute + comm_u - union_ns(s, e),
+        "comm_count": int(comm.sum()),
+    }

@@ -7,7 +7,8 @@ whose window their execution overlaps): GPU work is asynchronous and often start
 CPU marker has ended. The step windows and the device-op table are built once
 (:mod:`hostgap.anatomy.windows`) and read by every part: idle causes (:mod:`.idle`), the
 queued/partial rules (:mod:`.flags`), TaxBreak (:mod:`.taxbreak`) and the verdict
-(:mod:`.verdict`). The per-step JSON rows are the output, built last.
+(:mod:`.verdict`). The per-step JSON rows are the output, built last; the trace-level results
+over them (steady-state summary, the trace's TaxBreak, host-time rankings) are :mod:`.summary`.
 
 On a CPU-only trace "GPU ops" are the CPU-compute analogue (:func:`timeline.cpu_compute_mask`)
 and every GPU-only quantity (TaxBreak, HDBI, launch floor) is reported as not applicable.
@@ -16,18 +17,22 @@ and every GPU-only quantity (TaxBreak, HDBI, launch floor) is reported as not ap
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from hostgap import SCHEMA_VERSION
 from hostgap.anatomy import taxbreak as tb
-from hostgap.anatomy.collectives import CLASSES, launch_classes
+from hostgap.anatomy.collectives import launch_classes
 from hostgap.anatomy.comm import StepComm, split_ops
 from hostgap.anatomy.flags import PARTIAL_RULES, QUEUED_RULES, StepGpu, first_reason
 from hostgap.anatomy.floor import launch_floor
+from hostgap.anatomy.graphs import guard_verdict
+from hostgap.anatomy.graphs import step_flags as graph_step_flags
 from hostgap.anatomy.idle import BUSY, CAUSES, HOST, IdleAttribution, attribute
 from hostgap.anatomy.intervals import covered_each, grouped_merge, grouped_union, merge
 from hostgap.anatomy.markers import COMPOSITION_FIELDS, composition, step_markers
+from hostgap.anatomy.summary import step_summary, top_host, top_host_cpu, trace_taxbreak
 from hostgap.anatomy.timeline import DEFAULT_GAP_THRESHOLD_NS, activity_rows, lane_prev_end
 from hostgap.anatomy.verdict import step_verdict
 from hostgap.anatomy.windows import (
@@ -137,12 +142,14 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
     floor = taxes = None
     if ops.gpu:
         names = [d.name for d in trace.meta.devices]
-        floor = launch_floor(names, config.launch_floor_ns / 1000.0 if config.launch_floor_ns is not None else None,
-                             config.floor_file)
+        floor = launch_floor(
+            names, config.launch_floor_ns / 1000.0 if config.launch_floor_ns is not None else None, config.floor_file
+        )
         held = np.zeros(len(ev), dtype=bool)
         held[ops.rows[idle.held]] = True
-        taxes = tb.kernel_taxes(trace, links, host_step, win.start_ns, floor.ns, lane_prev_end(trace, op_rows), held,
-                                win.thread)
+        taxes = tb.kernel_taxes(
+            trace, links, host_step, win.start_ns, floor.ns, lane_prev_end(trace, op_rows), held, win.thread
+        )
     unattributed = _unattributed(trace, taxes, win)
 
     step_device = _step_devices(ops, n_steps)
@@ -151,27 +158,37 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
     for i in range(n_steps):
         row = _step_row(i, win, parts, idle, step_device[i], api_idle[i])
         row.update(comm.step_dict(i))
-        row.update({"launches": int(launches[i]), "graph_launches": int(graph_launches[i]),
-                    "queued": bool(queued[i]), "queued_reason": queued_reason[i],
-                    "partial": bool(partial[i]), "partial_reason": partial_reason[i]})
+        row.update(
+            {
+                "launches": int(launches[i]),
+                "graph_launches": int(graph_launches[i]),
+                "queued": bool(queued[i]),
+                "queued_reason": queued_reason[i],
+                "partial": bool(partial[i]),
+                "partial_reason": partial_reason[i],
+            }
+        )
         if copies is not None:
             row.update({k: int(v[i]) for k, v in copies.items()})
-        row["taxbreak"] = None if step_tax is None else _step_taxbreak(step_tax, i, int(parts.kernel_sum_ns[i]),
-                                                                         int(unattributed[i]))
+        row["taxbreak"] = (
+            None if step_tax is None else _step_taxbreak(step_tax, i, int(parts.kernel_sum_ns[i]), int(unattributed[i]))
+        )
         comp = composition(win.names[i])[1]
         row.update(dict.fromkeys(COMPOSITION_FIELDS) if comp is None else comp)
         steps.append(row)
 
-    summary = _summary(steps, config.warmup_steps)
+    for row, flags in zip(steps, graph_step_flags(steps)):
+        row["graph_flags"] = flags
+    summary = step_summary(steps, config.warmup_steps)
     launch_class = launch_classes(trace, links, taxes.launch_row) if taxes is not None else None
-    trace_tax = _trace_taxbreak(trace, taxes, floor, steps, ops, unattributed, launch_class)
-    v = step_verdict(steps, summary["warmup"]["indices"], trace_tax.get("hdbi"))
+    trace_tax = trace_taxbreak(trace, taxes, floor, steps, ops, unattributed, launch_class)
+    v = guard_verdict(step_verdict(steps, summary["warmup"]["indices"], trace_tax.get("hdbi")), steps)
     if taxes is not None:
-        top_ops = _top(trace, taxes, "op", n_steps, config.top)
-        top_frames = _top(trace, taxes, "frame", n_steps, config.top)
+        top_ops = top_host(trace, taxes, "op", n_steps, config.top)
+        top_frames = top_host(trace, taxes, "frame", n_steps, config.top)
     else:
-        top_ops = _top_cpu(trace, links, op_rows, win, "op", config.top)
-        top_frames = _top_cpu(trace, links, op_rows, win, "frame", config.top)
+        top_ops = top_host_cpu(trace, links, op_rows, win, "op", config.top)
+        top_frames = top_host_cpu(trace, links, op_rows, win, "frame", config.top)
     return Anatomy(
         trace=trace.meta.path,
         activity=activity,
@@ -199,16 +216,19 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
 def _step_parts(ops: DeviceOps, n: int) -> _StepParts:
     st, s, e, k = ops.step, ops.start_ns, ops.end_ns, ops.is_kernel
     gpu = StepGpu(grouped_union(st, s, e, n), _min_by(st, s, n), _max_by(st, e, n))
-    return _StepParts(gpu, grouped_union(np.where(k, st, NONE), s, e, n), _sum_by(st, (e - s) * k, n),
-                      _sum_by(st, k.astype(np.int64), n))
+    return _StepParts(
+        gpu,
+        grouped_union(np.where(k, st, NONE), s, e, n),
+        _sum_by(st, (e - s) * k, n),
+        _sum_by(st, k.astype(np.int64), n),
+    )
 
 
 def _causes(row: np.ndarray) -> dict:
     return {f"{c}_ns": int(row[HOST + j]) for j, c in enumerate(CAUSES)}
 
 
-def _step_row(i: int, win: StepWindows, parts: _StepParts, idle: IdleAttribution, device: int,
-              api_idle: int) -> dict:
+def _step_row(i: int, win: StepWindows, parts: _StepParts, idle: IdleAttribution, device: int, api_idle: int) -> dict:
     """The JSON row of step i (without launches, flags, copies, TaxBreak, composition)."""
     wall = int(win.wall_ns[i])
     active = int(parts.gpu.active_ns[i])
@@ -218,9 +238,15 @@ def _step_row(i: int, win: StepWindows, parts: _StepParts, idle: IdleAttribution
     for j, d in enumerate(idle.devices):
         if idle.in_step[i, j]:
             t = idle.per_device[j][i]
-            devices.append({"device": None if d < 0 else int(d), "busy_ns": int(t[BUSY]),
-                            "idle_ns": int(wall - t[BUSY]), "host_wait_ns": int(t[HOST]),
-                            "idle_causes": _causes(t)})
+            devices.append(
+                {
+                    "device": None if d < 0 else int(d),
+                    "busy_ns": int(t[BUSY]),
+                    "idle_ns": int(wall - t[BUSY]),
+                    "host_wait_ns": int(t[HOST]),
+                    "idle_causes": _causes(t),
+                }
+            )
     first, last = parts.gpu.first_ns[i], parts.gpu.last_ns[i]
     return {
         "index": i,
@@ -365,156 +391,14 @@ def _per_step_taxes(taxes, n) -> dict[str, np.ndarray]:
 
 
 def _step_taxbreak(per_step: dict, i: int, device_active: int, unattributed: int) -> dict:
-    row = {k: int(v[i]) for k, v in per_step.items()}
+    row: dict[str, Any] = {k: int(v[i]) for k, v in per_step.items()}
     orchestrate = row["ft_ns"] + row["ct_ns"] + row["kt_ns"]
-    row.update({"unattributed_ns": unattributed, "device_active_ns": device_active,
-                "orchestrate_ns": orchestrate, "hdbi": tb.hdbi(device_active, orchestrate)})
+    row.update(
+        {
+            "unattributed_ns": unattributed,
+            "device_active_ns": device_active,
+            "orchestrate_ns": orchestrate,
+            "hdbi": tb.hdbi(device_active, orchestrate),
+        }
+    )
     return row
-
-
-# -- summary, verdict, rankings -------------------------------------------------------------
-
-SUMMARY_KEYS = ("wall_ns", "gpu_active_ns", "host_exposed_ns", "host_wait_ns", "host_fraction",
-                "kernel_sum_ns", "kernel_union_ns", "kernel_count", "launches", "compute_active_ns",
-                "comm_active_ns", "comm_overlap_ns", "comm_count")
-
-
-def _stats(values: list) -> dict | None:
-    v = np.array([x for x in values if x is not None], dtype=float)
-    if not len(v):
-        return None
-    p10, p50, p90 = np.percentile(v, [10, 50, 90])
-    return {"median": float(p50), "p10": float(p10), "p90": float(p90), "min": float(v.min()), "n": int(len(v))}
-
-
-def _summary(steps: list[dict], warmup: int) -> dict:
-    """Steady state over decode steps (median, p10, p90, min); prefill, warm-up and flagged
-    (queued or partial) steps reported apart. Steps of unknown kind count as decode."""
-    groups: dict[str, list[dict]] = {"steady": [], "prefill": [], "warmup": [], "flagged": []}
-    decode_seen = 0
-    decode_total = sum(1 for s in steps if s["kind"] in ("decode", "unknown"))
-    for s in steps:
-        is_decode = s["kind"] in ("decode", "unknown")
-        if is_decode and decode_seen < warmup and decode_total > warmup + 1:
-            groups["warmup"].append(s)  # the capture's leading decode steps, flagged or not
-        elif s["partial"] or s["queued"]:
-            groups["flagged"].append(s)
-        elif not is_decode:
-            groups["prefill"].append(s)
-        else:
-            groups["steady"].append(s)
-        decode_seen += is_decode
-    out = {"steps": len(steps)}
-    for name, rows in groups.items():
-        out[name] = {"count": len(rows), "indices": [r["index"] for r in rows][:1000]}
-        out[name].update({k: _stats([r[k] for r in rows]) for k in SUMMARY_KEYS})
-        out[name]["queued"] = sum(r["queued"] for r in rows)
-    return out
-
-
-def _trace_taxbreak(trace, taxes, floor, steps, ops: DeviceOps, unattributed, launch_class) -> dict:
-    ev = trace.events
-    n_steps = len(steps)
-    kernel_rows = ops.rows[ops.is_kernel & (ops.step >= 0)]
-    unique = int(len(np.unique(ev.name[kernel_rows]))) if len(kernel_rows) else 0
-    total = int(len(kernel_rows))
-    decode = [s for s in steps if s["kind"] in ("decode", "unknown") and not s["partial"]]
-    per_step = float(np.median([s["kernel_count"] for s in decode])) if decode else None
-    base = {
-        "applicable": taxes is not None,
-        "kernels_per_step": per_step,
-        "kernels_per_token": total / n_steps if n_steps else None,
-        "unique_kernels": unique,
-        "total_kernels": total,
-        "unique_ratio": unique / total if total else None,
-    }
-    if taxes is None:
-        base.update({k: None for k in ("ft_ns", "ct_ns", "kt_ns", "kt_fw_ns", "kt_fw_samples", "py_ns",
-                                       "dispatch_ns", "sync_ns", "unattributed_ns", "device_active_ns",
-                                       "orchestrate_ns", "hdbi", "launches", "graph_launches",
-                                       "library_launches", "queued_launches", "dispatch_base_ns",
-                                       "launch_floor_ns", "floor_source", "by_class")})
-        base["note"] = "no device activity: GPU terms (TaxBreak, HDBI, launch floor) do not apply"
-        return base
-    sel = taxes.step >= 0
-    s = tb.sums(taxes, sel)
-    device_active = int(sum(st["kernel_sum_ns"] for st in steps))
-    orchestrate = s.ft_ns + s.ct_ns + s.kt_ns
-    base.update({
-        "ft_ns": s.ft_ns, "ct_ns": s.ct_ns, "kt_ns": s.kt_ns, "kt_fw_ns": s.kt_fw_ns,
-        "kt_fw_samples": s.kt_fw_samples, "py_ns": s.py_ns, "dispatch_ns": s.dispatch_ns, "sync_ns": s.sync_ns,
-        "unattributed_ns": int(np.sum(unattributed)), "device_active_ns": device_active,
-        "orchestrate_ns": orchestrate, "hdbi": tb.hdbi(device_active, orchestrate),
-        "launches": int(np.sum(~taxes.graph[sel])), "graph_launches": int(np.sum(taxes.graph[sel])),
-        "library_launches": int(np.sum(taxes.i_lib[sel])),
-        "queued_launches": int(np.sum(taxes.queued[sel])),
-        "dispatch_base_ns": taxes.dispatch_base_ns,
-        "launch_floor_ns": floor.ns, "floor_source": floor.source,
-        "by_class": {c: _class_taxes(taxes, sel & (launch_class == j)) for j, c in enumerate(CLASSES)},
-    })
-    return base
-
-
-def _class_taxes(taxes, sel) -> dict:
-    """TaxBreak of one launch class (compute, communication, mixed): its launches, host terms
-    and the kernel time those launches enqueued."""
-    s = tb.sums(taxes, sel)
-    return {"launches": int(np.sum(~taxes.graph[sel])), "graph_launches": int(np.sum(taxes.graph[sel])),
-            "ft_ns": s.ft_ns, "ct_ns": s.ct_ns, "kt_ns": s.kt_ns, "orchestrate_ns": s.ft_ns + s.ct_ns + s.kt_ns,
-            "device_ns": int(taxes.device_ns[sel].sum())}
-
-
-def _top(trace, taxes, by: str, n_steps: int, top: int) -> list[dict]:
-    """Host time charged (ΔFT + ΔCT) to top-level framework ops or to Python frames."""
-    if taxes is None or not len(taxes) or not n_steps:
-        return []
-    sel = taxes.step >= 0
-    rows = (taxes.unit_row if by == "op" else taxes.frame_row)[sel]
-    return _rank(trace, rows, (taxes.dft_ns + taxes.dct_ns)[sel], by, n_steps, top)
-
-
-def _top_cpu(trace, links, compute_rows, win: StepWindows, by, top) -> list[dict]:
-    """CPU-only traces: host time per top-level framework op = the time before it since the
-    previous top-level op (or the step start) + its own time outside leaf compute ops."""
-    ev = trace.events
-    ops = links.ops
-    n_steps = len(win)
-    # no ops or no steps leave no top-level op inside a step: the check below returns []
-    tops = ops.rows[ops.parent < 0]
-    st = win.step_of(ev.start_ns[tops])
-    tops, st = tops[st >= 0], st[st >= 0]
-    if not len(tops):
-        return []
-    order = np.lexsort((ev.start_ns[tops], ev.tid[tops]))
-    tops, st = tops[order], st[order]
-    same = np.concatenate(([False], (ev.tid[tops][1:] == ev.tid[tops][:-1]) & (st[1:] == st[:-1])))
-    prev_end = np.where(same, np.concatenate(([0], ev.end_ns[tops][:-1])), win.start_ns[st])
-    before = np.maximum(ev.start_ns[tops] - prev_end, 0)
-    seg_s, seg_e = merge(ev.start_ns[compute_rows], ev.end_ns[compute_rows])
-    inside = ev.dur_ns[tops] - covered_each(ev.start_ns[tops], ev.end_ns[tops], seg_s, seg_e)
-    rows = tops if by == "op" else links.frame_of[tops]
-    return _rank(trace, rows, before + inside, by, n_steps, top,
-                 "CPU: time before the op since the previous op + time inside it outside compute ops")
-
-
-def _rank(trace, rows, charge, by: str, n_steps: int, top: int, basis: str | None = None) -> list[dict]:
-    """The ``top`` names (of op or frame ``rows``, NONE: none) with the most host time ``charge``
-    (ns per row): total, per step, row count (``launches``) and share of the total."""
-    if not len(rows):
-        return []
-    ev = trace.events
-    codes = np.where(rows >= 0, ev.name[np.maximum(rows, 0)], -1)
-    uniq, inv = np.unique(codes, return_inverse=True)
-    total = np.bincount(inv, weights=np.asarray(charge, dtype=float))
-    count = np.bincount(inv)
-    grand = max(float(total.sum()), 1.0)
-    none = "(no Python frame in trace)" if by == "frame" else "(no op)"
-    out = []
-    for j in np.argsort(-total, kind="stable")[:top]:
-        row = {"name": trace.names[uniq[j]] if uniq[j] >= 0 else none,
-               "host_ns_per_step": float(total[j] / n_steps), "host_ns": int(total[j]),
-               "launches": int(count[j]), "share": float(total[j] / grand)}
-        if basis:
-            row["basis"] = basis
-        out.append(row)
-    return out

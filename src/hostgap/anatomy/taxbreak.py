@@ -201,8 +201,9 @@ def kernel_taxes(
         pos_f = links.frames.innermost(thread[orphan], l_start[orphan], l_end[orphan])
         frame[orphan] = np.where(pos_f >= 0, links.frames.rows[np.maximum(pos_f, 0)], NONE)
     step = launch_step[L]
-    step_start = np.where(step >= 0, step_start_ns[np.maximum(step, 0)] if len(step_start_ns) else 0,
-                          np.iinfo(np.int64).min)
+    step_start = np.where(
+        step >= 0, step_start_ns[np.maximum(step, 0)] if len(step_start_ns) else 0, np.iinfo(np.int64).min
+    )
     # without a frame: the step start on the thread that carries the step marker; on another
     # thread the previous unit of the same step (its first unit: no T_py, the thread was idle)
     marker_thread = np.ones(n, dtype=bool)
@@ -254,13 +255,33 @@ def kernel_taxes(
         queued |= held[np.maximum(gpu_row, 0)] & (gpu_row >= 0)
     dkt_fw = np.where(queued, np.nan, np.maximum(0.0, t_launch - floor_ns))
     return KernelTaxes(
-        launch_row=L, graph=graph, step=step, thread=thread, gpu_row=gpu_row,
-        gpu_ops=links.gpu_ops_of_launch[L], device_ns=device[L].astype(np.int64), unit_row=unit,
-        op_row=links.op_of[L], frame_row=frame, i_lib=i_lib, first_in_unit=first_in_unit,
-        py_start_ns=py_start, py_end_ns=py_end, dispatch_start_ns=d_start, dispatch_end_ns=l_start,
-        t_py_ns=t_py, t_dispatch_ns=t_dispatch, t_launch_ns=t_launch, queued=queued,
-        t_wrapper_ns=wrapper, sync_ns=sync_py + sync_dispatch,
-        dft_ns=dft, dct_ns=dct, dkt_fw_ns=dkt_fw, dispatch_base_ns=base, floor_ns=float(floor_ns),
+        launch_row=L,
+        graph=graph,
+        step=step,
+        thread=thread,
+        gpu_row=gpu_row,
+        gpu_ops=links.gpu_ops_of_launch[L],
+        device_ns=device[L].astype(np.int64),
+        unit_row=unit,
+        op_row=links.op_of[L],
+        frame_row=frame,
+        i_lib=i_lib,
+        first_in_unit=first_in_unit,
+        py_start_ns=py_start,
+        py_end_ns=py_end,
+        dispatch_start_ns=d_start,
+        dispatch_end_ns=l_start,
+        t_py_ns=t_py,
+        t_dispatch_ns=t_dispatch,
+        t_launch_ns=t_launch,
+        queued=queued,
+        t_wrapper_ns=wrapper,
+        sync_ns=sync_py + sync_dispatch,
+        dft_ns=dft,
+        dct_ns=dct,
+        dkt_fw_ns=dkt_fw,
+        dispatch_base_ns=base,
+        floor_ns=float(floor_ns),
     )
 
 

@@ -60,6 +60,7 @@ def gpu_times(trace: Trace, rows: np.ndarray, lo: int | None = None, hi: int | N
     s = ev.start_ns[rows]
     e = s + ev.dur_ns[rows]  # not ev.end_ns[rows]: that builds the whole column per call
     if lo is not None:
+        assert hi is not None, "gpu_times: lo and hi come together"
         s, e = clip(s, e, lo, hi)
         inside = e > s
         inside |= (ev.dur_ns[rows] == 0) & (ev.start_ns[rows] >= lo) & (ev.start_ns[rows] <= hi)
@@ -184,7 +185,7 @@ def launch_stats(trace: Trace, links: Links) -> list[LaunchStats]:
     ev = trace.events
     launches = np.flatnonzero(ev.of_kind(Kind.LAUNCH, Kind.GRAPH_LAUNCH))
     gpu = np.flatnonzero(links.launch_of >= 0)
-    out = []
+    out: list[LaunchStats] = []
     if not len(launches):
         return out
     api_name = ev.name[launches]
@@ -211,8 +212,14 @@ def _dist(x: np.ndarray) -> dict[str, float]:
         return {"n": 0}
     q = np.percentile(x, [10, 50, 90, 95, 99])
     return {
-        "n": int(len(x)), "mean": float(np.mean(x)), "min": float(np.min(x)), "p10": float(q[0]),
-        "p50": float(q[1]), "p90": float(q[2]), "p95": float(q[3]), "p99": float(q[4]),
+        "n": int(len(x)),
+        "mean": float(np.mean(x)),
+        "min": float(np.min(x)),
+        "p10": float(q[0]),
+        "p50": float(q[1]),
+        "p90": float(q[2]),
+        "p95": float(q[3]),
+        "p99": float(q[4]),
         "max": float(np.max(x)),
     }
 
@@ -229,9 +236,14 @@ def top_kernels(trace: Trace, rows: np.ndarray, n: int = 10) -> list[dict]:
     grand = max(int(total.sum()), 1)
     order = np.argsort(-total)[:n]
     return [
-        {"name": trace.names[codes[i]], "class": "communication" if is_comm(trace.names[codes[i]]) else "compute",
-         "count": int(count[i]), "total_ns": int(total[i]), "mean_ns": float(total[i] / count[i]),
-         "share": float(total[i] / grand)}
+        {
+            "name": trace.names[codes[i]],
+            "class": "communication" if is_comm(trace.names[codes[i]]) else "compute",
+            "count": int(count[i]),
+            "total_ns": int(total[i]),
+            "mean_ns": float(total[i] / count[i]),
+            "share": float(total[i] / grand),
+        }
         for i in order
     ]
 
@@ -338,8 +350,13 @@ def totals(trace: Trace) -> Totals:
         c = ev.kind[rows] == Kind.MEMCPY
         ck = ev.copy_kind[rows]
         return Totals(
-            activity, union_ns(s, e), int(np.sum(e[k] - s[k])), union_ns(s[k], e[k]), int(k.sum()),
-            int(np.sum(e[c] - s[c])), int(ev.bytes[rows][c & (ck == 1)].sum()),
+            activity,
+            union_ns(s, e),
+            int(np.sum(e[k] - s[k])),
+            union_ns(s[k], e[k]),
+            int(k.sum()),
+            int(np.sum(e[c] - s[c])),
+            int(ev.bytes[rows][c & (ck == 1)].sum()),
             int(ev.bytes[rows][c & (ck == 2)].sum()),
         )
     busy = union_ns(s, e)
@@ -385,15 +402,17 @@ def windows(trace: Trace) -> list[Window]:
         lo, hi = ev.start_ns[chosen], end_ns[chosen]
         first = np.searchsorted(starts, lo - longest, "left")
         last = np.searchsorted(starts, hi, "right")
-        for r, lo_r, hi_r, times in zip(chosen.tolist(), lo.tolist(), hi.tolist(),
-                                        window_times(trace, by_start, first, last, lo, hi)):
+        for r, lo_r, hi_r, times in zip(
+            chosen.tolist(), lo.tolist(), hi.tolist(), window_times(trace, by_start, first, last, lo, hi)
+        ):
             src = "gpu_user_annotation" if ev.kind[r] == Kind.GPU_ANNOTATION else "cpu_annotation"
             out.append(Window(trace.name_of(r), int(dev), src, lo_r, hi_r, times))
     return out
 
 
-def _choose_ranges(gpu_names: np.ndarray, gpu_rows: np.ndarray, cpu_names: np.ndarray,
-                   cpu_rows: np.ndarray) -> np.ndarray:
+def _choose_ranges(
+    gpu_names: np.ndarray, gpu_rows: np.ndarray, cpu_names: np.ndarray, cpu_rows: np.ndarray
+) -> np.ndarray:
     """Every GPU-side range, plus the CPU ranges left over: the k-th GPU-side range of a name
     stands for the k-th CPU range of that name (rows in trace order), so a name's CPU ranges
     past its GPU count are kept. Vectorised: thousands of distinct step names cost one sort."""
@@ -411,8 +430,9 @@ def _choose_ranges(gpu_names: np.ndarray, gpu_rows: np.ndarray, cpu_names: np.nd
     return np.concatenate((gpu_rows, cpu_rows[rank >= covered])).astype(np.int64)
 
 
-def window_times(trace: Trace, rows: np.ndarray, first: np.ndarray, last: np.ndarray,
-                 lo: np.ndarray, hi: np.ndarray) -> list[GpuTimes]:
+def window_times(
+    trace: Trace, rows: np.ndarray, first: np.ndarray, last: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> list[GpuTimes]:
     """:func:`gpu_times` of many windows at once: window ``j`` is [lo[j], hi[j]] over the ops
     ``rows[first[j]:last[j]]``. One vectorised pass over (window, op) pairs, so thousands of
     windows cost no Python loop per window; the result equals ``gpu_times`` window by window."""
@@ -443,12 +463,17 @@ def window_times(trace: Trace, rows: np.ndarray, first: np.ndarray, last: np.nda
     span = hi - lo
     busy = grouped_union(win, s, e, n)
     cols = dict(
-        span_ns=span, busy_ns=busy, idle_ns=span - busy,
-        kernel_sum_ns=total(k, length), kernel_union_ns=grouped_union(np.where(k, win, -1), s, e, n),
+        span_ns=span,
+        busy_ns=busy,
+        idle_ns=span - busy,
+        kernel_sum_ns=total(k, length),
+        kernel_union_ns=grouped_union(np.where(k, win, -1), s, e, n),
         kernel_count=total(k, every.astype(np.int64)),
-        memcpy_count=total(mc, every.astype(np.int64)), memcpy_ns=total(mc, length),
+        memcpy_count=total(mc, every.astype(np.int64)),
+        memcpy_ns=total(mc, length),
         memcpy_bytes=total(mc, nbytes.astype(np.int64)),
-        memset_count=total(ms, every.astype(np.int64)), memset_ns=total(ms, length),
+        memset_count=total(ms, every.astype(np.int64)),
+        memset_ns=total(ms, length),
         memset_bytes=total(ms, nbytes.astype(np.int64)),
     )
     lists = {key: value.tolist() for key, value in cols.items()}

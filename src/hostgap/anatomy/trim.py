@@ -13,8 +13,8 @@ from hostgap.link import Links, link
 def parse_range(text: str, n_steps: int) -> tuple[int, int]:
     """``A:B`` (end exclusive, Python slice rules, either side optional) → (a, b)."""
     try:
-        a, b = text.split(":")
-        sl = slice(int(a) if a.strip() else None, int(b) if b.strip() else None)
+        start, stop = text.split(":")
+        sl = slice(int(start) if start.strip() else None, int(stop) if stop.strip() else None)
     except ValueError:
         raise HostgapError("--steps", f"expected A:B (e.g. 2:5), got {text!r}") from None
     a, b, _ = sl.indices(n_steps)
@@ -23,8 +23,7 @@ def parse_range(text: str, n_steps: int) -> tuple[int, int]:
     return a, b
 
 
-def trim_rows(trace: Trace, a: int, b: int, step_marker: str | None = None,
-              links: Links | None = None) -> np.ndarray:
+def trim_rows(trace: Trace, a: int, b: int, step_marker: str | None = None, links: Links | None = None) -> np.ndarray:
     """Rows of steps a..b-1, chosen so that every step metric of the kept steps (wall, busy,
     host-exposed, host_wait and the other idle causes, flags) is the same in the trimmed trace:
 
@@ -43,8 +42,10 @@ def trim_rows(trace: Trace, a: int, b: int, step_marker: str | None = None,
     ev = trace.events
     _, markers = find_markers(trace, step_marker)
     if not len(markers):
-        raise HostgapError(trace.meta.path, f"{NO_MARKERS}; nothing to trim by (--step-marker REGEX "
-                           "names the annotations that delimit steps)")
+        raise HostgapError(
+            trace.meta.path,
+            f"{NO_MARKERS}; nothing to trim by (--step-marker REGEX names the annotations that delimit steps)",
+        )
     starts = np.sort(ev.start_ns[markers])
     ends = ev.end_ns[markers][np.argsort(ev.start_ns[markers], kind="stable")]
     lo = starts[a]

@@ -47,12 +47,14 @@ DEPENDENCY_BOUND = "dependency-bound"
 INCOMPLETE_CAPTURE = "incomplete-capture"
 UNEXPLAINED_IDLE = "unexplained-idle"
 
-OTHER_CAUSES = {"dependency": (DEPENDENCY_BOUND, "GPU waiting on dependencies (events, stream waits, copies, "
-                                                 "collectives), not on the host"),
-                "outside": (INCOMPLETE_CAPTURE, "incomplete capture: the GPU idle lies with work the trace "
-                                                "does not contain"),
-                "unexplained": (UNEXPLAINED_IDLE, "the GPU held launched work and sat idle without a cause "
-                                                  "visible in the trace")}
+OTHER_CAUSES = {
+    "dependency": (
+        DEPENDENCY_BOUND,
+        "GPU waiting on dependencies (events, stream waits, copies, collectives), not on the host",
+    ),
+    "outside": (INCOMPLETE_CAPTURE, "incomplete capture: the GPU idle lies with work the trace does not contain"),
+    "unexplained": (UNEXPLAINED_IDLE, "the GPU held launched work and sat idle without a cause visible in the trace"),
+}
 
 
 def classify(host_fraction: float | None) -> str | None:
@@ -98,7 +100,11 @@ def verdict(
     """Classify; for queued work the host-wait share is the basis (wall - GPU is not host)."""
     if queued and host_wait_share is not None:
         return Verdict(
-            classify(host_wait_share), "host_wait_fraction", host_fraction, host_wait_share, hdbi,
+            classify(host_wait_share),
+            "host_wait_fraction",
+            host_fraction,
+            host_wait_share,
+            hdbi,
             "host ran ahead of the GPU (queued steps): classified by host_wait / wall",
         )
     return Verdict(classify(host_fraction), "host_fraction", host_fraction, host_wait_share, hdbi)
@@ -110,8 +116,7 @@ def step_verdict(steps: list[dict], warmup: list[int], hdbi: float | None) -> di
     (the host ran ahead), then they are the pool. The basis is the median host-caused idle share.
     """
     exclude = set(warmup)
-    pool = [s for s in steps if s["kind"] in ("decode", "unknown") and not s["partial"]
-            and s["index"] not in exclude]
+    pool = [s for s in steps if s["kind"] in ("decode", "unknown") and not s["partial"] and s["index"] not in exclude]
     if not pool:
         pool = [s for s in steps if not s["partial"]] or steps
     if not pool:
@@ -120,18 +125,24 @@ def step_verdict(steps: list[dict], warmup: list[int], hdbi: float | None) -> di
     use = pool if queued else ([s for s in pool if not s["queued"]] or pool)
     walls = [s["wall_ns"] for s in use]
     host = _median([s["host_wait_ns"] / w for s, w in zip(use, walls) if w])
-    shares = {c: _median([s["idle_causes"][f"{c}_ns"] / w for s, w in zip(use, walls) if w])
-              for c in ("host", "dependency", "outside", "unexplained")}
+    shares = {
+        c: _median([s["idle_causes"][f"{c}_ns"] / w for s, w in zip(use, walls) if w])
+        for c in ("host", "dependency", "outside", "unexplained")
+    }
     raw = _median([s["host_fraction"] for s in use])
     label, note = classify(host), ""
     if label != HOST_BOUND:
         for cause, (name, why) in OTHER_CAUSES.items():
-            if shares[cause] is not None and shares[cause] >= HOST_BOUND_MIN:
+            share = shares[cause]
+            if share is not None and share >= HOST_BOUND_MIN:
                 label, note = name, why
                 break
     if queued:
-        note = ("host ran ahead of the GPU (queued steps); " + note) if note else \
-            "host ran ahead of the GPU (queued steps): the GPU rarely waited on the host"
+        note = (
+            ("host ran ahead of the GPU (queued steps); " + note)
+            if note
+            else "host ran ahead of the GPU (queued steps): the GPU rarely waited on the host"
+        )
     if label in (BALANCED, DEVICE_BOUND) and hdbi is not None and hdbi < 0.5:
         # TaxBreak evidence: host orchestration exceeds device time, hidden behind GPU work here
         hidden = f"HDBI {hdbi:.2f}: host orchestration exceeds GPU time but is hidden behind it"

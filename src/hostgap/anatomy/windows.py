@@ -131,8 +131,19 @@ def device_ops(trace: Trace, links: Links, activity: str, rows: np.ndarray, wind
     kind = ev.kind[rows]
     if activity != "gpu":
         none = np.full(len(rows), NONE, dtype=np.int64)
-        return DeviceOps(activity, rows, s, e, kind, none.astype(np.int32), np.ones(len(rows), dtype=bool),
-                         none, s.copy(), windows.step_of(s), np.zeros(len(rows), dtype=bool))
+        return DeviceOps(
+            activity,
+            rows,
+            s,
+            e,
+            kind,
+            none.astype(np.int32),
+            np.ones(len(rows), dtype=bool),
+            none,
+            s.copy(),
+            windows.step_of(s),
+            np.zeros(len(rows), dtype=bool),
+        )
     launch = links.launch_of[rows]
     linked = launch >= 0
     at = np.where(linked, ev.start_ns[np.maximum(launch, 0)], INT_MIN)
@@ -141,8 +152,7 @@ def device_ops(trace: Trace, links: Links, activity: str, rows: np.ndarray, wind
     before = np.where(linked, at < first, early_corr | (s < first))
     enqueue = np.where(linked, ev.end_ns[np.maximum(launch, 0)], INT_MIN)
     step = np.where(linked, windows.step_of(at), NONE)
-    return DeviceOps(activity, rows, s, e, kind, ev.device[rows], kind == Kind.KERNEL, launch,
-                     enqueue, step, before)
+    return DeviceOps(activity, rows, s, e, kind, ev.device[rows], kind == Kind.KERNEL, launch, enqueue, step, before)
 
 
 def _before_first_launch(trace: Trace, rows: np.ndarray) -> np.ndarray:
