@@ -24,10 +24,24 @@ def fake_measure(cfg) -> dict:
         flag.write_text(str(os.getpid()))
         os.kill(os.getpid(), signal.SIGKILL)  # the worker dies mid-cell, its run unfinished
     time.sleep(0.2)
-    result = {"run_id": run.name, "cell_key": cell_key(cfg), "preset": cfg.preset, "engine": cfg.engine,
-              "device": cfg.device, "mode": cfg.mode, "batch": cfg.batch, "prompt_len": cfg.prompt_len,
-              "dtype": cfg.dtype, "n1": cfg.n1, "n2": cfg.n2, "threads": cfg.threads, "valid": True,
-              "invalid_reasons": [], "run_dir": str(run), "worker_pid": os.getpid()}
+    result = {
+        "run_id": run.name,
+        "cell_key": cell_key(cfg),
+        "preset": cfg.preset,
+        "engine": cfg.engine,
+        "device": cfg.device,
+        "mode": cfg.mode,
+        "batch": cfg.batch,
+        "prompt_len": cfg.prompt_len,
+        "dtype": cfg.dtype,
+        "n1": cfg.n1,
+        "n2": cfg.n2,
+        "threads": cfg.threads,
+        "valid": True,
+        "invalid_reasons": [],
+        "run_dir": str(run),
+        "worker_pid": os.getpid(),
+    }
     (run / "results.json").write_text(json.dumps(result))
     return result
 

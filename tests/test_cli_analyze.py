@@ -10,11 +10,11 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from conftest import annotation, cpu_op, gpu_annotation, kernel, launch, memcpy
-from test_load_kineto import bad_files
 
+from conftest import annotation, cpu_op, gpu_annotation, kernel, launch, memcpy
 from hostgap import SCHEMA_VERSION
 from hostgap.cli import cli
+from test_load_kineto import bad_files
 
 US = 1000
 
@@ -24,11 +24,16 @@ def run(*args):
 
 
 def micro(kineto_trace, **top):
-    events = [launch(ts=1, dur=2, corr=1), kernel("gemm", ts=5, dur=10, corr=1),
-              launch(ts=40, dur=2, corr=2), kernel("gemm", ts=50, dur=10, corr=2),
-              memcpy(ts=61, dur=1, nbytes=64, corr=3),
-              annotation("ProfilerStep#7", ts=0, dur=70), gpu_annotation("ProfilerStep#7", ts=4, dur=60),
-              {"ph": "X", "cat": "kernel", "name": "neg", "pid": 0, "tid": 7, "ts": 3, "dur": -2}]
+    events = [
+        launch(ts=1, dur=2, corr=1),
+        kernel("gemm", ts=5, dur=10, corr=1),
+        launch(ts=40, dur=2, corr=2),
+        kernel("gemm", ts=50, dur=10, corr=2),
+        memcpy(ts=61, dur=1, nbytes=64, corr=3),
+        annotation("ProfilerStep#7", ts=0, dur=70),
+        gpu_annotation("ProfilerStep#7", ts=4, dur=60),
+        {"ph": "X", "cat": "kernel", "name": "neg", "pid": 0, "tid": 7, "ts": 3, "dur": -2},
+    ]
     return kineto_trace(events, **top)
 
 
@@ -41,10 +46,19 @@ def test_json_document(kineto_trace):
     assert (doc["trace"], doc["format"], doc["rank"], doc["world_size"]) == (path, "kineto", 2, 4)
     (d,) = doc["devices"]
     assert (d["span_ns"], d["busy_ns"], d["idle_ns"], d["kernel_sum_ns"], d["kernel_count"]) == (
-        57 * US, 21 * US, 36 * US, 20 * US, 2)
+        57 * US,
+        21 * US,
+        36 * US,
+        20 * US,
+        2,
+    )
     (w,) = doc["windows"]
-    assert (w["name"], w["source"], w["span_ns"], w["busy_ns"]) == ("ProfilerStep#7", "gpu_user_annotation",
-                                                                   60 * US, 21 * US)
+    assert (w["name"], w["source"], w["span_ns"], w["busy_ns"]) == (
+        "ProfilerStep#7",
+        "gpu_user_annotation",
+        60 * US,
+        21 * US,
+    )
     # the kernel launched at 40 started 48 µs after the previous op ended at 15: the launch came
     # after the stream went idle, so host-wait
     assert d["idle_gaps"]["count"]["host_wait"] == 1
@@ -62,8 +76,14 @@ def test_several_traces_give_an_array(kineto_trace):
 
 def test_gap_threshold_option(kineto_trace):
     # one 10 µs gap (6 -> 16); both launches came before it, so not host-wait
-    path = kineto_trace([launch(ts=1, dur=1, corr=1), launch(ts=3, dur=1, corr=2),
-                         kernel("a", ts=5, dur=1, corr=1), kernel("b", ts=16, dur=1, corr=2)])
+    path = kineto_trace(
+        [
+            launch(ts=1, dur=1, corr=1),
+            launch(ts=3, dur=1, corr=2),
+            kernel("a", ts=5, dur=1, corr=1),
+            kernel("b", ts=16, dur=1, corr=2),
+        ]
+    )
     g30 = json.loads(run(path, "--json").stdout)["devices"][0]["idle_gaps"]
     g5 = json.loads(run(path, "--json", "--gap-threshold-us", "5").stdout)["devices"][0]["idle_gaps"]
     assert g30["threshold_ns"] == 30 * US and g30["count"]["kernel_wait"] == 1
@@ -107,8 +127,20 @@ def test_help_has_an_example():
     assert r.exit_code == 0 and "hostgap analyze" in r.stdout and "--json" in r.stdout
 
 
-CASES = ["truncated gzip", "invalid json", "no traceEvents", "json array", "empty file", "empty gzip", "png",
-         "plain text", "nsys-rep", "missing", "sqlite without cuda tables", "directory"]
+CASES = [
+    "truncated gzip",
+    "invalid json",
+    "no traceEvents",
+    "json array",
+    "empty file",
+    "empty gzip",
+    "png",
+    "plain text",
+    "nsys-rep",
+    "missing",
+    "sqlite without cuda tables",
+    "directory",
+]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -135,8 +167,7 @@ def test_bad_second_trace_fails_the_command(tmp_path, kineto_trace):
 
 def test_real_process_no_traceback(tmp_path):
     path, _ = bad_files(tmp_path)["truncated gzip"]
-    p = subprocess.run([sys.executable, "-m", "hostgap", "analyze", path], capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run([sys.executable, "-m", "hostgap", "analyze", path], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert p.stderr.splitlines() == [p.stderr.strip()] and p.stderr.startswith(f"hostgap: error: {path}: ")
     assert "Traceback" not in p.stderr and p.stdout == ""

@@ -82,8 +82,11 @@ def test_a_hidden_former_spelling_still_works(tmp_path):
     orig = hv.harvest_traces
     hv.harvest_traces = fake
     try:
-        for args in (["--out", str(tmp_path / "a.parquet")], ["-o", str(tmp_path / "b.parquet")],
-                     ["--output", str(tmp_path / "c.parquet")]):
+        for args in (
+            ["--out", str(tmp_path / "a.parquet")],
+            ["-o", str(tmp_path / "b.parquet")],
+            ["--output", str(tmp_path / "c.parquet")],
+        ):
             res = CliRunner().invoke(harvest, ["trace.json", *args])
             assert res.exit_code == 0, res.output
             assert seen["path"].name == args[1].rsplit("/", 1)[1]
@@ -125,7 +128,9 @@ def test_a_command_imports_only_its_module():
     import subprocess
     import sys
 
-    code = ("import sys; from hostgap.cli import cli; cli.commands.get('steps'); "
-            "print(sorted(m for m in sys.modules if m.startswith('hostgap.cli.')))")
+    code = (
+        "import sys; from hostgap.cli import cli; cli.commands.get('steps'); "
+        "print(sorted(m for m in sys.modules if m.startswith('hostgap.cli.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['hostgap.cli.analyze']"

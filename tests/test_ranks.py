@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import annotation, kernel, launch
 
+from conftest import annotation, kernel, launch
+from hostgap.anatomy.collectives import collective_type, is_comm
 from hostgap.cli import cli
 from hostgap.errors import HostgapError
-from hostgap.anatomy.collectives import collective_type, is_comm
-from hostgap.ranks.traceset import Options, analyse
+from hostgap.ranks.traceset import analyse
 
 US = 1000
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
@@ -21,9 +21,13 @@ NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, nccl
 
 def rank_events(gemm, coll, *, gemm_launch=10, coll_launch=16, step="ProfilerStep#1", t0=0):
     """One 100 µs step: a gemm and an all-reduce, each (start, dur) in µs, launched by two calls."""
-    return [annotation(step, ts=t0, dur=100),
-            launch(ts=t0 + gemm_launch, dur=5, corr=1), kernel("gemm", ts=t0 + gemm[0], dur=gemm[1], corr=1),
-            launch(ts=t0 + coll_launch, dur=4, corr=2), kernel(NCCL, ts=t0 + coll[0], dur=coll[1], corr=2)]
+    return [
+        annotation(step, ts=t0, dur=100),
+        launch(ts=t0 + gemm_launch, dur=5, corr=1),
+        kernel("gemm", ts=t0 + gemm[0], dur=gemm[1], corr=1),
+        launch(ts=t0 + coll_launch, dur=4, corr=2),
+        kernel(NCCL, ts=t0 + coll[0], dur=coll[1], corr=2),
+    ]
 
 
 def two_ranks(kineto_trace, r0=None, r1=None, **top):
@@ -38,17 +42,36 @@ def run(*args):
 
 
 def test_names_classified():
-    for name in (NCCL, "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "rcclKernel_Broadcast",
-                 "void vllm::cross_device_reduce_1stage<half, 2>(...)", "gloo:all_reduce", "c10d::allreduce_",
-                 "void sglang::custom_all_reduce<float>"):
+    for name in (
+        NCCL,
+        "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+        "rcclKernel_Broadcast",
+        "void vllm::cross_device_reduce_1stage<half, 2>(...)",
+        "gloo:all_reduce",
+        "c10d::allreduce_",
+        "void sglang::custom_all_reduce<float>",
+    ):
         assert is_comm(name), name
-    for name in ("ampere_sgemm_128x64_tn", "void at::native::elementwise_kernel<broadcast>", "reduce_kernel<512>",
-                 "Memcpy HtoD (Pageable -> Device)"):
+    for name in (
+        "ampere_sgemm_128x64_tn",
+        "void at::native::elementwise_kernel<broadcast>",
+        "reduce_kernel<512>",
+        "Memcpy HtoD (Pageable -> Device)",
+    ):
         assert not is_comm(name), name
-    assert [collective_type(n) for n in (NCCL, "ncclKernel_ReduceScatter_RING", "ncclKernel_AllGather_RING",
-                                         "ncclDevKernel_SendRecv", "ncclKernel_Broadcast_RING", "nccl_Send",
-                                         "gloo:barrier", "ncclKernel_Mystery")] == [
-        "allreduce", "reducescatter", "allgather", "sendrecv", "broadcast", "send", "barrier", "other"]
+    assert [
+        collective_type(n)
+        for n in (
+            NCCL,
+            "ncclKernel_ReduceScatter_RING",
+            "ncclKernel_AllGather_RING",
+            "ncclDevKernel_SendRecv",
+            "ncclKernel_Broadcast_RING",
+            "nccl_Send",
+            "gloo:barrier",
+            "ncclKernel_Mystery",
+        )
+    ] == ["allreduce", "reducescatter", "allgather", "sendrecv", "broadcast", "send", "barrier", "other"]
 
 
 def test_communication_split_and_straggler(kineto_trace):
@@ -75,8 +98,13 @@ def test_communication_split_and_straggler(kineto_trace):
     assert s["straggler_rank"] == 1 and s["spread_ns"] == 30 * US and s["collectives_matched"] == 1
     assert s["excess_ns"] == {"host": 0, "compute": 20 * US, "communication": 0} and s["cause"] == "compute"
     comm = doc["ranks"][0]["communication"]
-    assert comm == {"compute_active_ns": 30 * US, "comm_active_ns": 40 * US, "comm_overlap_ns": 10 * US,
-                    "comm_count": 1, "by_type": {"allreduce": 1}}
+    assert comm == {
+        "compute_active_ns": 30 * US,
+        "comm_active_ns": 40 * US,
+        "comm_overlap_ns": 10 * US,
+        "comm_count": 1,
+        "by_type": {"allreduce": 1},
+    }
     step0 = doc["ranks"][0]["steps"][0]
     assert step0["compute_active_ns"] + step0["comm_active_ns"] - step0["comm_overlap_ns"] == step0["gpu_active_ns"]
 
@@ -146,20 +174,27 @@ def test_unrelated_files_stay_separate(kineto_trace):
     assert all("_rank" not in d for d in docs)
 
 
-@pytest.mark.parametrize("case,words", [
-    ("world", "different world sizes"),
-    ("duplicate", "rank 0 is also claimed"),
-    ("apart", "clocks far apart"),
-    ("outside", "rank 2 outside world size 2"),
-])
+@pytest.mark.parametrize(
+    "case,words",
+    [
+        ("world", "different world sizes"),
+        ("duplicate", "rank 0 is also claimed"),
+        ("apart", "clocks far apart"),
+        ("outside", "rank 2 outside world size 2"),
+    ],
+)
 def test_sets_that_do_not_belong_together_are_refused(kineto_trace, case, words):
     r0 = rank_events((20, 30), (40, 40))
     if case == "apart":  # rank 1's trace starts 10 s after rank 0's ends
         r1 = rank_events((20, 30), (40, 40), t0=10_000_000)
     else:
         r1 = rank_events((20, 30), (40, 40))
-    info = {"world": {"rank": 1, "world_size": 4}, "duplicate": {"rank": 0, "world_size": 2},
-            "apart": {"rank": 1, "world_size": 2}, "outside": {"rank": 2, "world_size": 2}}[case]
+    info = {
+        "world": {"rank": 1, "world_size": 4},
+        "duplicate": {"rank": 0, "world_size": 2},
+        "apart": {"rank": 1, "world_size": 2},
+        "outside": {"rank": 2, "world_size": 2},
+    }[case]
     a = kineto_trace(r0, distributedInfo={"rank": 0, "world_size": 2})
     b = kineto_trace(r1, distributedInfo=info)
     with pytest.raises(HostgapError, match=words):
@@ -190,8 +225,17 @@ def test_cli_json_contract_and_tables(kineto_trace):
     doc = json.loads(run(a, b, "--json").stdout)
     assert set(doc) >= {"schema_version", "kind", "notes", "ranks", "cross_rank"}
     r0 = doc["ranks"][0]
-    assert {"rank", "trace", "rank_source", "process", "steps", "devices", "summary", "taxbreak",
-            "communication"} <= set(r0)
+    assert {
+        "rank",
+        "trace",
+        "rank_source",
+        "process",
+        "steps",
+        "devices",
+        "summary",
+        "taxbreak",
+        "communication",
+    } <= set(r0)
     assert set(doc["cross_rank"]) >= {"world_size", "steps", "ranks_present", "step_match", "summary"}
     s = doc["cross_rank"]["steps"][0]
     assert {"index", "straggler_rank", "cause", "spread_ns", "per_rank"} <= set(s)
@@ -221,4 +265,5 @@ def test_backend_options_are_checked(kineto_trace, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as where Ray is not installed
     r = run(a, b, "--backend", "ray")
     assert r.exit_code == 2 and r.stderr.splitlines() == [
-        "hostgap: error: --backend ray: Ray is not installed; install it with: pip install 'hostgap[ray]'"]
+        "hostgap: error: --backend ray: Ray is not installed; install it with: pip install 'hostgap[ray]'"
+    ]

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from conftest import annotation, cpu_op, kernel, launch
-
-from hostgap.load import load_trace
 from hostgap.anatomy.collectives import TYPES
 from hostgap.anatomy.comm import step_comm
+from hostgap.load import load_trace
 
 AR, SR = TYPES.index("allreduce"), TYPES.index("sendrecv")
 ALLREDUCE = "ncclKernel_AllReduce_RING_LL_Sum_bf16"
@@ -18,8 +17,16 @@ def test_collectives_numbered_per_step_and_type(kineto_trace):
     gemm (40-60); step 1 (100-200) an all-reduce (110-112). Sorted by step, type, start:
     (0, AR, #0, 10), (0, AR, #1, 30), (0, SR, #0, 20), (1, AR, #0, 110)."""
     ev = [annotation("ProfilerStep#1", ts=0, dur=100), annotation("ProfilerStep#2", ts=100, dur=100)]
-    for corr, (name, ts, dur, at) in enumerate([(ALLREDUCE, 10, 5, 1), (SENDRECV, 20, 5, 2), (ALLREDUCE, 30, 5, 3),
-                                                ("gemm", 40, 20, 4), (ALLREDUCE, 110, 2, 101)], start=1):
+    for corr, (name, ts, dur, at) in enumerate(
+        [
+            (ALLREDUCE, 10, 5, 1),
+            (SENDRECV, 20, 5, 2),
+            (ALLREDUCE, 30, 5, 3),
+            ("gemm", 40, 20, 4),
+            (ALLREDUCE, 110, 2, 101),
+        ],
+        start=1,
+    ):
         ev += [launch(ts=at, dur=0.5, corr=corr), kernel(name, ts=ts, dur=dur, corr=corr)]
     c = step_comm(load_trace(kineto_trace(ev)))
     assert c.coll_step.tolist() == [0, 0, 0, 1]
@@ -35,8 +42,13 @@ def test_collectives_numbered_per_step_and_type(kineto_trace):
 
 def test_ops_launched_outside_every_step_are_not_counted(kineto_trace):
     """The all-reduce is launched at 150 µs, after the only step (0-100) ended: no step has it."""
-    ev = [annotation("ProfilerStep#1", ts=0, dur=100), launch(ts=150, dur=1, corr=1),
-          kernel(ALLREDUCE, ts=160, dur=5, corr=1), launch(ts=10, dur=1, corr=2), kernel("gemm", ts=20, dur=10, corr=2)]
+    ev = [
+        annotation("ProfilerStep#1", ts=0, dur=100),
+        launch(ts=150, dur=1, corr=1),
+        kernel(ALLREDUCE, ts=160, dur=5, corr=1),
+        launch(ts=10, dur=1, corr=2),
+        kernel("gemm", ts=20, dur=10, corr=2),
+    ]
     c = step_comm(load_trace(kineto_trace(ev)))
     assert c.comm_count.tolist() == [0] and c.comm_active_ns.tolist() == [0] and len(c.coll_step) == 0
     assert c.compute_active_ns.tolist() == [10_000]
@@ -45,9 +57,15 @@ def test_ops_launched_outside_every_step_are_not_counted(kineto_trace):
 def test_gloo_on_a_cpu_only_trace(kineto_trace):
     """CPU-only: aten::mm 10-40 µs on one thread, gloo:all_reduce 30-60 µs on another, in a
     0-100 µs step: compute 30, communication 30, overlap 10 (30-40)."""
-    ev = [annotation("ProfilerStep#1", ts=0, dur=100), cpu_op("aten::mm", ts=10, dur=30),
-          cpu_op("gloo:all_reduce", ts=30, dur=30, tid=2)]
+    ev = [
+        annotation("ProfilerStep#1", ts=0, dur=100),
+        cpu_op("aten::mm", ts=10, dur=30),
+        cpu_op("gloo:all_reduce", ts=30, dur=30, tid=2),
+    ]
     c = step_comm(load_trace(kineto_trace(ev)))
     assert (c.compute_active_ns.tolist(), c.comm_active_ns.tolist(), c.comm_overlap_ns.tolist()) == (
-        [30_000], [30_000], [10_000])
+        [30_000],
+        [30_000],
+        [10_000],
+    )
     assert c.coll_type.tolist() == [AR]

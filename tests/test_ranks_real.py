@@ -10,8 +10,8 @@ import sqlite3
 from decimal import Decimal
 
 import pytest
-from conftest import corpus_path
 
+from conftest import corpus_path
 from hostgap.ranks.traceset import analyse
 
 SAMPLED = ("hta/sampled_rank-0.json.gz", "hta/sampled_rank-1.json.gz")
@@ -38,10 +38,16 @@ def raw_kineto_steps(path) -> dict:
     whose CPU window (start to the next step's start; the last: to its end) holds its launch."""
     with gzip.open(path, "rt") as f:
         events = [e for e in json.load(f, parse_float=Decimal)["traceEvents"] if e.get("ph") == "X"]
-    marks = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"]) for e in events
-                   if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
-    launch = {e["args"]["correlation"]: ns(e["ts"]) for e in events
-              if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    marks = sorted(
+        (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"])
+        for e in events
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    )
+    launch = {
+        e["args"]["correlation"]: ns(e["ts"])
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
     out = {name: {"compute": [], "comm": []} for _, _, name in marks}
     for e in events:
         if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
@@ -132,9 +138,11 @@ def test_two_gpu_nsys_split_by_process(name):
         "SELECT k.deviceId, k.globalPid >> 24, k.start, k.end FROM CUPTI_ACTIVITY_KIND_KERNEL k "
         "JOIN StringIds s ON s.id = k.demangledName WHERE s.value LIKE '%nccl%' AND EXISTS ("
         "SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId "
-        "AND r.globalTid >> 24 = k.globalPid >> 24)").fetchall()
-    pids = [p for (p,) in con.execute("SELECT DISTINCT globalPid >> 24 FROM CUPTI_ACTIVITY_KIND_KERNEL "
-                                      "ORDER BY deviceId")]
+        "AND r.globalTid >> 24 = k.globalPid >> 24)"
+    ).fetchall()
+    pids = [
+        p for (p,) in con.execute("SELECT DISTINCT globalPid >> 24 FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY deviceId")
+    ]
     assert [r["process"] for r in doc["ranks"]] == [p & 0xFFFFFF for p in pids]
     for rank, pid in enumerate(pids):
         mine = [(s, e) for d, p, s, e in rows if p == pid]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
-from conftest import write_kineto
-from test_ranks import rank_events
 
+from conftest import write_kineto
 from hostgap.cli import cli
 from hostgap.ranks.report import heat_matrix, split_trace_sets
 from hostgap.ranks.traceset import analyse
+from test_ranks import rank_events
 
 
 def rank_dir(tmp_path):

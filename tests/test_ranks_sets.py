@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from conftest import write_kineto
-from test_ranks import rank_events
 
+from conftest import write_kineto
 from hostgap.errors import HostgapError
 from hostgap.ranks.traceset import analyse, expand
+from test_ranks import rank_events
 
 S = 1_000_000_000
 
@@ -75,6 +75,9 @@ def test_a_kineto_trace_on_two_devices_is_one_rank(kineto_trace):
     """Kineto puts each device's kernels on its own pid: that is one process, not two ranks."""
     from conftest import kernel, launch
 
-    ev = rank_events((20, 30), (40, 40)) + [launch(ts=30, dur=1, corr=9), kernel("gemm", ts=50, dur=5, corr=9, device=1)]
+    ev = rank_events((20, 30), (40, 40)) + [
+        launch(ts=30, dur=1, corr=9),
+        kernel("gemm", ts=50, dur=5, corr=9, device=1),
+    ]
     doc = analyse([kineto_trace(ev)])
     assert "cross_rank" not in doc and sorted(d["device"] for d in doc["devices"]) == [0, 1]

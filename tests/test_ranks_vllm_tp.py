@@ -12,10 +12,10 @@ from decimal import Decimal
 from pathlib import Path
 
 from click.testing import CliRunner
-from test_ranks_real import ns, union, waits
 
 from hostgap.cli import cli
 from hostgap.ranks.traceset import analyse
+from test_ranks_real import ns, union, waits
 
 FIXTURE = Path(__file__).parent / "data" / "vllm_tp2_tiny_cpu"
 SHM = {"_C::shm_allreduce": "allreduce", "_C::shm_all_gather": "allgather"}
@@ -29,8 +29,11 @@ def raw_rank(path: Path) -> tuple[int, list[dict]]:
         doc = json.load(f, parse_float=Decimal)
     base = int(doc["baseTimeNanoseconds"])
     ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
-    marks = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in ev
-                   if e.get("cat") == "user_annotation" and e["name"].startswith("execute_"))
+    marks = sorted(
+        (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
+        for e in ev
+        if e.get("cat") == "user_annotation" and e["name"].startswith("execute_")
+    )
     steps = [[] for _ in marks]
     for e in ev:
         if e["name"] not in SHM:
@@ -53,8 +56,11 @@ def test_two_rank_vllm_set():
     for r in doc["ranks"]:
         ops = [op for step in raw[r["rank"]] for op in step]
         assert r["activity"] == "cpu-compute"
-        assert r["communication"]["by_type"] == {
-            t: sum(op[0] == t for op in ops) for t in ("allreduce", "allgather")} == {"allreduce": 27, "allgather": 3}
+        assert (
+            r["communication"]["by_type"]
+            == {t: sum(op[0] == t for op in ops) for t in ("allreduce", "allgather")}
+            == {"allreduce": 27, "allgather": 3}
+        )
         for s, mine in zip(r["steps"], raw[r["rank"]]):
             assert s["comm_active_ns"] == union([(a, b) for _, a, b in mine]) and s["comm_count"] == len(mine) == 10
             # one thread: compute and communication never overlap
@@ -74,4 +80,7 @@ def test_two_rank_vllm_set():
 def test_two_rank_vllm_set_on_the_terminal():
     out = CliRunner().invoke(cli, ["analyze", str(FIXTURE)], terminal_width=200)
     assert out.exit_code == 0, out.output
-    assert "ranks (2 of world size 2" in out.output and "communication ops in steps: 30 (allreduce 27, allgather 3)" in out.output
+    assert (
+        "ranks (2 of world size 2" in out.output
+        and "communication ops in steps: 30 (allreduce 27, allgather 3)" in out.output
+    )

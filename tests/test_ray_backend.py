@@ -39,10 +39,25 @@ def cluster(tmp_path_factory):
     os.environ["RAY_AUTH_MODE"] = "disabled"
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     head = subprocess.Popen(
-        [str(exe), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
-         "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false", "--object-store-memory=100000000",
-         "--disable-usage-stats", f"--temp-dir={tmp}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        [
+            str(exe),
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--num-gpus=0",
+            "--include-dashboard=false",
+            "--object-store-memory=100000000",
+            "--disable-usage-stats",
+            f"--temp-dir={tmp}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
     address = f"127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -55,6 +70,7 @@ def cluster(tmp_path_factory):
                     pytest.fail("the Ray head node did not start")
                 time.sleep(0.5)
         import ray_cells
+
         ray.cloudpickle.register_pickle_by_value(ray_cells)
         yield address
     finally:
@@ -83,7 +99,6 @@ def _cells(out, batches):
 
 def test_sweep_survives_a_killed_worker_and_lands_each_cell_once(cluster, tmp_path):
     import ray_cells
-
     from hostgap.capture.protocol import cell_key, resolve
     from hostgap.capture.ray_backend import run_sweep_ray
     from hostgap.store import RunsDB
@@ -92,8 +107,14 @@ def test_sweep_survives_a_killed_worker_and_lands_each_cell_once(cluster, tmp_pa
     cells = _cells(out, (1, 2, 3, 4))
     events = []
     with RunsDB(tmp_path / "runs.db") as db:
-        o = run_sweep_ray(cells, db, address=cluster, retries=2, measure_fn=ray_cells.fake_measure,
-                          on_cell=lambda i, n, key, status: events.append((key, status)))
+        o = run_sweep_ray(
+            cells,
+            db,
+            address=cluster,
+            retries=2,
+            measure_fn=ray_cells.fake_measure,
+            on_cell=lambda i, n, key, status: events.append((key, status)),
+        )
         rows = db.rows()
     assert (o.done, o.skipped, o.failed, o.interrupted) == (4, 0, [], False)
     assert (out / "killed-once").is_file()  # a worker really died on the batch-2 cell
@@ -116,7 +137,6 @@ def test_sweep_survives_a_killed_worker_and_lands_each_cell_once(cluster, tmp_pa
 
 def test_a_cell_whose_worker_always_dies_is_reported_not_lost(cluster, tmp_path):
     import ray_cells
-
     from hostgap.capture.ray_backend import run_sweep_ray
     from hostgap.store import RunsDB
 
@@ -129,9 +149,8 @@ def test_a_cell_whose_worker_always_dies_is_reported_not_lost(cluster, tmp_path)
 
 
 def test_analyze_on_ray_equals_local(cluster, kineto_trace):
-    from test_ranks import two_ranks
-
     from hostgap.ranks.traceset import analyse
+    from test_ranks import two_ranks
 
     paths = list(two_ranks(kineto_trace))
     on_ray = analyse(paths, backend="ray", address=cluster)

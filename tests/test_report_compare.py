@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from test_report_fixtures import decode_events, make_run_dir, write_trace
 
 from hostgap.cli import cli
 from hostgap.errors import HostgapError
 from hostgap.report.compare import Condition, delta, evaluate, parse_conditions
+from test_report_fixtures import decode_events, make_run_dir, write_trace
 
 
 @pytest.fixture(scope="module")
@@ -72,23 +72,38 @@ def test_fail_if_json_records_each_condition(pair):
     assert r.exit_code == (1 if doc["failed"] else 0)
 
 
-@pytest.mark.parametrize("expr, metric, op, threshold, relative", [
-    ("host_fraction>+5%", "host_fraction", ">", 0.05, True),
-    ("wall_ns > +2%", "wall_ns", ">", 0.02, True),
-    ("hdbi<-0.05", "hdbi", "<", -0.05, False),
-    ("host_fraction>=2pp", "host_fraction", ">=", 0.02, False),
-    ("host_exposed_ns>0.1ms", "host_exposed_ns", ">", 100_000.0, False),
-    ("kernel_count<=-10", "kernel_count", "<=", -10.0, False),
-    ("wall_ns>+.5us", "wall_ns", ">", 500.0, False),
-])
+@pytest.mark.parametrize(
+    "expr, metric, op, threshold, relative",
+    [
+        ("host_fraction>+5%", "host_fraction", ">", 0.05, True),
+        ("wall_ns > +2%", "wall_ns", ">", 0.02, True),
+        ("hdbi<-0.05", "hdbi", "<", -0.05, False),
+        ("host_fraction>=2pp", "host_fraction", ">=", 0.02, False),
+        ("host_exposed_ns>0.1ms", "host_exposed_ns", ">", 100_000.0, False),
+        ("kernel_count<=-10", "kernel_count", "<=", -10.0, False),
+        ("wall_ns>+.5us", "wall_ns", ">", 500.0, False),
+    ],
+)
 def test_grammar(expr, metric, op, threshold, relative):
     (c,) = parse_conditions(expr)
     assert (c.metric, c.op, c.relative) == (metric, op, relative)
     assert c.threshold == pytest.approx(threshold)
 
 
-@pytest.mark.parametrize("expr", ["", "wall>1", "wall_ns=>1", "wall_ns>1%%", "host_fraction>1ms",
-                                  "kernel_count>2pp", "__import__('os')>1", "wall_ns>1;rm", "wall_ns > x"])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "",
+        "wall>1",
+        "wall_ns=>1",
+        "wall_ns>1%%",
+        "host_fraction>1ms",
+        "kernel_count>2pp",
+        "__import__('os')>1",
+        "wall_ns>1;rm",
+        "wall_ns > x",
+    ],
+)
 def test_grammar_rejects(expr):
     with pytest.raises(HostgapError):
         parse_conditions(expr)
@@ -110,11 +125,35 @@ def test_relative_from_zero():
 
 def test_missing_metric_is_an_error_not_a_pass(tmp_path, pair):
     a, _ = pair
-    cpu = write_trace(tmp_path / "cpu.json", [
-        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": i * 100,
-         "dur": 90, "args": {}} for i in range(4)] + [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": i * 100 + 10, "dur": 30,
-         "args": {}} for i in range(4)])
+    cpu = write_trace(
+        tmp_path / "cpu.json",
+        [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{i}",
+                "pid": 1,
+                "tid": 1,
+                "ts": i * 100,
+                "dur": 90,
+                "args": {},
+            }
+            for i in range(4)
+        ]
+        + [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 1,
+                "tid": 1,
+                "ts": i * 100 + 10,
+                "dur": 30,
+                "args": {},
+            }
+            for i in range(4)
+        ],
+    )
     r = invoke(a, cpu, "--fail-if", "hdbi<-0.05")
     assert r.exit_code == 2
     assert "hdbi is not available" in r.output
@@ -144,3 +183,40 @@ def test_terminal_and_csv(pair):
     lines = c.stdout.strip().splitlines()
     assert lines[0] == "basis,a_label,b_label,metric,unit,a,b,delta,relative"
     assert any(ln.split(",")[3] == "wall_ns" for ln in lines[1:])
+
+
+def test_two_runs_get_the_interval_of_the_change(tmp_path):
+    """B − A of two measured runs carries the MOVER interval of both runs' own intervals, and
+    says whether the change lies within their noise."""
+    a = make_run_dir(tmp_path / "a", host_ms=3.0)
+    b = make_run_dir(tmp_path / "b", host_ms=1.0)
+    same = make_run_dir(tmp_path / "c", host_ms=3.0)
+    doc = json.loads(invoke(str(a), str(b), "--json").stdout)
+    m = {row["metric"]: row for row in doc["metrics"]}
+    da = json.loads((a / "results.json").read_text())["differencing"]
+    db = json.loads((b / "results.json").read_text())["differencing"]
+    (alo, ahi), (blo, bhi) = da["ci"]["h_step_ns"], db["ci"]["h_step_ns"]
+    d = db["h_step_ns"] - da["h_step_ns"]
+    lo = d - np.hypot(db["h_step_ns"] - blo, ahi - da["h_step_ns"])
+    hi = d + np.hypot(bhi - db["h_step_ns"], da["h_step_ns"] - alo)
+    assert m["host_exposed_ns"]["interval"] == pytest.approx([lo, hi])
+    assert m["host_exposed_ns"]["within_noise"] is False and hi < 0
+    assert "interval" not in m["kernel_count"]
+    doc = json.loads(invoke(str(a), str(same), "--json").stdout)
+    m = {row["metric"]: row for row in doc["metrics"]}
+    assert m["wall_ns"]["delta"] == 0 and m["wall_ns"]["within_noise"] is True
+    text = invoke(str(a), str(b)).stdout
+    assert "95 % CI of B − A" in text and "beyond noise" in text
+
+
+def test_fail_if_outside_noise_ignores_a_change_within_the_noise(tmp_path):
+    a = make_run_dir(tmp_path / "a", host_ms=3.0)
+    same = make_run_dir(tmp_path / "same", host_ms=3.0)
+    b = make_run_dir(tmp_path / "b", host_ms=1.0)
+    assert invoke(str(a), str(same), "--fail-if", "wall_ns>=0ms").exit_code == 1  # 0 >= 0: holds
+    r = invoke(str(a), str(same), "--fail-if", "wall_ns>=0ms", "--outside-noise")
+    assert r.exit_code == 0 and "within noise" in r.stderr
+    r = invoke(str(a), str(b), "--fail-if", "host_exposed_ns<-1ms", "--outside-noise")
+    assert r.exit_code == 1 and "beyond noise" in r.stderr
+    r = invoke(str(a), str(b), "--outside-noise")
+    assert r.exit_code == 2 and "--outside-noise" in r.output

@@ -13,6 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+
+from hostgap.cli import cli
+from hostgap.report.html import FIGURES, active_content, embedded_json
 from test_report_fixtures import (
     EVIL_KERNEL,
     EVIL_OP,
@@ -22,9 +25,6 @@ from test_report_fixtures import (
     run_chromium,
     write_trace,
 )
-
-from hostgap.cli import cli
-from hostgap.report.html import FIGURES, active_content, embedded_json
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
@@ -284,8 +284,10 @@ def test_results_json_without_its_trace_or_timings(tmp_path):
 def test_the_console_check_catches_errors(tmp_path):
     """The Chromium log scan is live: a page with a failing script is reported."""
     bad = tmp_path / "bad.html"
-    bad.write_text("<!DOCTYPE html><html><head><title>t</title></head><body>"
-                   "<script>console.error('boom'); undefinedFunction();</script></body></html>")
+    bad.write_text(
+        "<!DOCTYPE html><html><head><title>t</title></head><body>"
+        "<script>console.error('boom'); undefinedFunction();</script></body></html>"
+    )
     r = run_chromium(bad, tmp_path, "--dump-dom")
     problems = console_problems(r.stderr)
     assert any("Uncaught" in p or "boom" in p for p in problems), r.stderr[-2000:]

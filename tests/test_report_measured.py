@@ -7,16 +7,36 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from test_report_html import parse
 
 from hostgap.cli import cli
+from test_report_html import parse
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
-    r = CliRunner().invoke(cli, ["measure", "-p", "tiny", "--no-db", "--out", str(out), "--n2", "16", "-r", "2",
-                                 "--traced-repeats", "1", "--sweep", "1,4,8,16", "--retries", "0", "-q"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "measure",
+            "-p",
+            "tiny",
+            "--no-db",
+            "--out",
+            str(out),
+            "--n2",
+            "16",
+            "-r",
+            "2",
+            "--traced-repeats",
+            "1",
+            "--sweep",
+            "1,4,8,16",
+            "--retries",
+            "0",
+            "-q",
+        ],
+    )
     assert r.exit_code in (0, 3), r.output[-3000:]  # 3: marked invalid (a busy machine); reportable too
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     return run

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from test_report_fixtures import decode_events, write_trace
 
 from hostgap.anatomy.kernels import kernel_rows
 from hostgap.anatomy.steps import analyze
@@ -19,6 +18,7 @@ from hostgap.cli import cli
 from hostgap.events import Kind
 from hostgap.load import load_trace
 from hostgap.report.overlay import free_pid, us
+from test_report_fixtures import decode_events, write_trace
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
@@ -41,8 +41,13 @@ def check_chrome_trace(doc: dict) -> None:
         assert e["ph"] in ("X", "i", "M", "s", "f", "B", "E", "C"), e
         assert isinstance(e["pid"], (int, str))
         if e["ph"] == "M":
-            assert e["name"] in ("process_name", "thread_name", "process_sort_index", "thread_sort_index",
-                                 "process_labels")
+            assert e["name"] in (
+                "process_name",
+                "thread_name",
+                "process_sort_index",
+                "thread_sort_index",
+                "process_labels",
+            )
             continue
         assert isinstance(e["ts"], (int, float))
         if e["ph"] == "X":
@@ -63,8 +68,11 @@ def ours(doc, pid=None):
 
 
 def hostgap_pid(doc) -> int:
-    (m,) = [e for e in doc["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"
-            and e["args"]["name"] == "hostgap"]
+    (m,) = [
+        e
+        for e in doc["traceEvents"]
+        if e.get("ph") == "M" and e["name"] == "process_name" and e["args"]["name"] == "hostgap"
+    ]
     return m["pid"]
 
 
@@ -116,8 +124,9 @@ def test_taxbreak_tracks_match_kernel_rows(micro):
     calls = [e for e in ev if e.get("cat") == "hostgap.taxbreak" and e["name"] == "cudaLaunchKernel"]
     assert len(calls) == len(rows)
     assert sorted(e["args"]["t_py_ns"] for e in t_py) == sorted(r["t_py_ns"] for r in rows if r["t_py_ns"] > 0)
-    assert sorted(e["args"]["t_dispatch_ns"] for e in t_disp) == sorted(r["t_dispatch_ns"] for r in rows
-                                                                        if r["t_dispatch_ns"] > 0)
+    assert sorted(e["args"]["t_dispatch_ns"] for e in t_disp) == sorted(
+        r["t_dispatch_ns"] for r in rows if r["t_dispatch_ns"] > 0
+    )
     assert sorted(e["args"]["dft_ns"] for e in calls) == sorted(r["dft_ns"] for r in rows)
     # the escaped-nowhere kernel name travels as data in args, JSON-encoded
     assert any(e["args"]["kernel"].startswith("<script>") for e in calls)

@@ -13,12 +13,12 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import corpus_path
-from test_report_fixtures import console_problems, make_cpu_run_dir, make_run_dir, run_chromium
 
+from conftest import corpus_path
 from hostgap.cli import cli
 from hostgap.report.html import figures_of
 from hostgap.report.inputs import resolve_all
+from test_report_fixtures import console_problems, make_cpu_run_dir, make_run_dir, run_chromium
 
 TWO_GPU = "nsys/h100_2gpu_1s.sqlite"
 
@@ -36,8 +36,12 @@ def two_gpu_report(tmp_path_factory, cpu_run):
     res = CliRunner().invoke(cli, ["report", str(cpu_run), trace, "-o", str(out), "--json", "-q"])
     assert res.exit_code == 0, res.output
     inputs = resolve_all([str(cpu_run), trace])
-    return {"html": out.read_text(encoding="utf-8"), "data": json.loads(res.stdout), "inputs": inputs,
-            "figs": figures_of(inputs)}
+    return {
+        "html": out.read_text(encoding="utf-8"),
+        "data": json.loads(res.stdout),
+        "inputs": inputs,
+        "figs": figures_of(inputs),
+    }
 
 
 def test_steps_bars_stack_to_wall_and_host_wait_stays_inside_host_exposed(two_gpu_report):

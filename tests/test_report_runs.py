@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 from click.testing import CliRunner
-from test_report_fixtures import make_run_dir
 
 from hostgap.cli import cli
+from test_report_fixtures import make_run_dir
 
 
 def test_a_run_found_from_another_folder(tmp_path, monkeypatch):
@@ -55,8 +55,12 @@ def test_runs_prints_the_database_location(tmp_path):
     # a process of its own: the progress console writes on a duplicate of descriptor 2, made
     # once per process, which no in-process capture sees reliably
     db_path = tmp_path / "somewhere" / "runs.sqlite"
-    r = subprocess.run([sys.executable, "-m", "hostgap", "runs", "--db", str(db_path), "--json"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "hostgap", "runs", "--db", str(db_path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == []  # stdout stays clean JSON
     assert f"runs database: {db_path} (0 runs)" in r.stderr.replace("\n", "")
@@ -83,4 +87,3 @@ def test_a_relative_run_dir_is_resolved_against_the_database_folder(tmp_path, mo
     with RunsDB(db_path) as db:
         assert db.get(res["run_id"])["run_dir"] == str(run.resolve())
         assert db.results()[0]["run_dir"] == str(run.resolve())
-

@@ -10,10 +10,10 @@ import re
 
 import pytest
 from click.testing import CliRunner
-from test_report_fixtures import make_cpu_run_dir, make_run_dir
 
 from hostgap.cli import cli
 from hostgap.report.words import merge_frames, normalise_frame
+from test_report_fixtures import make_cpu_run_dir, make_run_dir
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def cpu_report(tmp_path_factory):
 
 def _section(html: str, i: int) -> str:
     start = html.index(f"<section id='input-{i}'>")
-    return html[start:html.index("</section>", start)]
+    return html[start : html.index("</section>", start)]
 
 
 def test_cpu_run_uses_cpu_words(cpu_report):
@@ -52,10 +52,11 @@ def test_cpu_frames_merge_across_object_addresses(cpu_report):
 
 
 def test_merge_frames_sums_and_leaves_out_the_unframed():
-    rows = [{"name": "f at 0x1>", "host_ns_per_step": 2.0, "host_ns": 20, "launches": 2, "share": 0.2},
-            {"name": "(no Python frame in trace)", "host_ns_per_step": 5.0, "host_ns": 50, "launches": 5,
-             "share": 0.5},
-            {"name": "f at 0xAbC>", "host_ns_per_step": 3.0, "host_ns": 30, "launches": 3, "share": 0.3}]
+    rows = [
+        {"name": "f at 0x1>", "host_ns_per_step": 2.0, "host_ns": 20, "launches": 2, "share": 0.2},
+        {"name": "(no Python frame in trace)", "host_ns_per_step": 5.0, "host_ns": 50, "launches": 5, "share": 0.5},
+        {"name": "f at 0xAbC>", "host_ns_per_step": 3.0, "host_ns": 30, "launches": 3, "share": 0.3},
+    ]
     out, unframed = merge_frames(rows)
     assert out == [{"name": "f>", "host_ns_per_step": 5.0, "host_ns": 50, "launches": 5, "share": 0.5}]
     assert unframed == 0.5
@@ -75,7 +76,12 @@ def test_compare_keeps_one_basis_per_table(tmp_path):
     doc = json.loads(r.stdout)
     basis = {row["metric"]: row["basis"] for row in doc["metrics"]}
     assert {m for m, x in basis.items() if x == "differencing"} == {
-        "wall_ns", "gpu_active_ns", "host_exposed_ns", "host_fraction", "kernel_count"}
+        "wall_ns",
+        "gpu_active_ns",
+        "host_exposed_ns",
+        "host_fraction",
+        "kernel_count",
+    }
     assert basis["kernel_union_ns"] == "steps" and basis["host_wait_ns"] == "steps"
     assert basis["hdbi"] == "trace"
     # the differencing rows are the runs' differencing numbers, not step medians

@@ -12,13 +12,29 @@ from hostgap.store import SCHEMA_VERSION, RunsDB, default_path
 
 def _result(run_id: str, preset="tiny", batch=1, t=4e6, g=0.5e6, created="2026-11-30T10:00:00Z"):
     return {
-        "schema_version": 1, "run_id": run_id, "created": created, "preset": preset,
-        "engine": "hf", "device": "cpu", "device_name": "x", "mode": "eager", "batch": batch,
-        "prompt_len": 128, "dtype": "float32", "n1": 1, "n2": 128, "threads": 1,
+        "schema_version": 1,
+        "run_id": run_id,
+        "created": created,
+        "preset": preset,
+        "engine": "hf",
+        "device": "cpu",
+        "device_name": "x",
+        "mode": "eager",
+        "batch": batch,
+        "prompt_len": 128,
+        "dtype": "float32",
+        "n1": 1,
+        "n2": 128,
+        "threads": 1,
         "cell_key": f"{preset}|b{batch}",
-        "differencing": {"t_step_ns": t, "g_step_ns": g, "h_step_ns": t - g,
-                         "host_fraction": (t - g) / t, "activity": "cpu-compute",
-                         "ci": {"t_step_ns": [t * 0.9, t * 1.1]}},
+        "differencing": {
+            "t_step_ns": t,
+            "g_step_ns": g,
+            "h_step_ns": t - g,
+            "host_fraction": (t - g) / t,
+            "activity": "cpu-compute",
+            "ci": {"t_step_ns": [t * 0.9, t * 1.1]},
+        },
         "verdict": {"verdict": "host-bound"},
         "steps_decode": [{"index": 1, "wall_ns": 123}],
     }
@@ -68,7 +84,7 @@ def test_failed_write_leaves_no_row(tmp_path):
     db.add(_result("ok-1"))
     bad = _result("bad-2")
     bad["batch"] = object()  # sqlite cannot bind it: the insert fails inside its transaction
-    with pytest.raises(Exception):
+    with pytest.raises(sqlite3.Error):
         db.add(bad)
     db.close()
     with RunsDB(path) as again:

@@ -39,9 +39,11 @@ def main(runs_path: str, floor_path: str | None = None) -> None:
     print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         hf = r["host_fraction"]
-        print(f"| {r['preset']} | {r['mode']} | {r['batch']} | {r['prompt_len']} | {ms(r['t_step_ns'])} | "
-              f"{ms(r['g_step_ns'])} | {ms(r['h_step_ns'])} | {'-' if hf is None else f'{hf * 100:.1f}'} | "
-              f"{verdict(r)} |")
+        print(
+            f"| {r['preset']} | {r['mode']} | {r['batch']} | {r['prompt_len']} | {ms(r['t_step_ns'])} | "
+            f"{ms(r['g_step_ns'])} | {ms(r['h_step_ns'])} | {'-' if hf is None else f'{hf * 100:.1f}'} | "
+            f"{verdict(r)} |"
+        )
     print()
     by = {(r["preset"], r["batch"], r["prompt_len"], r["mode"]): r for r in rows}
     for (preset, batch, ctx, mode), r in sorted(by.items()):
@@ -49,16 +51,20 @@ def main(runs_path: str, floor_path: str | None = None) -> None:
             continue
         g = by[(preset, batch, ctx, "graph")]
         if r["t_step_ns"] and g["t_step_ns"]:
-            print(f"- {preset} b{batch}: CUDA graph step {ms(g['t_step_ns'])} ms vs eager {ms(r['t_step_ns'])} ms "
-                  f"({r['t_step_ns'] / g['t_step_ns']:.2f}x)")
+            print(
+                f"- {preset} b{batch}: CUDA graph step {ms(g['t_step_ns'])} ms vs eager {ms(r['t_step_ns'])} ms "
+                f"({r['t_step_ns'] / g['t_step_ns']:.2f}x)"
+            )
     for (preset, batch), text in PAPER.items():
         if any(r["preset"] == preset and r["batch"] == batch for r in rows):
             print(f"- {preset} b{batch}: {text}")
     if floor_path and Path(floor_path).is_file():
         f = json.loads(Path(floor_path).read_text())
-        print(f"- launch floor ({f['device']}, {f['device_name']}): mean {f['mean_ns'] / 1e3:.3f} µs, "
-              f"p50 {f['p50_ns'] / 1e3:.3f}, p95 {f['p95_ns'] / 1e3:.3f} ({f['samples']} samples); "
-              "paper H200 4.503 µs (p50 4.452, p95 4.909)")
+        print(
+            f"- launch floor ({f['device']}, {f['device_name']}): mean {f['mean_ns'] / 1e3:.3f} µs, "
+            f"p50 {f['p50_ns'] / 1e3:.3f}, p95 {f['p95_ns'] / 1e3:.3f} ({f['samples']} samples); "
+            "paper H200 4.503 µs (p50 4.452, p95 4.909)"
+        )
 
 
 if __name__ == "__main__":

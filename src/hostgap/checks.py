@@ -25,8 +25,7 @@ def _fit_reason(name: str, fit: dict | None) -> str | None:
     if fit.get("r2") is not None and fit["r2"] < LINEARITY_R2:
         return f"{name} not linear in N (R² {fit['r2']:.4f} < {LINEARITY_R2})"
     if fit.get("max_residual", 0) > LINEARITY_RESIDUAL:
-        return (f"{name}: one N lies {fit['max_residual']:.0%} off the line "
-                f"(limit {LINEARITY_RESIDUAL:.0%})")
+        return f"{name}: one N lies {fit['max_residual']:.0%} off the line (limit {LINEARITY_RESIDUAL:.0%})"
     return None
 
 

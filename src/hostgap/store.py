@@ -27,6 +27,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import cast
 
 from hostgap.checks import reasons
 from hostgap.errors import HostgapError
@@ -105,7 +106,8 @@ def resolve_run_dir(run_dir: str | None, db_path: str | os.PathLike | None = Non
 
 
 def _row_of(result: dict) -> dict:
-    d = result.get("differencing") or {}
+    # an attached server run has no differencing: its per-step medians fill the same columns
+    d = result.get("differencing") or result.get("step_medians") or {}
     v = result.get("verdict") or {}
     return {
         "run_id": result["run_id"],
@@ -146,8 +148,11 @@ def _validity_of(result: dict) -> dict:
         why = reasons(d) if d else []
         valid = not why
     contended = d.get("contended")
-    return {"valid": int(valid), "invalid_reasons": "\n".join(why) or None,
-            "contended": None if contended is None else int(bool(contended))}
+    return {
+        "valid": int(valid),
+        "invalid_reasons": "\n".join(why) or None,
+        "contended": None if contended is None else int(bool(contended)),
+    }
 
 
 def _json_default(o):
@@ -196,12 +201,12 @@ class RunsDB:
             self._conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
             self._conn.execute(f"CREATE TABLE runs ({cols})")
             self._conn.execute("CREATE INDEX runs_cell ON runs(cell_key)")
-            self._conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
-                               (str(SCHEMA_VERSION),))
+            self._conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     def _under_write_lock(self, work) -> None:
         """Run ``work()`` in one ``BEGIN IMMEDIATE`` transaction (DDL included): processes doing
         the same at once serialise, and ``work`` rechecks what it found before the lock."""
+        saved = self._conn.isolation_level
         self._conn.isolation_level = None  # explicit transactions
         try:
             self._conn.execute("BEGIN IMMEDIATE")
@@ -212,7 +217,7 @@ class RunsDB:
                 self._conn.execute("ROLLBACK")
                 raise
         finally:
-            self._conn.isolation_level = ""
+            self._conn.isolation_level = saved
 
     def _tables(self) -> set[str]:
         return {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
@@ -229,8 +234,9 @@ class RunsDB:
         version = _int_or_none(row["value"]) if row is not None else None
         if version is None:
             shown = ", ".join(sorted(tables)[:5]) + (" ..." if len(tables) > 5 else "")
-            raise HostgapError(self.path, f"not a hostgap runs database (an SQLite file with tables {shown}); "
-                               "give another --db path")
+            raise HostgapError(
+                self.path, f"not a hostgap runs database (an SQLite file with tables {shown}); give another --db path"
+            )
         if version > SCHEMA_VERSION:
             raise HostgapError(
                 self.path,
@@ -245,7 +251,8 @@ class RunsDB:
 
         def work():
             row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if _int_or_none(row["value"]) < SCHEMA_VERSION:
+            # an int: _check_schema found one, and the lock keeps the file a hostgap database
+            if cast(int, _int_or_none(row["value"])) < SCHEMA_VERSION:
                 self._migrate()
 
         self._under_write_lock(work)
@@ -260,8 +267,10 @@ class RunsDB:
                 self._conn.execute(f"ALTER TABLE runs ADD COLUMN {col} {types[col]}")
         for r in self._conn.execute("SELECT run_id, results FROM runs").fetchall():
             v = _validity_of(json.loads(r["results"]))
-            self._conn.execute("UPDATE runs SET valid = ?, invalid_reasons = ?, contended = ? WHERE run_id = ?",
-                               (v["valid"], v["invalid_reasons"], v["contended"], r["run_id"]))
+            self._conn.execute(
+                "UPDATE runs SET valid = ?, invalid_reasons = ?, contended = ? WHERE run_id = ?",
+                (v["valid"], v["invalid_reasons"], v["contended"], r["run_id"]),
+            )
         self._conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     @property

@@ -39,20 +39,23 @@ def output_options(f):
 
 
 def anatomy_options(f):
-    f = click.option("--floor-file", type=str,
-                     help="Launch-floor result written by `hostgap floor`.")(f)
+    f = click.option("--floor-file", type=str, help="Launch-floor result written by `hostgap floor`.")(f)
     f = click.option("--launch-floor-us", type=float, help="Launch floor T_floor in µs.")(f)
-    f = click.option("--step-marker", metavar="REGEX",
-                     help="Annotation names that delimit steps (default: auto-detect).")(f)
+    f = click.option(
+        "--step-marker", metavar="REGEX", help="Annotation names that delimit steps (default: auto-detect)."
+    )(f)
     return f
 
 
 def anatomy_config(step_marker, launch_floor_us, floor_file, **kw):
     from hostgap.anatomy.steps import AnatomyConfig
 
-    return AnatomyConfig(step_marker=step_marker,
-                         launch_floor_ns=launch_floor_us * 1000 if launch_floor_us is not None else None,
-                         floor_file=floor_file, **kw)
+    return AnatomyConfig(
+        step_marker=step_marker,
+        launch_floor_ns=launch_floor_us * 1000 if launch_floor_us is not None else None,
+        floor_file=floor_file,
+        **kw,
+    )
 
 
 def load_all(paths, quiet):
@@ -66,18 +69,44 @@ def load_all(paths, quiet):
 def register(cli: click.Group) -> None:
     @cli.command()
     @click.argument("traces", nargs=-1, required=True, type=str)
-    @click.option("--gap-threshold-us", default=30.0, show_default=True,
-                  help="Idle gaps shorter than this that are not host-wait are kernel-wait.")
+    @click.option(
+        "--gap-threshold-us",
+        default=30.0,
+        show_default=True,
+        help="Idle gaps shorter than this that are not host-wait are kernel-wait.",
+    )
     @click.option("--top", default=10, show_default=True, help="Top kernels, ops and frames shown.")
-    @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-                  help="Processes that analyse a trace set in parallel (default: one per core).")
-    @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-                  help="Where a trace set is analysed: this machine's cores, or Ray tasks (docs/ray.md).")
+    @click.option(
+        "--jobs",
+        "-j",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Processes that analyse a trace set in parallel (default: one per core).",
+    )
+    @click.option(
+        "--backend",
+        type=click.Choice(["local", "ray"]),
+        default="local",
+        show_default=True,
+        help="Where a trace set is analysed: this machine's cores, or Ray tasks (docs/ray.md).",
+    )
     @click.option("--address", metavar="ADDR", help="Ray cluster to join (with --backend ray; default: start one).")
     @anatomy_options
     @output_options
-    def analyze(traces, gap_threshold_us, top, jobs, backend, address, step_marker, launch_floor_us, floor_file,
-                as_json, as_csv, quiet):
+    def analyze(
+        traces,
+        gap_threshold_us,
+        top,
+        jobs,
+        backend,
+        address,
+        step_marker,
+        launch_floor_us,
+        floor_file,
+        as_json,
+        as_csv,
+        quiet,
+    ):
         """GPU timeline of every device and every ProfilerStep window of TRACE(s).
 
         TRACE is a PyTorch profiler / Kineto JSON (.json or .json.gz; also what vLLM and
@@ -98,8 +127,9 @@ def register(cli: click.Group) -> None:
             raise click.UsageError("--address needs --backend ray")
         gap_ns = int(gap_threshold_us * 1000)
         anatomy_config(step_marker, launch_floor_us, floor_file)  # validates the options early
-        opts = Options(step_marker, launch_floor_us * 1000 if launch_floor_us is not None else None, floor_file,
-                       gap_ns, top)
+        opts = Options(
+            step_marker, launch_floor_us * 1000 if launch_floor_us is not None else None, floor_file, gap_ns, top
+        )
         with status(f"analysing {len(traces)} input(s)", quiet):
             result = analyse(list(traces), opts, jobs=jobs, backend=backend, address=address)
         if isinstance(result, dict) and result.get("kind") == "trace_set":
@@ -180,10 +210,14 @@ def register(cli: click.Group) -> None:
 
     @cli.command()
     @click.argument("trace", type=str)
-    @click.option("--steps", "step_range", required=True, metavar="A:B",
-                  help="Steps to keep, Python slice rules (end exclusive): 2:5, :3, 10:.")
-    @click.option("-o", "--output", required=True, type=str,
-                  help="Output trace (.json or .json.gz).")
+    @click.option(
+        "--steps",
+        "step_range",
+        required=True,
+        metavar="A:B",
+        help="Steps to keep, Python slice rules (end exclusive): 2:5, :3, 10:.",
+    )
+    @click.option("-o", "--output", required=True, type=str, help="Output trace (.json or .json.gz).")
     @click.option("--step-marker", metavar="REGEX", help="Annotation names that delimit steps.")
     @click.option("--quiet", "-q", is_flag=True, help="No progress or notes on stderr.")
     def trim(trace, step_range, output, step_marker, quiet):

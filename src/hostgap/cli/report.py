@@ -32,19 +32,25 @@ def _warn_notes(inputs, quiet: bool) -> None:
 
 def _input_options(f):
     f = click.option("--db", metavar="PATH", help="Runs database for run ids [$HOSTGAP_DB or the default].")(f)
-    f = click.option("--floor-file", type=click.Path(dir_okay=False),
-                     help="Launch-floor result written by `hostgap floor`.")(f)
+    f = click.option(
+        "--floor-file", type=click.Path(dir_okay=False), help="Launch-floor result written by `hostgap floor`."
+    )(f)
     f = click.option("--launch-floor-us", type=float, help="Launch floor T_floor in µs.")(f)
-    f = click.option("--step-marker", metavar="REGEX",
-                     help="Annotation names that delimit steps (default: auto-detect).")(f)
+    f = click.option(
+        "--step-marker", metavar="REGEX", help="Annotation names that delimit steps (default: auto-detect)."
+    )(f)
     return f
 
 
 def _config(step_marker, launch_floor_us, floor_file, db):
     from hostgap.report.inputs import InputConfig
 
-    return InputConfig(step_marker=step_marker, launch_floor_ns=launch_floor_us * 1000 if launch_floor_us else None,
-                       floor_file=floor_file, db=db)
+    return InputConfig(
+        step_marker=step_marker,
+        launch_floor_ns=launch_floor_us * 1000 if launch_floor_us else None,
+        floor_file=floor_file,
+        db=db,
+    )
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -74,8 +80,9 @@ def register(cli: click.Group) -> None:
     @click.argument("inputs", nargs=-1, required=True, metavar="RUN_OR_TRACE...")
     @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
     @click.option("--title", help="Page title (default: the inputs' labels).")
-    @click.option("--max-bars", default=300, show_default=True,
-                  help="Per-step charts average longer traces over bins of steps.")
+    @click.option(
+        "--max-bars", default=300, show_default=True, help="Per-step charts average longer traces over bins of steps."
+    )
     @_input_options
     @click.option("--json", "as_json", is_flag=True, help="Also print the report's numbers as JSON on stdout.")
     @click.option("--quiet", "-q", is_flag=True, help="No progress or notes on stderr (errors still print).")
@@ -100,13 +107,21 @@ def register(cli: click.Group) -> None:
             raise HostgapError("--max-bars", "must be at least 10")
         say = _progress(quiet)
         from hostgap.ranks.report import report_trace_sets, split_trace_sets
+        from hostgap.server.report import split_watch_runs, watch_sections
 
         sets, inputs = split_trace_sets(inputs)
-        extra = report_trace_sets(sets, step_marker, launch_floor_us, floor_file, say)
+        watched, inputs = split_watch_runs(inputs, db)
+        extra = report_trace_sets(sets, step_marker, launch_floor_us, floor_file, say) + watch_sections(watched)
         docs = resolve_all(inputs, _config(step_marker, launch_floor_us, floor_file, db), say)
         _warn_notes(docs, quiet)
-        text, data = render(docs, title or (f"hostgap report: {', '.join(sets)}" if sets and not docs else None),
-                            max_bars, say, extra)
+        others = sets + [a for a, _ in watched]
+        text, data = render(
+            docs,
+            title or (f"hostgap report: {', '.join(others)}" if others and not docs else None),
+            max_bars,
+            say,
+            extra,
+        )
         write_text_atomic(output, text)
         if not quiet:
             _err.print(f"wrote {output} ({len(text.encode()) / 1e6:.2f} MB, {len(data['figures'])} figures)")
@@ -116,17 +131,36 @@ def register(cli: click.Group) -> None:
     @cli.command()
     @click.argument("a", metavar="A")
     @click.argument("b", metavar="B")
-    @click.option("--fail-if", "fail_if", metavar="EXPR",
-                  help="Exit 1 when a condition on B − A holds, e.g. 'host_fraction>+5%,wall_ns>+0.1ms,hdbi<-0.05'.")
-    @click.option("--basis", type=click.Choice(["auto", "differencing", "steps"]), default="auto", show_default=True,
-                  help="differencing: both measured runs; steps: medians over steady decode steps.")
+    @click.option(
+        "--fail-if",
+        "fail_if",
+        metavar="EXPR",
+        help="Exit 1 when a condition on B − A holds, e.g. 'host_fraction>+5%,wall_ns>+0.1ms,hdbi<-0.05'.",
+    )
+    @click.option(
+        "--outside-noise",
+        is_flag=True,
+        help="A --fail-if condition on wall/device/host-exposed/host fraction holds only when the "
+        "change's interval (MOVER of both runs' intervals) excludes 0.",
+    )
+    @click.option(
+        "--basis",
+        type=click.Choice(["auto", "differencing", "steps"]),
+        default="auto",
+        show_default=True,
+        help="differencing: both measured runs; steps: medians over steady decode steps.",
+    )
     @_input_options
     @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
     @click.option("--csv", "as_csv", is_flag=True, help="CSV on stdout.")
     @click.option("--quiet", "-q", is_flag=True, help="No progress or notes on stderr (errors still print).")
-    def compare(a, b, fail_if, basis, step_marker, launch_floor_us, floor_file, db, as_json, as_csv, quiet):
+    def compare(
+        a, b, fail_if, outside_noise, basis, step_marker, launch_floor_us, floor_file, db, as_json, as_csv, quiet
+    ):
         """Two runs or traces side by side (A is the baseline): per-step parts, kernel counts,
-        TaxBreak, HDBI, and B − A with its sign, absolute and relative.
+        TaxBreak, HDBI, and B − A with its sign, absolute and relative; for two measured runs,
+        B − A of wall, device-active, host-exposed and host fraction with its 95 % interval
+        (MOVER) and whether the change lies within both runs' noise.
 
         --fail-if conditions (comma-separated; any that holds exits 1): METRIC OP NUMBER[UNIT]
         with OP one of > >= < <= and UNIT % (relative), pp (percentage points of a
@@ -138,6 +172,7 @@ def register(cli: click.Group) -> None:
           hostgap compare runs/eager runs/graph
           hostgap compare base.json.gz new.json.gz --fail-if 'host_fraction>+5%,wall_ns>+2%'
           hostgap compare RUN_A RUN_B --json > diff.json
+          hostgap compare RUN_A RUN_B --fail-if 'wall_ns>+5%' --outside-noise
         """
         from hostgap.report.compare import compare as do_compare
         from hostgap.report.compare import csv_rows, fail_lines, parse_conditions, render
@@ -149,7 +184,9 @@ def register(cli: click.Group) -> None:
         say = _progress(quiet)
         ia, ib = resolve(a, cfg, say), resolve(b, cfg, say)
         _warn_notes((ia, ib), quiet)
-        doc = do_compare(ia, ib, basis, conds)
+        if outside_noise and not fail_if:
+            raise HostgapError("--outside-noise", "applies to --fail-if conditions; give --fail-if too")
+        doc = do_compare(ia, ib, basis, conds, outside_noise)
         if as_json:
             click.echo(dumps_json(doc))
         elif as_csv:
@@ -165,8 +202,9 @@ def register(cli: click.Group) -> None:
 
     @cli.command()
     @click.argument("trace", type=click.Path(dir_okay=False))
-    @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-                  help="Output trace (.json or .json.gz).")
+    @click.option(
+        "-o", "--output", required=True, type=click.Path(dir_okay=False), help="Output trace (.json or .json.gz)."
+    )
     @click.option("--step-marker", metavar="REGEX", help="Annotation names that delimit steps (default: auto).")
     @click.option("--launch-floor-us", type=float, help="Launch floor T_floor in µs.")
     @click.option("--floor-file", type=click.Path(dir_okay=False), help="Launch-floor result of `hostgap floor`.")
@@ -194,8 +232,11 @@ def register(cli: click.Group) -> None:
             say(f"loading {trace}")
         t = load_trace(trace)
         links = link(t)
-        cfg = AnatomyConfig(step_marker=step_marker,
-                            launch_floor_ns=launch_floor_us * 1000 if launch_floor_us else None, floor_file=floor_file)
+        cfg = AnatomyConfig(
+            step_marker=step_marker,
+            launch_floor_ns=launch_floor_us * 1000 if launch_floor_us else None,
+            floor_file=floor_file,
+        )
         an = analyze(t, cfg, links)
         doc = build(trace, t, an)
         write_json_gz(doc, output)
@@ -203,7 +244,7 @@ def register(cli: click.Group) -> None:
 
         os.chmod(output, file_mode())  # the temp file it was renamed from is private
         if not quiet:
-            added = sum(1 for e in doc["traceEvents"] if isinstance(e, dict)
-                        and str(e.get("cat", "")).startswith("hostgap."))
-            _err.print(f"wrote {output}: {added:,} events on process '{PROCESS_NAME}' "
-                       f"({len(an.steps)} steps)")
+            added = sum(
+                1 for e in doc["traceEvents"] if isinstance(e, dict) and str(e.get("cat", "")).startswith("hostgap.")
+            )
+            _err.print(f"wrote {output}: {added:,} events on process '{PROCESS_NAME}' ({len(an.steps)} steps)")

@@ -46,30 +46,75 @@ def _say(msg: str) -> None:
 @click.command("harvest")
 @click.argument("traces", nargs=-1, type=click.Path())
 @click.option("--preset", default="tiny", show_default=True, help="Preset to run live on vLLM.")
-@click.option("--concurrency", default="1,4,16", show_default=True,
-              help="Requests in flight per level (closed loop), comma-separated.")
+@click.option(
+    "--concurrency",
+    default="1,4,16",
+    show_default=True,
+    help="Requests in flight per level (closed loop), comma-separated.",
+)
 @click.option("--chunked", default="on,off", show_default=True, help="Chunked prefill: on, off or on,off.")
-@click.option("--requests", "n_requests", type=int, default=None,
-              help="Requests per level [default: max(4, 2 x concurrency)].")
+@click.option(
+    "--requests", "n_requests", type=int, default=None, help="Requests per level [default: max(4, 2 x concurrency)]."
+)
 @click.option("--prompt-len", default="8:512", show_default=True, help="Prompt lengths MIN:MAX (log-uniform).")
 @click.option("--output-len", default="4:48", show_default=True, help="Output lengths MIN:MAX (uniform).")
-@click.option("--budget", type=int, default=128, show_default=True,
-              help="Tokens per step (max_num_batched_tokens) with chunked prefill on.")
-@click.option("--dtype", default="bfloat16", show_default=True, type=click.Choice(["bfloat16", "float32", "float16"]),
-              help="Weights and activations dtype of the live engine.")
-@click.option("--mode", default="eager", show_default=True, type=click.Choice(["eager", "graph"]),
-              help="eager, or graph: the engine's CUDA-graph capture.")
+@click.option(
+    "--budget",
+    type=int,
+    default=128,
+    show_default=True,
+    help="Tokens per step (max_num_batched_tokens) with chunked prefill on.",
+)
+@click.option(
+    "--dtype",
+    default="bfloat16",
+    show_default=True,
+    type=click.Choice(["bfloat16", "float32", "float16"]),
+    help="Weights and activations dtype of the live engine.",
+)
+@click.option(
+    "--mode",
+    default="eager",
+    show_default=True,
+    type=click.Choice(["eager", "graph"]),
+    help="eager, or graph: the engine's CUDA-graph capture.",
+)
 @click.option("--kv-cache-gib", type=float, default=1.0, show_default=True, help="KV cache the engine reserves.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the workload's random lengths.")
-@click.option("-o", "--output", "out", type=click.Path(), default="harvest.parquet", show_default=True,
-              help="Step table (.parquet, or .csv); requests go to <stem>.requests.<ext>.")
-@click.option("--out", "out_old", type=click.Path(), default=None, hidden=True,
-              help="Former name of --output, kept working.")
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    type=click.Path(),
+    default="harvest.parquet",
+    show_default=True,
+    help="Step table (.parquet, or .csv); requests go to <stem>.requests.<ext>.",
+)
+@click.option(
+    "--out", "out_old", type=click.Path(), default=None, hidden=True, help="Former name of --output, kept working."
+)
 @click.option("--csv", "as_csv", is_flag=True, help="Write CSV instead of Parquet (same columns).")
 @click.option("--keep-traces", type=click.Path(), default=None, help="Keep the Worker traces in this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def harvest(traces, preset, concurrency, chunked, n_requests, prompt_len, output_len, budget, dtype,
-            mode, kv_cache_gib, seed, out, out_old, as_csv, keep_traces, as_json):
+def harvest(
+    traces,
+    preset,
+    concurrency,
+    chunked,
+    n_requests,
+    prompt_len,
+    output_len,
+    budget,
+    dtype,
+    mode,
+    kv_cache_gib,
+    seed,
+    out,
+    out_old,
+    as_csv,
+    keep_traces,
+    as_json,
+):
     """One row per engine step: kind, batch composition, wall, device-active, host-exposed.
 
     \b
@@ -94,10 +139,17 @@ def harvest(traces, preset, concurrency, chunked, n_requests, prompt_len, output
         summary = hv.harvest_traces(list(traces), path, _say)
     else:
         cfg = hv.HarvestConfig(
-            preset=preset, concurrency=_ints(concurrency, "--concurrency"), chunked=_chunked(chunked),
-            requests=n_requests, prompt_len=_range(prompt_len, "--prompt-len"),
-            output_len=_range(output_len, "--output-len"), budget=budget, dtype=dtype, mode=mode,
-            kv_cache_gib=kv_cache_gib, seed=seed,
+            preset=preset,
+            concurrency=_ints(concurrency, "--concurrency"),
+            chunked=_chunked(chunked),
+            requests=n_requests,
+            prompt_len=_range(prompt_len, "--prompt-len"),
+            output_len=_range(output_len, "--output-len"),
+            budget=budget,
+            dtype=dtype,
+            mode=mode,
+            kv_cache_gib=kv_cache_gib,
+            seed=seed,
         )
         hv.validate(cfg)
         from hostgap.capture.vllm_common import vllm_version

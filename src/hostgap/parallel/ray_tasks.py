@@ -20,24 +20,30 @@ def connect(address: str | None = None) -> Any:
     try:
         import ray
     except ImportError:
-        raise HostgapError("--backend ray", "Ray is not installed; install it with: pip install 'hostgap[ray]'") \
-            from None
+        raise HostgapError(
+            "--backend ray", "Ray is not installed; install it with: pip install 'hostgap[ray]'"
+        ) from None
     if ray.is_initialized():
         return ray
-    kw = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": False}
+    kw: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": False}
     try:
         if address:
             ray.init(address=address, **kw)
         else:
             ray.init(include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **kw)
     except (ConnectionError, RuntimeError, ValueError) as e:
-        raise HostgapError(address or "ray", f"cannot start or join a Ray cluster ({str(e).splitlines()[0]})") \
-            from None
+        raise HostgapError(address or "ray", f"cannot start or join a Ray cluster ({str(e).splitlines()[0]})") from None
     return ray
 
 
-def map_tasks(fn: Callable[..., Any], items: Sequence[Any], *extra: Any, address: str | None = None,
-              num_cpus: int = 1, max_retries: int = 2) -> list[Any]:
+def map_tasks(
+    fn: Callable[..., Any],
+    items: Sequence[Any],
+    *extra: Any,
+    address: str | None = None,
+    num_cpus: int = 1,
+    max_retries: int = 2,
+) -> list[Any]:
     """``[fn(item, *extra) for item in items]`` as Ray tasks of ``num_cpus`` CPUs each (a task
     whose worker dies is run again, up to ``max_retries`` times), results in item order."""
     ray = connect(address)

@@ -92,18 +92,38 @@ def cross_rank(ranks: list[RankSteps], world_size: int | None) -> dict:
     for index, idx in enumerate(matched):
         wait, n_coll = collective_wait(ranks, idx)
         per_rank = [_rank_row(r, r.steps[i], int(w)) for r, i, w in zip(ranks, idx, wait)]
-        steps.append({"index": index, "name": ranks[0].steps[idx[0]]["name"], "collectives_matched": n_coll,
-                      **straggler(per_rank), "per_rank": per_rank})
-    return {"world_size": world_size, "ranks_present": [r.rank for r in ranks], "step_match": match,
-            "steps": steps, "summary": summary(steps)}
+        steps.append(
+            {
+                "index": index,
+                "name": ranks[0].steps[idx[0]]["name"],
+                "collectives_matched": n_coll,
+                **straggler(per_rank),
+                "per_rank": per_rank,
+            }
+        )
+    return {
+        "world_size": world_size,
+        "ranks_present": [r.rank for r in ranks],
+        "step_match": match,
+        "steps": steps,
+        "summary": summary(steps),
+    }
 
 
 def _rank_row(r: RankSteps, s: dict, wait: int) -> dict:
-    return {"rank": r.rank, "step": s["index"], "start_ns": s["start_ns"] + r.clock_offset_ns,
-            "wall_ns": s["wall_ns"], "gpu_active_ns": s["gpu_active_ns"], "host_wait_ns": s["host_wait_ns"],
-            "compute_active_ns": s["compute_active_ns"], "comm_active_ns": s["comm_active_ns"],
-            "comm_overlap_ns": s["comm_overlap_ns"], "collective_wait_ns": wait,
-            "own_ns": s["wall_ns"] - wait}
+    return {
+        "rank": r.rank,
+        "step": s["index"],
+        "start_ns": s["start_ns"] + r.clock_offset_ns,
+        "wall_ns": s["wall_ns"],
+        "gpu_active_ns": s["gpu_active_ns"],
+        "host_wait_ns": s["host_wait_ns"],
+        "compute_active_ns": s["compute_active_ns"],
+        "comm_active_ns": s["comm_active_ns"],
+        "comm_overlap_ns": s["comm_overlap_ns"],
+        "collective_wait_ns": wait,
+        "own_ns": s["wall_ns"] - wait,
+    }
 
 
 def straggler(per_rank: list[dict]) -> dict:
@@ -119,8 +139,12 @@ def straggler(per_rank: list[dict]) -> dict:
         mine = _term(per_rank[j], key)
         excess[cause] = int(mine - np.median([_term(p, key) for p in others]))
     best = max(excess, key=lambda c: excess[c])
-    return {"straggler_rank": per_rank[j]["rank"], "cause": best if excess[best] > 0 else None,
-            "spread_ns": int(own.max() - own.min()), "excess_ns": excess}
+    return {
+        "straggler_rank": per_rank[j]["rank"],
+        "cause": best if excess[best] > 0 else None,
+        "spread_ns": int(own.max() - own.min()),
+        "excess_ns": excess,
+    }
 
 
 def _term(row: dict, key: str) -> int:
@@ -139,5 +163,9 @@ def summary(steps: list[dict]) -> dict:
         if s["cause"] is not None:
             causes[s["cause"]] = causes.get(s["cause"], 0) + 1
     spreads = [s["spread_ns"] for s in steps]
-    return {"steps": len(steps), "straggler_counts": counts, "cause_counts": causes,
-            "median_spread_ns": float(np.median(spreads)) if spreads else None}
+    return {
+        "steps": len(steps),
+        "straggler_counts": counts,
+        "cause_counts": causes,
+        "median_spread_ns": float(np.median(spreads)) if spreads else None,
+    }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from rich.console import Console
@@ -24,7 +25,8 @@ esc = html.escape
 
 def split_trace_sets(args) -> tuple[list[str], list[str]]:
     """(trace-set directories, the other arguments), order kept within each."""
-    sets, rest = [], []
+    sets: list[str] = []
+    rest: list[str] = []
     for a in args:
         p = Path(a)
         (sets if p.is_dir() and not (p / "results.json").is_file() else rest).append(a)
@@ -71,34 +73,45 @@ def rank_heatmap(doc: dict, fid: str):
         fig.colorbar(im, ax=ax, label="host-caused idle (ms)")
         return fig
 
-    cap = ("Each cell is the rank's host-caused idle in the aligned step (GPU idle while the host had not yet "
-           "enqueued the next op; docs/method.md). The dot marks the step's straggler: the rank with the most "
-           "time not spent waiting in collectives (wall − collective wait; docs/multirank.md). A row darker "
-           "than the others is a rank whose host makes the others wait.")
-    return Figure(fid, title, cap, draw(build, salt=fid), {"ranks": ranks, "host_wait_ms": grid.tolist(),
-                                                            "straggler_row": strag.tolist()})
+    cap = (
+        "Each cell is the rank's host-caused idle in the aligned step (GPU idle while the host had not yet "
+        "enqueued the next op; docs/method.md). The dot marks the step's straggler: the rank with the most "
+        "time not spent waiting in collectives (wall − collective wait; docs/multirank.md). A row darker "
+        "than the others is a rank whose host makes the others wait."
+    )
+    return Figure(
+        fid,
+        title,
+        cap,
+        draw(build, salt=fid),
+        {"ranks": ranks, "host_wait_ms": grid.tolist(), "straggler_row": strag.tolist()},
+    )
 
 
 def ranks_table(doc: dict) -> str:
     """One row per rank: steps, walls and host-caused idle summed, communication, straggler count."""
     counts = doc["cross_rank"]["summary"]["straggler_counts"]
-    head = ("<tr><th>rank</th><th class='name'>trace</th><th>steps</th><th>wall ms</th><th>GPU-active ms</th>"
-            "<th>host-caused idle ms</th><th>compute ms</th><th>communication ms</th><th>straggler in</th></tr>")
+    head = (
+        "<tr><th>rank</th><th class='name'>trace</th><th>steps</th><th>wall ms</th><th>GPU-active ms</th>"
+        "<th>host-caused idle ms</th><th>compute ms</th><th>communication ms</th><th>straggler in</th></tr>"
+    )
     rows = []
     for r in doc["ranks"]:
         s, c = r["steps"], r["communication"]
-        rows.append(f"<tr><td>{r['rank']}</td><td class='name'>{esc(os.path.basename(r['trace']))}</td>"
-                    f"<td>{len(s)}</td><td>{ms(sum(x['wall_ns'] for x in s))}</td>"
-                    f"<td>{ms(sum(x['gpu_active_ns'] for x in s))}</td>"
-                    f"<td>{ms(sum(x['host_wait_ns'] for x in s))}</td><td>{ms(c['compute_active_ns'])}</td>"
-                    f"<td>{ms(c['comm_active_ns'])}</td><td>{counts.get(str(r['rank']), 0)}</td></tr>")
+        rows.append(
+            f"<tr><td>{r['rank']}</td><td class='name'>{esc(os.path.basename(r['trace']))}</td>"
+            f"<td>{len(s)}</td><td>{ms(sum(x['wall_ns'] for x in s))}</td>"
+            f"<td>{ms(sum(x['gpu_active_ns'] for x in s))}</td>"
+            f"<td>{ms(sum(x['host_wait_ns'] for x in s))}</td><td>{ms(c['compute_active_ns'])}</td>"
+            f"<td>{ms(c['comm_active_ns'])}</td><td>{counts.get(str(r['rank']), 0)}</td></tr>"
+        )
     return f"<table><caption>ranks</caption>{head}{''.join(rows)}</table>"
 
 
 def trace_set_section(n: int, source: str, doc: dict) -> tuple:
     """(the HTML section of trace set ``n``, its heat map figure)."""
-    from hostgap.report.html import _figure, active_content
     from hostgap.errors import HostgapError
+    from hostgap.report.html import _figure, active_content
 
     fig = rank_heatmap(doc, f"fig-ranks-{n}")
     bad = active_content(fig.svg) if fig.svg is not None else None
@@ -108,16 +121,26 @@ def trace_set_section(n: int, source: str, doc: dict) -> tuple:
     sm = cr["summary"]
     notes = "".join(f"<p class='note'>{esc(x)}</p>" for x in doc["notes"])
     causes = ", ".join(f"{esc(c)}: {k}" for c, k in sm["cause_counts"].items()) or "none"
-    meta = (f"{len(doc['ranks'])} ranks of world size {cr['world_size']}, {sm['steps']} aligned steps "
-            f"(matched by {esc(cr['step_match'])}); straggler causes: {causes}; median spread "
-            f"{ms(sm['median_spread_ns'])} ms")
-    body = "\n".join([f"<section id='trace-set-{n}'><h2>Trace set {n + 1}: {esc(source)}</h2>",
-                      f"<p class='meta'>{meta}</p>{notes}", ranks_table(doc), _figure(fig), "</section>"])
+    meta = (
+        f"{len(doc['ranks'])} ranks of world size {cr['world_size']}, {sm['steps']} aligned steps "
+        f"(matched by {esc(cr['step_match'])}); straggler causes: {causes}; median spread "
+        f"{ms(sm['median_spread_ns'])} ms"
+    )
+    body = "\n".join(
+        [
+            f"<section id='trace-set-{n}'><h2>Trace set {n + 1}: {esc(source)}</h2>",
+            f"<p class='meta'>{meta}</p>{notes}",
+            ranks_table(doc),
+            _figure(fig),
+            "</section>",
+        ]
+    )
     return body, fig
 
 
-def report_trace_sets(dirs: list[str], step_marker=None, launch_floor_us=None, floor_file=None,
-                      progress=None) -> list[tuple[str, str, dict]]:
+def report_trace_sets(
+    dirs: list[str], step_marker=None, launch_floor_us=None, floor_file=None, progress=None
+) -> list[tuple[str, str, dict]]:
     """``render``'s ``extra`` for the trace-set directories: (section, "trace_sets", entry)."""
     from hostgap.ranks.traceset import Options, analyse
 
@@ -126,11 +149,16 @@ def report_trace_sets(dirs: list[str], step_marker=None, launch_floor_us=None, f
         if progress:
             progress(f"analysing trace set {d}")
         opts = Options(step_marker, launch_floor_us * 1000 if launch_floor_us else None, floor_file)
-        doc = analyse([d], opts)
+        doc = cast(dict, analyse([d], opts))  # a trace-set directory: the trace-set document
         section, fig = trace_set_section(n, d, doc)
-        entry = {"source": d, "figure": fig.id, "heatmap": fig.drawn, "world_size": doc["cross_rank"]["world_size"],
-                 "ranks": [{"rank": r["rank"], "trace": r["trace"]} for r in doc["ranks"]],
-                 "cross_rank": doc["cross_rank"]}
+        entry = {
+            "source": d,
+            "figure": fig.id,
+            "heatmap": fig.drawn,
+            "world_size": doc["cross_rank"]["world_size"],
+            "ranks": [{"rank": r["rank"], "trace": r["trace"]} for r in doc["ranks"]],
+            "cross_rank": doc["cross_rank"],
+        }
         out.append((section, "trace_sets", entry))
     return out
 
@@ -156,19 +184,41 @@ def render_trace_set(doc: dict, con: Console) -> None:
 def render_ranks(doc: dict, con: Console) -> None:
     """One row per rank: totals over its steps (ms) and how often it was the straggler."""
     counts = doc["cross_rank"]["summary"]["straggler_counts"]
-    t = Table(title=f"ranks ({len(doc['ranks'])} of world size {doc['cross_rank']['world_size']}, ms over steps)",
-              title_justify="left")
-    for c in ("rank", "source", "trace", "steps", "wall", "GPU-active", "host-caused idle", "compute",
-              "comm", "overlap", "straggler in"):
+    t = Table(
+        title=f"ranks ({len(doc['ranks'])} of world size {doc['cross_rank']['world_size']}, ms over steps)",
+        title_justify="left",
+    )
+    for c in (
+        "rank",
+        "source",
+        "trace",
+        "steps",
+        "wall",
+        "GPU-active",
+        "host-caused idle",
+        "compute",
+        "comm",
+        "overlap",
+        "straggler in",
+    ):
         t.add_column(c, justify="left" if c in ("source", "trace") else "right")
     for r in doc["ranks"]:
         s = r["steps"]
         c = r["communication"]
         where = os.path.basename(r["trace"]) + (f" pid {r['process']}" if r["process"] is not None else "")
-        t.add_row(str(r["rank"]), r["rank_source"], where,
-                  str(len(s)), ms(sum(x["wall_ns"] for x in s)), ms(sum(x["gpu_active_ns"] for x in s)),
-                  ms(sum(x["host_wait_ns"] for x in s)), ms(c["compute_active_ns"]), ms(c["comm_active_ns"]),
-                  ms(c["comm_overlap_ns"]), str(counts.get(str(r["rank"]), 0)))
+        t.add_row(
+            str(r["rank"]),
+            r["rank_source"],
+            where,
+            str(len(s)),
+            ms(sum(x["wall_ns"] for x in s)),
+            ms(sum(x["gpu_active_ns"] for x in s)),
+            ms(sum(x["host_wait_ns"] for x in s)),
+            ms(c["compute_active_ns"]),
+            ms(c["comm_active_ns"]),
+            ms(c["comm_overlap_ns"]),
+            str(counts.get(str(r["rank"]), 0)),
+        )
     con.print(t)
 
 
@@ -177,17 +227,37 @@ def render_cross_steps(doc: dict, con: Console, limit: int = 200) -> None:
     the straggler marked, with its cause and the spread."""
     cr = doc["cross_rank"]
     t = Table(title=f"steps across ranks (matched by {cr['step_match']}, ms; * straggler)", title_justify="left")
-    for c in ("step", "rank", "wall", "GPU-active", "host-caused idle", "compute", "comm", "collective wait",
-              "own", "cause", "spread"):
+    for c in (
+        "step",
+        "rank",
+        "wall",
+        "GPU-active",
+        "host-caused idle",
+        "compute",
+        "comm",
+        "collective wait",
+        "own",
+        "cause",
+        "spread",
+    ):
         t.add_column(c, justify="left" if c in ("step", "cause") else "right", no_wrap=c == "step")
     for s in cr["steps"][:limit]:
         for j, p in enumerate(s["per_rank"]):
             star = "*" if p["rank"] == s["straggler_rank"] else ""
             first = j == 0
-            t.add_row(_short(s["name"]) if first else "", f"{p['rank']}{star}", ms(p["wall_ns"]), ms(p["gpu_active_ns"]),
-                      ms(p["host_wait_ns"]), ms(p["compute_active_ns"]), ms(p["comm_active_ns"]),
-                      ms(p["collective_wait_ns"]), ms(p["own_ns"]),
-                      (s["cause"] or "—") if star else "", ms(s["spread_ns"]) if first else "")
+            t.add_row(
+                _short(s["name"]) if first else "",
+                f"{p['rank']}{star}",
+                ms(p["wall_ns"]),
+                ms(p["gpu_active_ns"]),
+                ms(p["host_wait_ns"]),
+                ms(p["compute_active_ns"]),
+                ms(p["comm_active_ns"]),
+                ms(p["collective_wait_ns"]),
+                ms(p["own_ns"]),
+                (s["cause"] or "—") if star else "",
+                ms(s["spread_ns"]) if first else "",
+            )
     con.print(t)
     if len(cr["steps"]) > limit:
         con.print(f"  ({len(cr['steps']) - limit} more steps: --json or --csv for all)")
@@ -195,8 +265,7 @@ def render_cross_steps(doc: dict, con: Console, limit: int = 200) -> None:
     if sm["straggler_counts"]:
         who = ", ".join(f"rank {r}: {n}" for r, n in sorted(sm["straggler_counts"].items(), key=lambda x: -x[1]))
         why = ", ".join(f"{c}: {n}" for c, n in sm["cause_counts"].items()) or "none"
-        con.print(f"  straggler steps by rank: {who}; causes: {why}; median spread "
-                  f"{ms(sm['median_spread_ns'])} ms")
+        con.print(f"  straggler steps by rank: {who}; causes: {why}; median spread {ms(sm['median_spread_ns'])} ms")
 
 
 def _short(name: str, n: int = 34) -> str:
@@ -209,7 +278,7 @@ def _short(name: str, n: int = 34) -> str:
     if len(name) <= n:
         return name
     tail = (n - 1) * 3 // 5
-    return name[:n - 1 - tail] + "…" + name[-tail:]
+    return name[: n - 1 - tail] + "…" + name[-tail:]
 
 
 def cross_rank_csv_rows(doc: dict) -> list[dict]:
@@ -217,7 +286,15 @@ def cross_rank_csv_rows(doc: dict) -> list[dict]:
     rows = []
     for s in doc["cross_rank"]["steps"]:
         for p in s["per_rank"]:
-            rows.append({"step_index": s["index"], "step_name": s["name"], **p,
-                         "straggler": p["rank"] == s["straggler_rank"], "straggler_rank": s["straggler_rank"],
-                         "cause": s["cause"], "spread_ns": s["spread_ns"]})
+            rows.append(
+                {
+                    "step_index": s["index"],
+                    "step_name": s["name"],
+                    **p,
+                    "straggler": p["rank"] == s["straggler_rank"],
+                    "straggler_rank": s["straggler_rank"],
+                    "cause": s["cause"],
+                    "spread_ns": s["spread_ns"],
+                }
+            )
     return rows

@@ -85,12 +85,16 @@ def split_processes(trace: Trace) -> list[tuple[int | None, Trace]]:
     if trace.meta.format != "nsys" or len(pids) < 2:
         return [(None, trace)]
     first_dev = [int(ev.device[gpu & (ev.pid == p)].min()) for p in pids]
-    parts = []
+    parts: list[tuple[int | None, Trace]] = []
     for p in pids[np.argsort(first_dev, kind="stable")]:
         rows = np.flatnonzero(ev.pid == p)
         devs = set(np.unique(ev.device[rows[gpu[rows]]]).tolist())
-        meta = replace(trace.meta, devices=tuple(d for d in trace.meta.devices if d.index in devs),
-                       processes={int(p): trace.meta.processes.get(int(p), "")}, world_size=len(pids))
+        meta = replace(
+            trace.meta,
+            devices=tuple(d for d in trace.meta.devices if d.index in devs),
+            processes={int(p): trace.meta.processes.get(int(p), "")},
+            world_size=len(pids),
+        )
         parts.append((int(p), Trace(ev.take(rows), trace.names, meta)))
     return parts
 
@@ -104,14 +108,21 @@ def part_document(trace: Trace, opts: Options, pid: int | None = None) -> dict:
 
     links = link(trace)
     doc = overview(trace, links, gap_threshold_ns=opts.gap_threshold_ns, top=opts.top)
-    cfg = AnatomyConfig(step_marker=opts.step_marker, launch_floor_ns=opts.launch_floor_ns,
-                        floor_file=opts.floor_file, gap_threshold_ns=opts.gap_threshold_ns, top=opts.top)
+    cfg = AnatomyConfig(
+        step_marker=opts.step_marker,
+        launch_floor_ns=opts.launch_floor_ns,
+        floor_file=opts.floor_file,
+        gap_threshold_ns=opts.gap_threshold_ns,
+        top=opts.top,
+    )
     anatomy = analyze(trace, cfg, links)
     doc.update({k: v for k, v in anatomy.to_dict().items() if k not in ("schema_version", "trace")})
     comm = anatomy.comm
     ev = trace.events
     doc["_rank"] = {
-        "pid": pid, "meta_rank": trace.meta.rank, "meta_world_size": trace.meta.world_size,
+        "pid": pid,
+        "meta_rank": trace.meta.rank,
+        "meta_world_size": trace.meta.world_size,
         "offset_ns": int(trace.meta.base_time_ns or 0),
         "span_ns": [int(ev.start_ns.min()), int(ev.end_ns.max())] if len(ev) else None,
         "coll": {k: getattr(comm, f"coll_{k}") for k in ("step", "type", "ordinal", "start_ns", "dur_ns")},
@@ -122,8 +133,9 @@ def part_document(trace: Trace, opts: Options, pid: int | None = None) -> dict:
 # -- the set ---------------------------------------------------------------------------------
 
 
-def analyse_files(files: list[str], opts: Options, jobs: int | None = None, backend: str = "local",
-                  address: str | None = None) -> list[tuple[str, list[dict]]]:
+def analyse_files(
+    files: list[str], opts: Options, jobs: int | None = None, backend: str = "local", address: str | None = None
+) -> list[tuple[str, list[dict]]]:
     """``[(file, its part documents)]`` in file order; raises the first bad file's error."""
     if backend == "ray":
         results = map_tasks(analyse_file, files, opts, address=address)
@@ -140,8 +152,11 @@ def is_trace_set(analysed: list[tuple[str, list[dict]]], had_dir: bool) -> bool:
     parts = [d for _, docs in analysed for d in docs]
     if had_dir or any(len(docs) > 1 for _, docs in analysed):
         return True
-    return len(parts) > 1 and all(d["_rank"]["meta_rank"] is not None or RANK_IN_NAME.search(os.path.basename(f))
-                                  for f, docs in analysed for d in docs)
+    return len(parts) > 1 and all(
+        d["_rank"]["meta_rank"] is not None or RANK_IN_NAME.search(os.path.basename(f))
+        for f, docs in analysed
+        for d in docs
+    )
 
 
 def assign_ranks(analysed: list[tuple[str, list[dict]]]) -> tuple[list[tuple[int, str, dict]], int, list[str]]:
@@ -150,12 +165,12 @@ def assign_ranks(analysed: list[tuple[str, list[dict]]]) -> tuple[list[tuple[int
     parts = [(f, d) for f, docs in analysed for d in docs]
     notes: list[str] = []
     meta = [d["_rank"]["meta_rank"] for _, d in parts]
-    named = [RANK_IN_NAME.search(os.path.basename(f)) for f, _ in parts]
+    named = [m for f, _ in parts if (m := RANK_IN_NAME.search(os.path.basename(f))) is not None]
     if any(len(docs) > 1 for _, docs in analysed):
         ranks, source = list(range(len(parts))), "process"
     elif all(m is not None for m in meta):
         ranks, source = meta, "metadata"
-    elif all(named) and len({int(m.group(1)) for m in named}) == len(parts):
+    elif len(named) == len(parts) and len({int(m.group(1)) for m in named}) == len(parts):
         ranks, source = [int(m.group(1)) for m in named], "file name"
         notes.append("ranks taken from the file names (the traces carry no distributedInfo)")
     else:
@@ -168,8 +183,11 @@ def assign_ranks(analysed: list[tuple[str, list[dict]]]) -> tuple[list[tuple[int
         seen[r] = f
     sizes = {d["_rank"]["meta_world_size"] for _, d in parts} - {None}
     if len(sizes) > 1:
-        raise HostgapError(parts[0][0], f"traces of different world sizes ({', '.join(map(str, sorted(sizes)))}): "
-                                        "not one trace set; analyse them apart")
+        raise HostgapError(
+            parts[0][0],
+            f"traces of different world sizes ({', '.join(map(str, sorted(sizes)))}): "
+            "not one trace set; analyse them apart",
+        )
     world = sizes.pop() if sizes else max(len(parts), max(ranks) + 1)  # unstated: at least the highest rank
     if max(ranks) >= world:
         raise HostgapError(parts[ranks.index(max(ranks))][0], f"rank {max(ranks)} outside world size {world}")
@@ -190,8 +208,11 @@ def _check_overlap(parts: list[tuple[str, dict]]) -> None:
     late, early = int(np.argmax(starts)), int(np.argmin(ends))
     if starts[late] > ends[early]:
         gap_s = (starts[late] - ends[early]) / 1e9
-        raise HostgapError(spans[late][0], f"starts {gap_s:.3f} s after {spans[early][0]} ends: clocks far apart "
-                                           "or different runs, not one trace set; analyse them apart")
+        raise HostgapError(
+            spans[late][0],
+            f"starts {gap_s:.3f} s after {spans[early][0]} ends: clocks far apart "
+            "or different runs, not one trace set; analyse them apart",
+        )
 
 
 def trace_set_document(analysed: list[tuple[str, list[dict]]]) -> dict:
@@ -203,12 +224,24 @@ def trace_set_document(analysed: list[tuple[str, list[dict]]]) -> dict:
     for r, source, d in ranked:
         priv = d["_rank"]
         c = priv["coll"]
-        aligned.append(RankSteps(r, d["steps"], priv["offset_ns"], c["step"], c["type"], c["ordinal"],
-                                 c["start_ns"], c["dur_ns"]))
-        ranks.append({"rank": r, "rank_source": source, "process": priv["pid"],
-                      **{k: v for k, v in public(d).items() if k != "rank"}})
-    return {"schema_version": SCHEMA_VERSION, "kind": "trace_set", "notes": notes, "ranks": ranks,
-            "cross_rank": cross_rank(aligned, world)}
+        aligned.append(
+            RankSteps(r, d["steps"], priv["offset_ns"], c["step"], c["type"], c["ordinal"], c["start_ns"], c["dur_ns"])
+        )
+        ranks.append(
+            {
+                "rank": r,
+                "rank_source": source,
+                "process": priv["pid"],
+                **{k: v for k, v in public(d).items() if k != "rank"},
+            }
+        )
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "trace_set",
+        "notes": notes,
+        "ranks": ranks,
+        "cross_rank": cross_rank(aligned, world),
+    }
 
 
 def public(doc: dict) -> dict:
@@ -216,8 +249,13 @@ def public(doc: dict) -> dict:
     return {k: v for k, v in doc.items() if not k.startswith("_")}
 
 
-def analyse(paths: list[str], opts: Options = Options(), jobs: int | None = None, backend: str = "local",
-            address: str | None = None) -> dict | list[dict]:
+def analyse(
+    paths: list[str],
+    opts: Options = Options(),
+    jobs: int | None = None,
+    backend: str = "local",
+    address: str | None = None,
+) -> dict | list[dict]:
     """The trace-set object when ``paths`` form one (:func:`is_trace_set`), else the
     single-trace document (one file) or the list of them (unrelated files)."""
     files, had_dir = expand(paths)

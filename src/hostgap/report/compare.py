@@ -42,14 +42,38 @@ from hostgap import SCHEMA_VERSION
 from hostgap.errors import HostgapError
 from hostgap.report.inputs import Input
 
-STEP_KEYS = ("wall_ns", "gpu_active_ns", "host_exposed_ns", "host_wait_ns", "host_fraction", "kernel_count",
-             "launches", "graph_launches", "kernel_sum_ns", "kernel_union_ns")
-TAX_KEYS = ("ft_ns", "ct_ns", "kt_ns", "kt_fw_ns", "py_ns", "dispatch_ns", "unattributed_ns",
-            "orchestrate_ns", "device_active_ns")
+STEP_KEYS = (
+    "wall_ns",
+    "gpu_active_ns",
+    "host_exposed_ns",
+    "host_wait_ns",
+    "host_fraction",
+    "kernel_count",
+    "launches",
+    "graph_launches",
+    "kernel_sum_ns",
+    "kernel_union_ns",
+)
+TAX_KEYS = (
+    "ft_ns",
+    "ct_ns",
+    "kt_ns",
+    "kt_fw_ns",
+    "py_ns",
+    "dispatch_ns",
+    "unattributed_ns",
+    "orchestrate_ns",
+    "device_active_ns",
+)
 METRICS = STEP_KEYS + TAX_KEYS + ("hdbi", "unique_kernels", "kernels_per_token")
 FRACTIONS = ("host_fraction", "hdbi")
-DIFF_KEYS = {"wall_ns": "t_step_ns", "gpu_active_ns": "g_step_ns", "host_exposed_ns": "h_step_ns",
-             "host_fraction": "host_fraction", "kernel_count": "k_step"}
+DIFF_KEYS = {
+    "wall_ns": "t_step_ns",
+    "gpu_active_ns": "g_step_ns",
+    "host_exposed_ns": "h_step_ns",
+    "host_fraction": "host_fraction",
+    "kernel_count": "k_step",
+}
 
 
 def unit_of(metric: str) -> str:
@@ -121,7 +145,8 @@ def row_basis(metric: str, basis: str) -> str:
 def choose_basis(a: Input, b: Input, requested: str = "auto") -> str:
     if requested == "steps":
         return "steps"
-    both_runs = a.results is not None and b.results is not None
+    # a run without differencing (an attached server's, ``mode: attach``) compares on its steps
+    both_runs = all(bool((x.results or {}).get("differencing")) for x in (a, b))
     if requested == "differencing":
         if not both_runs:
             src = a.source if a.results is None else b.source
@@ -140,8 +165,44 @@ def delta(a: float | None, b: float | None) -> tuple[float | None, float | None]
     return d, d / abs(a)
 
 
-def compare(a: Input, b: Input, basis: str = "auto", conditions: list[Condition] | None = None) -> dict:
-    """The compare document (what ``--json`` prints)."""
+CI_KEYS = {
+    "wall_ns": "t_step_ns",
+    "gpu_active_ns": "g_step_ns",
+    "host_exposed_ns": "h_step_ns",
+    "host_fraction": "host_fraction",
+}
+"""Differencing metrics with an interval in each run's ``differencing.ci``."""
+
+
+def change_interval(metric: str, a: Input, b: Input) -> list[float] | None:
+    """The interval of B − A for a differencing metric: MOVER over the two runs' own intervals
+    (each side's half-widths added in quadrature, as for two engines measured together,
+    :func:`hostgap.capture.differencing.mover_difference`); None without both intervals or
+    when either run is invalid."""
+    from hostgap.capture.differencing import Slope, mover_difference
+
+    key = CI_KEYS.get(metric)
+    sides = []
+    for inp in (a, b):
+        r = inp.results or {}
+        d = r.get("differencing") or {}
+        ci = (d.get("ci") or {}).get(key) if key else None
+        v = d.get(key) if key else None
+        if not ci or v is None or ci[0] is None or ci[1] is None or r.get("valid") is False:
+            return None
+        sides.append(Slope(float(v), float(ci[0]), float(ci[1])))
+    m = mover_difference(sides[1], sides[0])
+    return [m.lo, m.hi]
+
+
+def compare(
+    a: Input, b: Input, basis: str = "auto", conditions: list[Condition] | None = None, outside_noise: bool = False
+) -> dict:
+    """The compare document (what ``--json`` prints). On the differencing basis the rows of
+    wall, device-active, host-exposed and host fraction carry ``interval`` (of B − A, MOVER)
+    and ``within_noise`` (the interval contains 0: the change lies within both runs' noise);
+    ``outside_noise``: a --fail-if condition on such a row holds only when the change is also
+    outside the noise."""
     basis = choose_basis(a, b, basis)
     ma, mb = metrics(a, basis), metrics(b, basis)
     rows = []
@@ -151,8 +212,20 @@ def compare(a: Input, b: Input, basis: str = "auto", conditions: list[Condition]
         if (va is None and vb is None) or (cpu_only and k in GPU_ONLY):
             continue
         d, r = delta(va, vb)
-        rows.append({"metric": k, "unit": unit_of(k), "basis": row_basis(k, basis), "a": va, "b": vb, "delta": d,
-                     "relative": r})
+        row = {
+            "metric": k,
+            "unit": unit_of(k),
+            "basis": row_basis(k, basis),
+            "a": va,
+            "b": vb,
+            "delta": d,
+            "relative": r,
+        }
+        if row["basis"] == "differencing" and k in CI_KEYS:
+            iv = change_interval(k, a, b)
+            row["interval"] = iv
+            row["within_noise"] = None if iv is None else bool(iv[0] <= 0 <= iv[1])
+        rows.append(row)
     doc = {
         "schema_version": SCHEMA_VERSION,
         "basis": basis,
@@ -165,7 +238,7 @@ def compare(a: Input, b: Input, basis: str = "auto", conditions: list[Condition]
     }
     if conditions:
         table = {r["metric"]: r for r in rows}
-        results = [evaluate(c, table, a, b) for c in conditions]
+        results = [evaluate(c, table, a, b, outside_noise) for c in conditions]
         doc["fail_if"] = results
         doc["failed"] = any(r["holds"] for r in results)
     return doc
@@ -175,8 +248,15 @@ def _side(inp: Input, m: dict) -> dict:
     v = (inp.anatomy or {}).get("verdict") or {}
     if inp.results:
         v = inp.results.get("verdict") or v
-    return {"label": inp.label, "source": inp.source, "kind": inp.kind, "activity": inp.activity,
-            "steps_used": m["steps_used"], "steps": m["steps"], "verdict": v.get("verdict")}
+    return {
+        "label": inp.label,
+        "source": inp.source,
+        "kind": inp.kind,
+        "activity": inp.activity,
+        "steps_used": m["steps_used"],
+        "steps": m["steps"],
+        "verdict": v.get("verdict"),
+    }
 
 
 def _activity_label(a: Input, b: Input) -> str:
@@ -190,7 +270,9 @@ def _activity_label(a: Input, b: Input) -> str:
 
 # -- --fail-if ----------------------------------------------------------------------------
 
-_COND = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(>=|<=|>|<)\s*([+-]?\d+(?:\.\d*)?|[+-]?\.\d+)\s*(%|pp|ns|us|µs|ms|s)?\s*$")
+_COND = re.compile(
+    r"^\s*([a-z_][a-z0-9_]*)\s*(>=|<=|>|<)\s*([+-]?\d+(?:\.\d*)?|[+-]?\.\d+)\s*(%|pp|ns|us|µs|ms|s)?\s*$"
+)
 _TIME = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
 
 
@@ -211,8 +293,10 @@ def parse_conditions(expr: str) -> list[Condition]:
             continue
         m = _COND.match(part)
         if not m:
-            raise HostgapError("--fail-if", f"cannot parse {part.strip()!r}: expected METRIC OP NUMBER[UNIT], "
-                               "e.g. host_fraction>+5% or hdbi<-0.05")
+            raise HostgapError(
+                "--fail-if",
+                f"cannot parse {part.strip()!r}: expected METRIC OP NUMBER[UNIT], e.g. host_fraction>+5% or hdbi<-0.05",
+            )
         metric, op, num, unit = m.group(1), m.group(2), float(m.group(3)), m.group(4)
         if metric not in METRICS:
             raise HostgapError("--fail-if", f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
@@ -235,8 +319,11 @@ def parse_conditions(expr: str) -> list[Condition]:
     return out
 
 
-def evaluate(c: Condition, table: dict, a: Input, b: Input) -> dict:
-    """Whether condition ``c`` holds for B against A; HostgapError when it cannot be computed."""
+def evaluate(c: Condition, table: dict, a: Input, b: Input, outside_noise: bool = False) -> dict:
+    """Whether condition ``c`` holds for B against A; HostgapError when it cannot be computed.
+    ``outside_noise``: on a row with an interval of B − A, the condition holds only when that
+    interval also excludes 0 (a change within both runs' noise never fails a gate); a row
+    without one is judged on its value alone, and the result says so."""
     row = table.get(c.metric)
     if row is None or row["a"] is None or row["b"] is None:
         missing = a if row is None or row["a"] is None else b
@@ -244,10 +331,26 @@ def evaluate(c: Condition, table: dict, a: Input, b: Input) -> dict:
     value = row["relative"] if c.relative else row["delta"]
     if value is None:  # relative change from 0
         value = math.copysign(math.inf, row["delta"])
-    holds = {">": value > c.threshold, ">=": value >= c.threshold,
-             "<": value < c.threshold, "<=": value <= c.threshold}[c.op]
-    return {"condition": c.text, "metric": c.metric, "value": value, "relative": c.relative,
-            "threshold": c.threshold, "holds": bool(holds)}
+    holds = {
+        ">": value > c.threshold,
+        ">=": value >= c.threshold,
+        "<": value < c.threshold,
+        "<=": value <= c.threshold,
+    }[c.op]
+    out = {
+        "condition": c.text,
+        "metric": c.metric,
+        "value": value,
+        "relative": c.relative,
+        "threshold": c.threshold,
+        "holds": bool(holds),
+    }
+    if outside_noise:
+        within = row.get("within_noise")
+        out["within_noise"] = within
+        if within:
+            out["holds"] = False
+    return out
 
 
 # -- terminal ------------------------------------------------------------------------------
@@ -330,13 +433,34 @@ def render(doc: dict, con) -> None:
             continue
         con.print(BASIS_TITLE[basis].format(steps=steps), highlight=False, soft_wrap=True)
         t = Table()
-        for c in ("metric", "unit", "A", "B", "B − A", "relative"):
-            t.add_column(c, justify="left" if c in ("metric", "unit") else "right")
+        noise = any("interval" in r for r in rows)
+        cols = ("metric", "unit", "A", "B", "B − A", "relative") + (("95 % CI of B − A", "noise") if noise else ())
+        for c in cols:
+            t.add_column(c, justify="left" if c in ("metric", "unit", "noise") else "right")
         for r in rows:
             m = r["metric"]
-            t.add_row(m, unit_label(m), fmt_number(m, r["a"]), fmt_number(m, r["b"]), fmt_number_delta(m, r["delta"]),
-                      fmt_rel(r["relative"]))
+            cells = [
+                m,
+                unit_label(m),
+                fmt_number(m, r["a"]),
+                fmt_number(m, r["b"]),
+                fmt_number_delta(m, r["delta"]),
+                fmt_rel(r["relative"]),
+            ]
+            if noise:
+                iv = r.get("interval")
+                cells += [
+                    "" if not iv else f"[{fmt_number_delta(m, iv[0])}, {fmt_number_delta(m, iv[1])}]",
+                    "" if r.get("within_noise") is None else ("within noise" if r["within_noise"] else "beyond noise"),
+                ]
+            t.add_row(*cells)
         con.print(t)
+        if noise:
+            con.print(
+                "noise: the MOVER interval of B − A from both runs' own intervals; within noise = it contains 0",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def fail_lines(doc: dict) -> list[str]:
@@ -344,10 +468,26 @@ def fail_lines(doc: dict) -> list[str]:
     for r in doc["fail_if"]:
         shown = fmt_rel(r["value"]) if r["relative"] else fmt_delta(r["metric"], r["value"])
         state = "HOLDS" if r["holds"] else "ok"
-        lines.append(f"fail-if {r['condition']}: {state} (B − A = {shown})")
+        note = (
+            {True: ", within noise", False: ", beyond noise", None: ", no interval"}.get(r["within_noise"], "")
+            if "within_noise" in r
+            else ""
+        )
+        lines.append(f"fail-if {r['condition']}: {state} (B − A = {shown}{note})")
     return lines
 
 
 def csv_rows(doc: dict) -> list[dict]:
-    return [{"basis": doc["basis"], "a_label": doc["a"]["label"], "b_label": doc["b"]["label"], **r}
-            for r in doc["metrics"]]
+    out = []
+    for r in doc["metrics"]:
+        row = {
+            "basis": doc["basis"],
+            "a_label": doc["a"]["label"],
+            "b_label": doc["b"]["label"],
+            **{k: v for k, v in r.items() if k != "interval"},
+        }
+        if "interval" in r:
+            iv = r["interval"] or [None, None]
+            row["interval_lo"], row["interval_hi"] = iv
+        out.append(row)
+    return out

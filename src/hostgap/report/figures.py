@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import io
 import math
-import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib import rc_context
@@ -20,18 +20,30 @@ from matplotlib.figure import Figure as MplFigure
 from matplotlib.ticker import MaxNLocator
 
 from hostgap.report.inputs import Input
-from hostgap.report.words import merge_frames, words
+from hostgap.report.words import words
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 MAX_STEP_BARS = 300
 """Per-step bar charts draw at most this many bars; longer traces are averaged over bins of
 consecutive steps (the caption says so)."""
 
 C_GPU, C_HOST, C_WAIT = "#4C72B0", "#DD8452", "#8C2D04"
-C_TAX = {"ft_ns": "#55A868", "ct_ns": "#C44E52", "kt_ns": "#8172B3", "kt_fw_ns": "#937860",
-         "unattributed_ns": "#BBBBBB"}
-TAX_LABEL = {"ft_ns": "ΔFT framework translation", "ct_ns": "ΔCT library translation",
-             "kt_ns": "ΔKT launch floor", "kt_fw_ns": "ΔKT_fw launch above floor",
-             "unattributed_ns": "unattributed host time"}
+C_TAX = {
+    "ft_ns": "#55A868",
+    "ct_ns": "#C44E52",
+    "kt_ns": "#8172B3",
+    "kt_fw_ns": "#937860",
+    "unattributed_ns": "#BBBBBB",
+}
+TAX_LABEL = {
+    "ft_ns": "ΔFT framework translation",
+    "ct_ns": "ΔCT library translation",
+    "kt_ns": "ΔKT launch floor",
+    "kt_fw_ns": "ΔKT_fw launch above floor",
+    "unattributed_ns": "unattributed host time",
+}
 
 ACTIVITY_LABEL = {"gpu": "GPU-active", "cpu-compute": "CPU-compute (device-active analogue)"}
 
@@ -57,6 +69,7 @@ def _step_ticks(ax, x) -> None:
     else:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
+
 def activity_label(inp: Input) -> str:
     return ACTIVITY_LABEL.get(inp.activity, "device-active")
 
@@ -70,8 +83,15 @@ def _legend_below(ax, fig, handles=None, n: int = 1) -> None:
 
 # -- rendering -------------------------------------------------------------------------------
 
-_RC = {"svg.fonttype": "none", "text.parse_math": False, "font.size": 9, "axes.titlesize": 10,
-       "axes.spines.top": False, "axes.spines.right": False, "svg.image_inline": True}
+_RC: dict[RcKeyType, Any] = {
+    "svg.fonttype": "none",
+    "text.parse_math": False,
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "svg.image_inline": True,
+}
 
 
 def new_figure(width: float = 11.0, height: float = 3.6) -> MplFigure:
@@ -85,7 +105,7 @@ def to_svg(fig: MplFigure, salt: str) -> str:
     with rc_context({**_RC, "svg.hashsalt": salt}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
-    text = text[text.find("<svg"):]
+    text = text[text.find("<svg") :]
     # matplotlib numbers its element ids from 1 in every figure (axes_1, xtick_1 ...): prefix
     # them and every reference to them, so ids stay unique on a page of many figures
     text = text.replace(' id="', f' id="{salt}-').replace('href="#', f'href="#{salt}-')
@@ -119,13 +139,14 @@ def bars(ax, x, height, *, bottom=None, width=0.8, **kw):
     h = np.asarray(height, dtype=float)
     b = np.zeros(len(x)) if bottom is None else np.asarray(bottom, dtype=float)
     x1 = x + width
-    verts = np.stack([np.stack([x, b], 1), np.stack([x1, b], 1), np.stack([x1, b + h], 1),
-                      np.stack([x, b + h], 1)], 1)
+    verts = np.stack([np.stack([x, b], 1), np.stack([x1, b], 1), np.stack([x1, b + h], 1), np.stack([x, b + h], 1)], 1)
     color = kw.pop("color", None)
     if color is not None:
         kw.setdefault("facecolors", color)
     kw.setdefault("linewidths", 0)
-    coll = PolyCollection(verts, **kw)
+    # matplotlib's stub types verts as a Sequence of arrays; its code takes (and has a fast
+    # path for) one (n, 4, 2) ndarray, which is what this passes
+    coll = PolyCollection(verts, **kw)  # type: ignore[arg-type]
     ax.add_collection(coll, autolim=True)
     ax.autoscale_view()
     return coll
@@ -167,14 +188,30 @@ def steps_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figure:
         bars(ax, x, gpu, width=w, color=C_GPU, label=label)
         bars(ax, x, host, bottom=gpu, width=w, color=C_HOST, label=f"host-exposed (wall − {w_.active.split(' ')[0]})")
         if show_wait:
-            bars(ax, x + 0.2 * w, wait, bottom=gpu, width=0.6 * w, facecolors="none", edgecolors=C_WAIT,
-                 hatch="////", linewidths=0.6, label=w_.wait_legend)
+            bars(
+                ax,
+                x + 0.2 * w,
+                wait,
+                bottom=gpu,
+                width=0.6 * w,
+                facecolors="none",
+                edgecolors=C_WAIT,
+                hatch="////",
+                linewidths=0.6,
+                label=w_.wait_legend,
+            )
         ax.set_ylim(bottom=0)
         n_leg = 2 + show_wait
         if flagged.any() and per_bin == 1:
             fx = x[flagged] + 0.4 * w
-            ax.plot(fx, (gpu + host)[flagged] * 1.02, "v", color="black", markersize=4,
-                    label="flagged step (queued or partial)")
+            ax.plot(
+                fx,
+                (gpu + host)[flagged] * 1.02,
+                "v",
+                color="black",
+                markersize=4,
+                label="flagged step (queued or partial)",
+            )
             n_leg += 1
         ax.set_xlabel("step index" + (f" (bins of {per_bin} steps, mean)" if per_bin > 1 else ""))
         _step_ticks(ax, x)
@@ -182,26 +219,42 @@ def steps_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figure:
         _legend_below(ax, fig, n=n_leg)
         return fig
 
-    binned_note = (f" {len(steps):,} steps are averaged over bins of {per_bin} consecutive steps "
-                   f"({len(x)} bars) to keep the report small." if per_bin > 1 else "")
+    binned_note = (
+        f" {len(steps):,} steps are averaged over bins of {per_bin} consecutive steps "
+        f"({len(x)} bars) to keep the report small."
+        if per_bin > 1
+        else ""
+    )
     if w_.wait_legend is None:
-        part = (f"split into {label} (the union of the CPU-compute ops inside the step's window) and host-exposed "
-                f"time (wall − CPU-compute: framework and Python time). host_wait does not apply to a CPU run "
-                "(no separate device waits on the host).")
+        part = (
+            f"split into {label} (the union of the CPU-compute ops inside the step's window) and host-exposed "
+            f"time (wall − CPU-compute: framework and Python time). host_wait does not apply to a CPU run "
+            "(no separate device waits on the host)."
+        )
     else:
-        part = (f"split into {label} (the union of the GPU ops the step launched, assigned by launch call) "
-                f"and host-exposed time (wall − {label}). The hatched part is host_wait: GPU-idle gaps that "
-                "ended at one of the step's ops and began before that op was launched — time the device "
-                "provably waited on this step's host work." + ("" if show_wait else " No step has any."))
+        part = (
+            f"split into {label} (the union of the GPU ops the step launched, assigned by launch call) "
+            f"and host-exposed time (wall − {label}). The hatched part is host_wait: GPU-idle gaps that "
+            "ended at one of the step's ops and began before that op was launched — time the device "
+            "provably waited on this step's host work." + ("" if show_wait else " No step has any.")
+        )
         if over:
-            part += (f" In {over} of {len(steps)} steps the recorded host_wait is larger than host-exposed "
-                     "(host_wait counts gaps per stream, host-exposed is the device-wide union): there it is "
-                     "drawn clipped to host-exposed.")
-    caption = (f"Each bar is one engine step's wall time (its marker start to the next step's marker start), {part} "
-               "Triangles mark flagged steps (queued: the host ran ahead, so wall − device-active is not host "
-               f"time; partial: cut by the capture).{binned_note}")
-    drawn = {"whole": gpu + host, "parts": {"active": gpu, "host_exposed": host},
-             "within": {"host_wait": (wait if show_wait else np.zeros_like(host), host)}, "clipped": over}
+            part += (
+                f" In {over} of {len(steps)} steps the recorded host_wait is larger than host-exposed "
+                "(host_wait counts gaps per stream, host-exposed is the device-wide union): there it is "
+                "drawn clipped to host-exposed."
+            )
+    caption = (
+        f"Each bar is one engine step's wall time (its marker start to the next step's marker start), {part} "
+        "Triangles mark flagged steps (queued: the host ran ahead, so wall − device-active is not host "
+        f"time; partial: cut by the capture).{binned_note}"
+    )
+    drawn = {
+        "whole": gpu + host,
+        "parts": {"active": gpu, "host_exposed": host},
+        "within": {"host_wait": (wait if show_wait else np.zeros_like(host), host)},
+        "clipped": over,
+    }
     return Figure(fid, title, caption, draw(build, salt=fid), drawn)
 
 
@@ -211,10 +264,15 @@ def taxbreak_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figu
     title = "TaxBreak: host work per step (exposed or hidden)"
     tax = an.get("taxbreak") or {}
     if inp.activity != "gpu":
-        return Figure(fid, "TaxBreak: not for a CPU run", "TaxBreak splits the host work of each GPU kernel "
-                      "launch (ΔFT, ΔCT, ΔKT); a CPU run launches no kernels, so there is nothing to split. Its "
-                      "host-side time is drawn per framework op and Python frame below ('Where the host time "
-                      "went'), on the CPU basis stated there.", None)
+        return Figure(
+            fid,
+            "TaxBreak: not for a CPU run",
+            "TaxBreak splits the host work of each GPU kernel "
+            "launch (ΔFT, ΔCT, ΔKT); a CPU run launches no kernels, so there is nothing to split. Its "
+            "host-side time is drawn per framework op and Python frame below ('Where the host time "
+            "went'), on the CPU basis stated there.",
+            None,
+        )
     if not tax.get("applicable") or not steps or not any(s.get("taxbreak") for s in steps):
         why = tax.get("note") or "the input has no per-launch host data"
         return Figure(fid, title, f"TaxBreak does not apply here: {why}.", None)
@@ -234,8 +292,9 @@ def taxbreak_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figu
             bars(ax, x, v, bottom=bottom, width=w, color=C_TAX[k], label=TAX_LABEL[k])
             bottom = bottom + v
         # a bold bar-wide tick per step: visible for one step as for hundreds
-        ax.hlines(hb, x, x + w, color="black", linewidth=2.2,
-                  label="host-exposed (for reference, not a sum of these parts)")
+        ax.hlines(
+            hb, x, x + w, color="black", linewidth=2.2, label="host-exposed (for reference, not a sum of these parts)"
+        )
         ax.set_xlabel("step index" + (f" (bins of {per_bin} steps, mean)" if per_bin > 1 else ""))
         _step_ticks(ax, x)
         ax.set_ylabel("ms per step")
@@ -244,14 +303,20 @@ def taxbreak_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figu
         return fig
 
     floor = tax.get("launch_floor_ns")
-    caption = ("TaxBreak parts of each step's host work (docs/method.md; TaxBreak, arXiv 2603.12465): per eager launch "
-               "ΔFT = T_py + T_dispatch (framework translation; library kernels get the median non-library "
-               "dispatch), ΔCT = library dispatch above that median, ΔKT = the launch floor per launch "
-               f"({floor / 1000:.3f} µs, {tax.get('floor_source')})" if floor else "")
-    caption = caption + ("; ΔKT_fw = launch time above the floor for kernels whose stream was idle; unattributed = "
-                         "time on the launching thread covered by no TaxBreak interval or sync call. These are host "
-                         "work whether or not the GPU was busy meanwhile: they are not parts of host-exposed time "
-                         "(the black tick on each bar), which is drawn beside them for reference.")
+    caption = (
+        "TaxBreak parts of each step's host work (docs/method.md; TaxBreak, arXiv 2603.12465): per eager launch "
+        "ΔFT = T_py + T_dispatch (framework translation; library kernels get the median non-library "
+        "dispatch), ΔCT = library dispatch above that median, ΔKT = the launch floor per launch "
+        f"({floor / 1000:.3f} µs, {tax.get('floor_source')})"
+        if floor
+        else ""
+    )
+    caption = caption + (
+        "; ΔKT_fw = launch time above the floor for kernels whose stream was idle; unattributed = "
+        "time on the launching thread covered by no TaxBreak interval or sync call. These are host "
+        "work whether or not the GPU was busy meanwhile: they are not parts of host-exposed time "
+        "(the black tick on each bar), which is drawn beside them for reference."
+    )
     if per_bin > 1:
         caption += f" Bars are means over bins of {per_bin} consecutive steps."
     return Figure(fid, title, caption, draw(build, salt=fid), {"reference": hb})
@@ -264,8 +329,13 @@ def differencing_figure(inp: Input, fid: str) -> Figure:
     title = "Differencing fit: wall and device-active time against tokens generated"
     res = inp.results
     if res is None:
-        return Figure(fid, title, "This figure needs a measured run (hostgap measure): a bare trace has no "
-                      "untraced wall times W(N) or traced device-active times G(N) over a sweep of N.", None)
+        return Figure(
+            fid,
+            title,
+            "This figure needs a measured run (hostgap measure): a bare trace has no "
+            "untraced wall times W(N) or traced device-active times G(N) over a sweep of N.",
+            None,
+        )
     d = res.get("differencing") or {}
     sw = inp.sweep or {}
     label = activity_label(inp)  # the report's vocabulary, not the capture's label
@@ -274,8 +344,10 @@ def differencing_figure(inp: Input, fid: str) -> Figure:
         fig = new_figure(8.0, 3.6)
         ax = fig.add_subplot()
         n = np.array(sw.get("n") or [], dtype=float)
-        for key, fit_key, color, name in (("wall_ns", "fit_wall", C_HOST, "wall W(N), untraced"),
-                                          ("gpu_ns", "fit_gpu", C_GPU, f"{label} G(N), traced")):
+        for key, fit_key, color, name in (
+            ("wall_ns", "fit_wall", C_HOST, "wall W(N), untraced"),
+            ("gpu_ns", "fit_gpu", C_GPU, f"{label} G(N), traced"),
+        ):
             ys = sw.get(key) or []
             pts = [(ni, y) for ni, y in zip(n, ys) if y is not None]
             if pts:
@@ -285,8 +357,14 @@ def differencing_figure(inp: Input, fid: str) -> Figure:
                 lo = min([p[0] for p in pts] + [res.get("n1") or 1])
                 hi = max([p[0] for p in pts] + [res.get("n2") or 2])
                 xs = np.array([lo, hi], dtype=float)
-                ax.plot(xs, (fit["intercept"] + fit["slope"] * xs) / 1e6, "-", color=color, linewidth=1,
-                        label=f"fit: {fit['slope'] / 1e6:.3f} ms/token, R² = {fit['r2']:.4f}")
+                ax.plot(
+                    xs,
+                    (fit["intercept"] + fit["slope"] * xs) / 1e6,
+                    "-",
+                    color=color,
+                    linewidth=1,
+                    label=f"fit: {fit['slope'] / 1e6:.3f} ms/token, R² = {fit['r2']:.4f}",
+                )
         ax.set_xlabel("tokens generated N")
         ax.set_ylabel("ms per run")
         ax.legend(loc="upper left", fontsize=8)
@@ -295,13 +373,16 @@ def differencing_figure(inp: Input, fid: str) -> Figure:
     est = sw.get("estimator") or d.get("estimator")
     kv = d.get("kv_range")
     agree = d.get("slope_agreement")
-    caption = (f"Each point is one N of the sweep: W(N) the {est} over untraced repeats of the run's wall time, "
-               f"G(N) the {est} over traced repeats of the {label} union. Lines are least-squares fits; their "
-               f"slopes are the per-step wall and {label} time. The per-step split itself is the two-point "
-               f"difference between N1 = {res.get('n1')} and N2 = {res.get('n2')}: t_step = "
-               f"{_ms(d.get('t_step_ns'))}, g_step = {_ms(d.get('g_step_ns'))}, h_step = {_ms(d.get('h_step_ns'))}"
-               + (f"; two-point vs fitted wall slope differ by {100 * agree:.2f} %" if agree is not None else "")
-               + (f"; the mean over KV lengths {kv[0]}..{kv[1]}" if kv else "") + ".")
+    caption = (
+        f"Each point is one N of the sweep: W(N) the {est} over untraced repeats of the run's wall time, "
+        f"G(N) the {est} over traced repeats of the {label} union. Lines are least-squares fits; their "
+        f"slopes are the per-step wall and {label} time. The per-step split itself is the two-point "
+        f"difference between N1 = {res.get('n1')} and N2 = {res.get('n2')}: t_step = "
+        f"{_ms(d.get('t_step_ns'))}, g_step = {_ms(d.get('g_step_ns'))}, h_step = {_ms(d.get('h_step_ns'))}"
+        + (f"; two-point vs fitted wall slope differ by {100 * agree:.2f} %" if agree is not None else "")
+        + (f"; the mean over KV lengths {kv[0]}..{kv[1]}" if kv else "")
+        + "."
+    )
     if not sw.get("n"):
         caption += " The sweep points were not found (timings.json missing): only the fitted lines are drawn."
     if not d.get("fit_wall"):
@@ -337,167 +418,15 @@ def processes_figure(inp: Input, fid: str) -> Figure:
         return fig
 
     fe = split.get("frontend_ns")
-    caption = (f"Mean over {split['steps']} steady decode steps of the traced N2 run, from the Worker's trace: "
-               + "; ".join(f"{LABELS[k]} = {DETAIL[k]}" for k in PARTS)
-               + f". The parts add up to the traced step ({_ms(split['step_ns'])}, profiler overhead included). "
-               "The frontend runs beside this loop: what it adds per step on untraced runs is "
-               + (f"{_ms(fe)}." if fe is not None else "not known."))
+    caption = (
+        f"Mean over {split['steps']} steady decode steps of the traced N2 run, from the Worker's trace: "
+        + "; ".join(f"{LABELS[k]} = {DETAIL[k]}" for k in PARTS)
+        + f". The parts add up to the traced step ({_ms(split['step_ns'])}, profiler overhead included). "
+        "The frontend runs beside this loop: what it adds per step on untraced runs is "
+        + (f"{_ms(fe)}." if fe is not None else "not known.")
+    )
     return Figure(fid, title, caption, draw(build, salt=fid))
 
 
 def _ms(ns) -> str:
     return "—" if ns is None else f"{ns / 1e6:.3f} ms"
-
-
-# -- kernels ----------------------------------------------------------------------------------
-
-
-def top_kernels(inp: Input) -> list[dict]:
-    """Top kernels of the trace over all devices (from the overview), merged by name."""
-    ov = inp.overview or {}
-    merged: dict[str, dict] = {}
-    for d in ov.get("devices") or []:
-        for k in d.get("top_kernels") or []:
-            m = merged.setdefault(k["name"], {"name": k["name"], "class": k.get("class", "compute"), "count": 0,
-                                              "total_ns": 0})
-            m["count"] += k["count"]
-            m["total_ns"] += k["total_ns"]
-    rows = sorted(merged.values(), key=lambda r: -r["total_ns"])[:10]
-    grand = sum(d.get("kernel_sum_ns", 0) for d in ov.get("devices") or []) or 1
-    for r in rows:
-        r["share"] = r["total_ns"] / grand
-    return rows
-
-
-def kernels_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figure:
-    steps = (inp.anatomy or {}).get("steps") or []
-    w_ = words(inp.activity)
-    title = f"{w_.ops[0].upper() + w_.ops[1:]} per step" + ("" if w_.device == "CPU" else " and the top kernels")
-    kernels = top_kernels(inp)
-    if not steps and not kernels:
-        return Figure(fid, title, f"No steps and no {w_.ops} in this input.", None)
-    what = w_.ops
-
-    def build():
-        fig = new_figure(11.0, 3.4)
-        axs = fig.subplots(1, 2, width_ratios=[1, 1.3]) if kernels else [fig.add_subplot()]
-        ax = axs[0]
-        if steps:
-            x, per_bin = _x_axis(steps, max_bars)
-            kc = binned(np.array([float(s["kernel_count"]) for s in steps]), max_bars)
-            bars(ax, x, kc, width=0.8 * per_bin, color=C_GPU)
-            ax.set_ylim(bottom=0)
-            ax.set_xlabel("step index" + (f" (bins of {per_bin}, mean)" if per_bin > 1 else ""))
-            ax.set_ylabel(f"{what} per step")
-            _step_ticks(ax, x)
-        if kernels:
-            ax2 = axs[1]
-            names = distinct_short([k["name"] for k in kernels], 48)[::-1]
-            ax2.barh(np.arange(len(names)), [k["total_ns"] / 1e6 for k in kernels][::-1], color=C_GPU)
-            ax2.set_yticks(np.arange(len(names)), names, fontsize=7)
-            ax2.set_xlabel("total ms in trace (all devices)")
-        return fig
-
-    caption = (f"Left: {what} each step launched (GPU ops assigned to the step whose CPU window holds their "
-               "launch call; graph-replayed kernels count). Right: the kernels with the most total time in the "
-               "whole trace (sum of durations over all devices); long names are shortened in the middle — the "
-               "table below has them in full.")
-    if w_.device == "CPU":
-        caption = (f"{what[0].upper() + what[1:]} per step: framework ops that compute on the CPU (the device-"
-                   "active analogue of a CPU run) inside each step's window. There are no GPU kernels.")
-    return Figure(fid, title, caption, draw(build, salt=fid))
-
-
-def distinct_short(names: list[str], n: int) -> list[str]:
-    """Names cut to about ``n`` characters, keeping both ends (``head…tail``). Names that would
-    collide (GEMM kernels differing only in their tile sizes) show the part where they differ
-    instead of the head: ``head…middle…tail``; a collision left after that gets ``#k``.
-
-    >>> distinct_short(["xmma_gemm_f32_tile64x256_stage3_kernel", "xmma_gemm_f32_tile128x128_stage3_kernel"], 24)
-    ['xmma_…tile64x256_s…ernel', 'xmma_…tile128x128_…ernel']
-    """
-    def cut(name: str) -> str:
-        return name if len(name) <= n else name[: (n - 1) * 2 // 3] + "…" + name[len(name) - (n - 1) // 3:]
-
-    short = [cut(x) for x in names]
-    groups: dict[str, list[int]] = {}
-    for i, sh in enumerate(short):
-        groups.setdefault(sh, []).append(i)
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        side = max((n - 2) // 4, 1)
-        mid = max(n - 2 * side - 2, 4)
-        for i in members:
-            x = names[i]
-            # where this name parts from the member it shares most with
-            common = max(len(os.path.commonprefix([x, names[j]])) for j in members if j != i)
-            start = max(common - mid // 3, side)
-            short[i] = x[:side] + "…" + x[start:start + mid] + "…" + x[len(x) - side:]
-    out, seen = [], {}
-    for sh in short:
-        k = seen.get(sh, 0)
-        seen[sh] = k + 1
-        out.append(sh if k == 0 else f"{sh} #{k + 1}")
-    return out
-
-
-# -- host time ---------------------------------------------------------------------------------
-
-
-def host_rows(inp: Input) -> tuple[list[dict], list[dict], float]:
-    """(top ops, top Python frames with addresses stripped and merged, share of host time in no
-    Python frame)."""
-    an = inp.anatomy or {}
-    frames, unframed = merge_frames(an.get("top_frames") or [])
-    return list(an.get("top_ops") or []), frames[: an.get("top_frames_max") or 10], unframed
-
-
-def host_figure(inp: Input, fid: str) -> Figure:
-    an = inp.anatomy or {}
-    ops, frames, unframed = host_rows(inp)
-    cpu = inp.activity != "gpu"
-    title = "Where the host time went: framework ops and Python frames"
-    if not ops and not frames:
-        tax = an.get("taxbreak") or {}
-        why = tax.get("note") or "the trace has no launches linked to framework ops"
-        if cpu:
-            why = "the trace has no top-level framework ops inside its steps"
-        return Figure(fid, title, f"Not available: {why}.", None)
-    xlabel = "framework time, ms per step" if cpu else "ΔFT + ΔCT, ms per step"
-
-    def build():
-        fig = new_figure(11.0, 3.4)
-        panels = [(r, t) for r, t in ((ops, "framework ops"), (frames, "Python frames")) if r]
-        axs = fig.subplots(1, len(panels))
-        axs = np.atleast_1d(axs)
-        for ax, (rows, t) in zip(axs, panels):
-            names = distinct_short([r["name"] for r in rows], 44)[::-1]
-            ax.barh(np.arange(len(rows)), [r["host_ns_per_step"] / 1e6 for r in rows][::-1], color=C_TAX["ft_ns"])
-            ax.set_yticks(np.arange(len(rows)), names, fontsize=7)
-            ax.set_xlabel(xlabel)
-            ax.set_title(t)
-        return fig
-
-    side = " (left)" if frames else ""
-    if cpu:
-        caption = ("CPU run (no kernel launches, so no TaxBreak): host time charged to each top-level framework op"
-                   f"{side} is the time before it since the previous top-level op (or the step start) plus its own "
-                   "time outside CPU-compute ops; summed over the trace and divided by the number of steps.")
-        caption += " Right: the same time by the innermost Python frame enclosing the op." if frames else ""
-    else:
-        caption = ("Host translation time (ΔFT + ΔCT, TaxBreak) charged to the top-level framework op that "
-                   f"issued each launch{side}" + (" and to the innermost Python frame enclosing it (right)"
-                                                   if frames else "")
-                   + ", summed over the trace and divided by the number of steps.")
-    if frames:
-        caption += (" Frame names have object addresses removed (`… object at 0x…>` names one call site), and "
-                    "frames equal after that are merged.")
-    caption += " Long names are shortened in the middle; the tables below have them in full."
-    if not frames:
-        caption += (" The trace records no Python frames (profile with with_stack=True to get them), so only the "
-                    "framework-op panel is drawn.")
-    elif unframed > 0:
-        caption += (f" {100 * unframed:.1f} % of this host time ran in no recorded Python frame (the trace was taken "
-                    "without Python stacks for it) and is not drawn in the frame panel.")
-    return Figure(fid, title, caption, draw(build, salt=fid))

@@ -87,13 +87,20 @@ def resolve(arg: str, config: InputConfig = InputConfig(), progress=None) -> Inp
     from hostgap.store import resolve_run_dir
 
     run_dir = resolve_run_dir(results.get("run_dir"), db_path)
-    notes = ()
+    notes: tuple[str, ...] = ()
     if run_dir is None:
         stored = results.get("run_dir")
-        notes = (f"run directory {stored!r} (from {db_path}) not found from {os.getcwd()}"
-                 + (": it was stored relative to the folder the run was measured in; run the report there "
-                    "or give the run directory" if stored and not os.path.isabs(stored) else "")
-                 if stored else f"the runs database {db_path} names no run directory for this run",)
+        notes = (
+            f"run directory {stored!r} (from {db_path}) not found from {os.getcwd()}"
+            + (
+                ": it was stored relative to the folder the run was measured in; run the report there "
+                "or give the run directory"
+                if stored and not os.path.isabs(stored)
+                else ""
+            )
+            if stored
+            else f"the runs database {db_path} names no run directory for this run",
+        )
     return _from_results(arg, results, run_dir, config, progress, notes)
 
 
@@ -104,9 +111,17 @@ def resolve_all(args, config: InputConfig = InputConfig(), progress=None) -> lis
 # -- the three forms ---------------------------------------------------------------------
 
 
-def from_trace(path: str, config: InputConfig = InputConfig(), progress=None, *, label: str | None = None,
-               kind: str = "trace", results: dict | None = None, sweep: dict | None = None,
-               source: str | None = None) -> Input:
+def from_trace(
+    path: str,
+    config: InputConfig = InputConfig(),
+    progress=None,
+    *,
+    label: str | None = None,
+    kind: str = "trace",
+    results: dict | None = None,
+    sweep: dict | None = None,
+    source: str | None = None,
+) -> Input:
     """Load and analyse one trace file."""
     from hostgap.anatomy.overview import overview
     from hostgap.anatomy.steps import AnatomyConfig, analyze
@@ -119,16 +134,30 @@ def from_trace(path: str, config: InputConfig = InputConfig(), progress=None, *,
     links = link(trace)
     # every frame, not the top few: frames that differ only by an object address are merged
     # (report.words.merge_frames) before the top ones are taken
-    cfg = AnatomyConfig(step_marker=config.step_marker, launch_floor_ns=config.launch_floor_ns,
-                        floor_file=config.floor_file, gap_threshold_ns=config.gap_threshold_ns, top=FRAME_POOL)
+    cfg = AnatomyConfig(
+        step_marker=config.step_marker,
+        launch_floor_ns=config.launch_floor_ns,
+        floor_file=config.floor_file,
+        gap_threshold_ns=config.gap_threshold_ns,
+        top=FRAME_POOL,
+    )
     an = analyze(trace, cfg, links)
     doc = an.to_dict()
     doc["top_ops"] = doc["top_ops"][: config.top]
     doc["top_frames_max"] = config.top
     ov = overview(trace, links, gap_threshold_ns=config.gap_threshold_ns, top=config.top)
-    return Input(source=source or path, kind=kind, label=label or _trace_label(path), trace_path=str(path),
-                 results=results, sweep=sweep, anatomy=doc, overview=ov, excerpt=excerpt(trace, doc),
-                 gap_time_ns=gap_time(trace, links, config.gap_threshold_ns))
+    return Input(
+        source=source or path,
+        kind=kind,
+        label=label or _trace_label(path),
+        trace_path=str(path),
+        results=results,
+        sweep=sweep,
+        anatomy=doc,
+        overview=ov,
+        excerpt=excerpt(trace, doc),
+        gap_time_ns=gap_time(trace, links, config.gap_threshold_ns),
+    )
 
 
 def gap_time(trace, links, threshold_ns: int) -> dict[str, list[int]]:
@@ -140,12 +169,13 @@ def gap_time(trace, links, threshold_ns: int) -> dict[str, list[int]]:
     rows = np.flatnonzero(trace.events.of_kind(*GPU_OP_KINDS))
     gap, cls = classify_gaps(trace, links, rows, threshold_ns)[1:3]
     bins = gap_bins()
-    return {name: np.histogram(gap[cls == i], bins=bins, weights=gap[cls == i])[0].astype(np.int64).tolist()
-            for i, name in enumerate(IDLE_CLASSES)}
+    return {
+        name: np.histogram(gap[cls == i], bins=bins, weights=gap[cls == i])[0].astype(np.int64).tolist()
+        for i, name in enumerate(IDLE_CLASSES)
+    }
 
 
-def _from_results(arg: str, results: dict, run_dir: Path | None, config: InputConfig, progress,
-                  notes=()) -> Input:
+def _from_results(arg: str, results: dict, run_dir: Path | None, config: InputConfig, progress, notes=()) -> Input:
     if not isinstance(results, dict) or "differencing" not in results:
         raise HostgapError(arg, "not a hostgap results JSON (no 'differencing' key)")
     sweep = None
@@ -163,17 +193,31 @@ def _from_results(arg: str, results: dict, run_dir: Path | None, config: InputCo
     label = run_label(results)
     if trace_path:
         floor = results.get("floor_file")
-        cfg = config if config.floor_file or not floor or not os.path.isfile(floor) else \
-            InputConfig(**{**config.__dict__, "floor_file": floor})
-        inp = from_trace(trace_path, cfg, progress, label=label, kind="run", results=results, sweep=sweep,
-                         source=arg)
+        cfg = (
+            config
+            if config.floor_file or not floor or not os.path.isfile(floor)
+            else InputConfig(**{**config.__dict__, "floor_file": floor})
+        )
+        inp = from_trace(trace_path, cfg, progress, label=label, kind="run", results=results, sweep=sweep, source=arg)
         return replace(inp, notes=tuple(notes))
-    notes.append("the run's trace is not available: step figures use the decode steps stored in results.json"
-                 if not trace_rel or run_dir is None else
-                 f"the run's trace is not available ({trace_rel} not found in {run_dir}): step figures use the "
-                 "decode steps stored in results.json")
-    return Input(source=arg, kind="run", label=label, trace_path=None, results=results, sweep=sweep,
-                 anatomy=anatomy_from_results(results), overview=None, excerpt=None, notes=tuple(notes))
+    notes.append(
+        "the run's trace is not available: step figures use the decode steps stored in results.json"
+        if not trace_rel or run_dir is None
+        else f"the run's trace is not available ({trace_rel} not found in {run_dir}): step figures use the "
+        "decode steps stored in results.json"
+    )
+    return Input(
+        source=arg,
+        kind="run",
+        label=label,
+        trace_path=None,
+        results=results,
+        sweep=sweep,
+        anatomy=anatomy_from_results(results),
+        overview=None,
+        excerpt=None,
+        notes=tuple(notes),
+    )
 
 
 def anatomy_from_results(results: dict) -> dict:
@@ -213,11 +257,14 @@ def sweep_points(results: dict, timings: dict) -> dict:
 
 
 def run_label(results: dict) -> str:
-    parts = [results.get("preset") or Path(results.get("model_path") or "model").name,
-             results.get("engine"), results.get("mode"),
-             f"b{results['batch']}" if results.get("batch") is not None else None,
-             f"L{results['prompt_len']}" if results.get("prompt_len") is not None else None,
-             results.get("device_name") or results.get("device")]
+    parts = [
+        results.get("preset") or Path(results.get("model_path") or "model").name,
+        results.get("engine"),
+        results.get("mode"),
+        f"b{results['batch']}" if results.get("batch") is not None else None,
+        f"L{results['prompt_len']}" if results.get("prompt_len") is not None else None,
+        results.get("device_name") or results.get("device"),
+    ]
     return " ".join(str(p) for p in parts if p)
 
 
@@ -302,8 +349,11 @@ def excerpt(trace, anatomy: dict) -> dict | None:
             lanes.append({"label": key, "kind": kind, "rows": sel})
 
     if activity == "gpu":
-        add(op_rows, lambda r: np.array([f"GPU {d} stream {s}" for d, s in zip(ev.device[r], ev.stream[r])],
-                                        dtype=object), "device")
+        add(
+            op_rows,
+            lambda r: np.array([f"GPU {d} stream {s}" for d, s in zip(ev.device[r], ev.stream[r])], dtype=object),
+            "device",
+        )
         add(host, lambda r: np.array([f"host thread {t}" for t in ev.tid[r]], dtype=object), "host")
     else:
         add(op_rows, lambda r: np.array([f"CPU compute, thread {t}" for t in ev.tid[r]], dtype=object), "device")
@@ -325,6 +375,15 @@ def excerpt(trace, anatomy: dict) -> dict | None:
             code = names.setdefault(nm, len(names))
             bars.append([int(max(ev.start_ns[r], lo) - lo), int(min(ev.end_ns[r], hi) - lo), code])
         out_lanes.append({"label": ln["label"], "kind": ln["kind"], "bars": bars})
-    return {"step": idx, "kind": step["kind"], "start_ns": lo, "wall_ns": hi - lo,
-            "lanes": out_lanes, "names": list(names), "bars": total, "dropped": dropped, "choice": choice,
-            "activity": activity}
+    return {
+        "step": idx,
+        "kind": step["kind"],
+        "start_ns": lo,
+        "wall_ns": hi - lo,
+        "lanes": out_lanes,
+        "names": list(names),
+        "bars": total,
+        "dropped": dropped,
+        "choice": choice,
+        "activity": activity,
+    }

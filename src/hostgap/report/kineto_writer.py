@@ -50,16 +50,18 @@ def kineto_events(trace: Trace, rows: np.ndarray) -> list[dict]:
             args["stream"] = int(ev.stream[r])
         if k in (Kind.MEMCPY, Kind.MEMSET):
             args["bytes"] = int(ev.bytes[r])
-        out.append({
-            "ph": "X",
-            "cat": CATEGORY[k],
-            "name": names[int(ev.name[r])],
-            "pid": int(ev.device[r]) if gpu else int(ev.pid[r]),
-            "tid": int(ev.stream[r]) if gpu else int(ev.tid[r]),
-            "ts": _us(int(ev.start_ns[r])),
-            "dur": _us(int(ev.dur_ns[r])),
-            "args": args,
-        })
+        out.append(
+            {
+                "ph": "X",
+                "cat": CATEGORY[k],
+                "name": names[int(ev.name[r])],
+                "pid": int(ev.device[r]) if gpu else int(ev.pid[r]),
+                "tid": int(ev.stream[r]) if gpu else int(ev.tid[r]),
+                "ts": _us(int(ev.start_ns[r])),
+                "dur": _us(int(ev.dur_ns[r])),
+                "args": args,
+            }
+        )
     return out
 
 
@@ -72,8 +74,11 @@ def trace_document(trace: Trace, rows: np.ndarray) -> dict:
     doc: dict = {
         "schemaVersion": 1,
         "deviceProperties": [
-            {"id": d.index, "name": d.name if d.name_source == "trace" else "",
-             **({"totalGlobalMem": d.memory_bytes} if d.memory_bytes else {})}
+            {
+                "id": d.index,
+                "name": d.name if d.name_source == "trace" else "",
+                **({"totalGlobalMem": d.memory_bytes} if d.memory_bytes else {}),
+            }
             for d in meta.devices
         ],
         "traceEvents": kineto_events(trace, rows),

@@ -68,20 +68,52 @@ def _meta(pid: int, tid: int | None, name: str, value) -> dict:
 
 
 def _x(pid, tid, name, start_ns, end_ns, cat, args) -> dict:
-    return {"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat, "ts": us(start_ns),
-            "dur": us(max(int(end_ns) - int(start_ns), 0)), "args": args}
+    return {
+        "ph": "X",
+        "pid": pid,
+        "tid": tid,
+        "name": name,
+        "cat": cat,
+        "ts": us(start_ns),
+        "dur": us(max(int(end_ns) - int(start_ns), 0)),
+        "args": args,
+    }
 
 
 def step_events(anatomy: dict, pid: int) -> list[dict]:
     out = []
     for s in anatomy.get("steps") or []:
         lo, hi = int(s["start_ns"]), int(s["start_ns"]) + int(s["wall_ns"])
-        args = {k: s.get(k) for k in ("index", "name", "kind", "wall_ns", "gpu_active_ns", "host_exposed_ns",
-                                      "host_wait_ns", "host_fraction", "kernel_count", "launches", "queued",
-                                      "partial")}
+        args = {
+            k: s.get(k)
+            for k in (
+                "index",
+                "name",
+                "kind",
+                "wall_ns",
+                "gpu_active_ns",
+                "host_exposed_ns",
+                "host_wait_ns",
+                "host_fraction",
+                "kernel_count",
+                "launches",
+                "queued",
+                "partial",
+            )
+        }
         out.append(_x(pid, TRACK_STEPS, f"step {s['index']} ({s['kind']})", lo, hi, "hostgap.step", args))
-        out.append({"ph": "i", "s": "p", "pid": pid, "tid": TRACK_STEPS, "name": f"step {s['index']} start",
-                    "cat": "hostgap.step", "ts": us(lo), "args": {"index": s["index"]}})
+        out.append(
+            {
+                "ph": "i",
+                "s": "p",
+                "pid": pid,
+                "tid": TRACK_STEPS,
+                "name": f"step {s['index']} start",
+                "cat": "hostgap.step",
+                "ts": us(lo),
+                "args": {"index": s["index"]},
+            }
+        )
     return out
 
 
@@ -102,8 +134,17 @@ def gap_events(trace: Trace, anatomy: dict, pid: int) -> list[dict]:
         cuts_e = np.concatenate((np.maximum(seg_s[i0:i1], lo), [hi]))
         keep = cuts_e > cuts_s
         for a, b in zip(cuts_s[keep].tolist(), cuts_e[keep].tolist()):
-            out.append(_x(pid, TRACK_GAPS, f"host-exposed, step {s['index']}", a, b, "hostgap.gap",
-                          {"step": s["index"], "gap_ns": b - a, "step_host_exposed_ns": s["host_exposed_ns"]}))
+            out.append(
+                _x(
+                    pid,
+                    TRACK_GAPS,
+                    f"host-exposed, step {s['index']}",
+                    a,
+                    b,
+                    "hostgap.gap",
+                    {"step": s["index"], "gap_ns": b - a, "step_host_exposed_ns": s["host_exposed_ns"]},
+                )
+            )
     return out
 
 
@@ -129,12 +170,36 @@ def taxbreak_events(trace: Trace, anatomy_obj, pid: int) -> tuple[list[dict], di
             out.append(_x(pid, base, "T_py", ps, pe, "hostgap.taxbreak", {**common, "t_py_ns": pe - ps}))
         ds, de = int(k.dispatch_start_ns[i]), int(k.dispatch_end_ns[i])
         if de > ds:
-            out.append(_x(pid, base + 1, "T_dispatch", ds, de, "hostgap.taxbreak",
-                          {**common, "t_dispatch_ns": de - ds, "i_lib": int(k.i_lib[i])}))
-        out.append(_x(pid, base + 2, names[int(ev.name[lr])], int(ev.start_ns[lr]), int(ev.end_ns[lr]),
-                      "hostgap.taxbreak", {**common, "dft_ns": int(k.dft_ns[i]), "dct_ns": int(k.dct_ns[i]),
-                                           "dkt_ns": float(k.floor_ns), "dkt_fw_ns": None if fw != fw else fw,
-                                           "t_launch_ns": int(k.t_launch_ns[i]), "queued": bool(k.queued[i])}))
+            out.append(
+                _x(
+                    pid,
+                    base + 1,
+                    "T_dispatch",
+                    ds,
+                    de,
+                    "hostgap.taxbreak",
+                    {**common, "t_dispatch_ns": de - ds, "i_lib": int(k.i_lib[i])},
+                )
+            )
+        out.append(
+            _x(
+                pid,
+                base + 2,
+                names[int(ev.name[lr])],
+                int(ev.start_ns[lr]),
+                int(ev.end_ns[lr]),
+                "hostgap.taxbreak",
+                {
+                    **common,
+                    "dft_ns": int(k.dft_ns[i]),
+                    "dct_ns": int(k.dct_ns[i]),
+                    "dkt_ns": float(k.floor_ns),
+                    "dkt_fw_ns": None if fw != fw else fw,
+                    "t_launch_ns": int(k.t_launch_ns[i]),
+                    "queued": bool(k.queued[i]),
+                },
+            )
+        )
     return out, threads
 
 
@@ -142,10 +207,14 @@ def overlay_events(trace: Trace, anatomy_obj, pid: int) -> list[dict]:
     """Every event hostgap adds (metadata first)."""
     doc = anatomy_obj.to_dict()
     tax, threads = taxbreak_events(trace, anatomy_obj, pid)
-    meta = [_meta(pid, None, "process_name", PROCESS_NAME), _meta(pid, None, "process_sort_index", -1),
-            _meta(pid, TRACK_STEPS, "thread_name", "steps"), _meta(pid, TRACK_STEPS, "thread_sort_index", 0),
-            _meta(pid, TRACK_GAPS, "thread_name", "host-exposed gaps"),
-            _meta(pid, TRACK_GAPS, "thread_sort_index", 1)]
+    meta = [
+        _meta(pid, None, "process_name", PROCESS_NAME),
+        _meta(pid, None, "process_sort_index", -1),
+        _meta(pid, TRACK_STEPS, "thread_name", "steps"),
+        _meta(pid, TRACK_STEPS, "thread_sort_index", 0),
+        _meta(pid, TRACK_GAPS, "thread_name", "host-exposed gaps"),
+        _meta(pid, TRACK_GAPS, "thread_sort_index", 1),
+    ]
     for t, base in threads.items():
         for j, what in enumerate(("T_py", "T_dispatch", "launch call")):
             meta.append(_meta(pid, base + j, "thread_name", f"{what} (thread {t})"))

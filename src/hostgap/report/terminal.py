@@ -5,19 +5,26 @@ from __future__ import annotations
 import io
 import re
 import sys
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+from hostgap.anatomy.markers import describe
+
+if TYPE_CHECKING:
+    from rich.console import Console as RichConsole
+    from rich.table import Table as RichTable
 
 # rich is imported on first use: `--json` and `--csv` runs never need it (cold start)
 
 
-def Console(*args, **kwargs):  # noqa: N802 (stands in for the class)
+def Console(*args: Any, **kwargs: Any) -> RichConsole:  # noqa: N802 (stands in for the class)
     from rich.console import Console as RichConsole
 
     return RichConsole(*args, **kwargs)
 
 
-def Table(*args, **kwargs):  # noqa: N802
+def Table(*args: Any, **kwargs: Any) -> RichTable:  # noqa: N802
     from rich.table import Table as RichTable
 
     return RichTable(*args, **kwargs)
@@ -26,14 +33,12 @@ def Table(*args, **kwargs):  # noqa: N802
 class StderrConsole:
     """rich's stderr console, created on first use."""
 
-    _console = None
+    _console: RichConsole | None = None
 
     def __getattr__(self, name):
         if StderrConsole._console is None:
             StderrConsole._console = Console(stderr=True)
         return getattr(StderrConsole._console, name)
-
-from hostgap.anatomy.markers import describe
 
 
 def ms(ns) -> str:
@@ -100,64 +105,104 @@ class TrimmedLines(io.TextIOBase):
     def isatty(self) -> bool:
         return self._file.isatty()
 
+    # typeshed declares TextIOBase.encoding a writable attribute; at runtime it is a read-only
+    # descriptor (assigning it raises AttributeError), so a read-only property is the true override
     @property
-    def encoding(self) -> str:
+    def encoding(self) -> str:  # type: ignore[override]
         return getattr(self._file, "encoding", "utf-8")
 
 
-def stdout_console(**kw) -> Console:
+def stdout_console(**kw) -> RichConsole:
     """A console on stdout whose lines carry no trailing spaces."""
     return Console(file=TrimmedLines(sys.stdout), **kw)
 
 
-def console(quiet: bool = False) -> Console:
+def console(quiet: bool = False) -> RichConsole:
     return stdout_console(quiet=quiet, width=max(140, Console().width))
 
 
-def render_overview(doc: dict, con: Console) -> None:
-    con.print(f"[bold]{doc['trace']}[/bold]  ({doc['format']}, {doc['events']:,} events"
-              + (f", rank {doc['rank']}/{doc['world_size']}" if doc.get("world_size") else "") + ")")
+def render_overview(doc: dict, con: RichConsole) -> None:
+    con.print(
+        f"[bold]{doc['trace']}[/bold]  ({doc['format']}, {doc['events']:,} events"
+        + (f", rank {doc['rank']}/{doc['world_size']}" if doc.get("world_size") else "")
+        + ")"
+    )
     if not doc["device_activity"]:
         con.print("  no device activity: this trace has no GPU kernels, copies or memsets")
     if doc["devices"]:
         t = Table(title="GPU timeline per device (ms)", title_justify="left")
-        for c in ("device", "name", "span", "busy", "idle", "kernel sum", "kernel union", "kernels",
-                  "memcpy", "memcpy bytes", "memset"):
+        for c in (
+            "device",
+            "name",
+            "span",
+            "busy",
+            "idle",
+            "kernel sum",
+            "kernel union",
+            "kernels",
+            "memcpy",
+            "memcpy bytes",
+            "memset",
+        ):
             t.add_column(c, justify="right" if c not in ("name",) else "left")
         for d in doc["devices"]:
-            t.add_row(str(d["device"]), d["name"], ms(d["span_ns"]), ms(d["busy_ns"]), ms(d["idle_ns"]),
-                      ms(d["kernel_sum_ns"]), ms(d["kernel_union_ns"]), f"{d['kernel_count']:,}",
-                      ms(d["memcpy_ns"]), f"{d['memcpy_bytes']:,}", ms(d["memset_ns"]))
+            t.add_row(
+                str(d["device"]),
+                d["name"],
+                ms(d["span_ns"]),
+                ms(d["busy_ns"]),
+                ms(d["idle_ns"]),
+                ms(d["kernel_sum_ns"]),
+                ms(d["kernel_union_ns"]),
+                f"{d['kernel_count']:,}",
+                ms(d["memcpy_ns"]),
+                f"{d['memcpy_bytes']:,}",
+                ms(d["memset_ns"]),
+            )
         con.print(t)
         for d in doc["devices"]:
             if d.get("comm_count"):
-                con.print(f"  device {d['device']} busy = compute {ms(d['compute_active_ns'])} ms + communication "
-                          f"{ms(d['comm_active_ns'])} ms ({d['comm_count']:,} ops) − overlap "
-                          f"{ms(d['comm_overlap_ns'])} ms")
+                con.print(
+                    f"  device {d['device']} busy = compute {ms(d['compute_active_ns'])} ms + communication "
+                    f"{ms(d['comm_active_ns'])} ms ({d['comm_count']:,} ops) − overlap "
+                    f"{ms(d['comm_overlap_ns'])} ms"
+                )
         for d in doc["devices"]:
             g = d["idle_gaps"]
             parts = ", ".join(f"{k} {g['count'][k]:,} gaps / {ms(g['total_ns'][k])} ms" for k in g["count"])
             n = d.get("streams")
-            basis = (f"summed over its {n} streams, stream-time: can exceed the span" if n and n > 1
-                     else "one stream")
-            con.print(f"  device {d['device']} idle gaps ({basis}; threshold {g['threshold_ns'] / 1000:g} µs): "
-                      f"{parts}")
+            basis = f"summed over its {n} streams, stream-time: can exceed the span" if n and n > 1 else "one stream"
+            con.print(f"  device {d['device']} idle gaps ({basis}; threshold {g['threshold_ns'] / 1000:g} µs): {parts}")
             if d["top_kernels"]:
                 t = Table(title=f"top kernels, device {d['device']}", title_justify="left")
                 for c in ("kernel", "class", "count", "total ms", "mean µs", "share"):
                     t.add_column(c, justify="left" if c in ("kernel", "class") else "right")
                 for k in d["top_kernels"]:
-                    t.add_row(_trim(k["name"], 70), k["class"], f"{k['count']:,}", ms(k["total_ns"]),
-                              f"{k['mean_ns'] / 1e3:.2f}", pct(k["share"]))
+                    t.add_row(
+                        _trim(k["name"], 70),
+                        k["class"],
+                        f"{k['count']:,}",
+                        ms(k["total_ns"]),
+                        f"{k['mean_ns'] / 1e3:.2f}",
+                        pct(k["share"]),
+                    )
                 con.print(t)
     if doc["windows"]:
         t = Table(title="windows (GPU ops clipped to the window, ms)", title_justify="left")
         for c in ("window", "device", "source", "span", "busy", "idle", "kernel sum", "kernel union", "kernels"):
             t.add_column(c, justify="left" if c in ("window", "source") else "right")
         for w in doc["windows"]:
-            t.add_row(w["name"], str(w["device"]), w["source"], ms(w["span_ns"]), ms(w["busy_ns"]),
-                      ms(w["idle_ns"]), ms(w["kernel_sum_ns"]), ms(w["kernel_union_ns"]),
-                      f"{w['kernel_count']:,}")
+            t.add_row(
+                w["name"],
+                str(w["device"]),
+                w["source"],
+                ms(w["span_ns"]),
+                ms(w["busy_ns"]),
+                ms(w["idle_ns"]),
+                ms(w["kernel_sum_ns"]),
+                ms(w["kernel_union_ns"]),
+                f"{w['kernel_count']:,}",
+            )
         con.print(t)
     if doc["launch_stats"]:
         t = Table(title="launch APIs (µs)", title_justify="left")
@@ -165,13 +210,29 @@ def render_overview(doc: dict, con: Console) -> None:
             t.add_column(c, justify="left" if c == "api" else "right")
         for s in doc["launch_stats"]:
             a, d = s["api_dur_ns"], s["delay_ns"]
-            t.add_row(s["api"], f"{s['count']:,}", f"{s['gpu_ops']:,}", _us(a.get("p50")), _us(a.get("p95")),
-                      _us(d.get("p50")), _us(d.get("p95")))
+            t.add_row(
+                s["api"],
+                f"{s['count']:,}",
+                f"{s['gpu_ops']:,}",
+                _us(a.get("p50")),
+                _us(a.get("p95")),
+                _us(d.get("p50")),
+                _us(d.get("p95")),
+            )
         con.print(t)
     links = doc["links"]
-    con.print(f"  links: {links['launches']:,} launches, {links['graph_launches']:,} graph launches "
-              f"replaying {links['graph_replayed_ops']:,} ops; {links['unlinked_gpu_ops']:,} GPU ops "
-              "without a launch partner (kept)")
+    con.print(
+        f"  links: {links['launches']:,} launches, {links['graph_launches']:,} graph launches "
+        f"replaying {links['graph_replayed_ops']:,} ops; {links['unlinked_gpu_ops']:,} GPU ops "
+        "without a launch partner (kept)"
+    )
+    g = doc.get("graph_launch_cost")
+    if g:
+        con.print(
+            f"  graph launches: {g['host_ns'] / 1e3:,.1f} µs of host time for {g['nodes']:,} replayed nodes: "
+            f"{g['host_ns_per_node'] / 1e3:.3f} µs per node ({g['launches']:,} launch(es), median "
+            f"{g['nodes_per_launch_p50']:g} nodes each)"
+        )
     if doc["skipped"]:
         con.print("  skipped events: " + ", ".join(f"{k}: {v:,}" for k, v in doc["skipped"].items()))
 
@@ -188,8 +249,14 @@ def overview_csv_rows(doc: dict) -> list[dict]:
     """One row per device and per window (``scope`` says which)."""
     rows = []
     for d in doc["devices"]:
-        rows.append({"trace": doc["trace"], "scope": "device", "name": d["name"],
-                     **{k: v for k, v in d.items() if k not in ("idle_gaps", "top_kernels", "name")}})
+        rows.append(
+            {
+                "trace": doc["trace"],
+                "scope": "device",
+                "name": d["name"],
+                **{k: v for k, v in d.items() if k not in ("idle_gaps", "top_kernels", "name")},
+            }
+        )
     for w in doc["windows"]:
         rows.append({"trace": doc["trace"], "scope": "window", **w})
     return rows
@@ -204,29 +271,39 @@ def to_text(render, *args) -> str:
 
 # -- steps and TaxBreak ------------------------------------------------------------------------
 
-ACTIVITY_LABEL = {
+# looked up with a document's "activity", which may be absent (None)
+ACTIVITY_LABEL: dict[str | None, str] = {
     "gpu": "GPU-active",
     "cpu-compute": "CPU-compute (device-active analogue)",
 }
 
 
-def render_anatomy(doc: dict, con: Console) -> None:
+def render_anatomy(doc: dict, con: RichConsole) -> None:
     """Steady-state step split, TaxBreak, verdict and where the host time went."""
     steps = doc.get("steps") or []
     label = ACTIVITY_LABEL.get(doc.get("activity"), "device-active")
     summ = doc["summary"]
-    con.print(f"[bold]steps[/bold]: {len(steps)} ({describe(doc['marker_family'])}); steady decode "
-              f"{summ['steady']['count']}, prefill {summ['prefill']['count']}, warm-up "
-              f"{summ['warmup']['count']}, flagged (queued/partial) {summ['flagged']['count']}")
+    con.print(
+        f"[bold]steps[/bold]: {len(steps)} ({describe(doc['marker_family'])}); steady decode "
+        f"{summ['steady']['count']}, prefill {summ['prefill']['count']}, warm-up "
+        f"{summ['warmup']['count']}, flagged (queued/partial) {summ['flagged']['count']}"
+    )
     groups = [(g, summ[g]) for g in ("steady", "prefill", "warmup", "flagged") if summ[g]["count"]]
     if groups:
         t = Table(title=f"per step, median \\[p10–p90] (ms); {label}", title_justify="left")
         for c in ("group", "steps", "wall", label, "host-exposed", "host_wait", "host fraction", "kernels"):
             t.add_column(c, justify="left" if c == "group" else "right")
         for g, s in groups:
-            t.add_row(g, str(s["count"]), _band(s["wall_ns"]), _band(s["gpu_active_ns"]),
-                      _band(s["host_exposed_ns"]), _band(s["host_wait_ns"]),
-                      _pband(s["host_fraction"]), _nband(s["kernel_count"]))
+            t.add_row(
+                g,
+                str(s["count"]),
+                _band(s["wall_ns"]),
+                _band(s["gpu_active_ns"]),
+                _band(s["host_exposed_ns"]),
+                _band(s["host_wait_ns"]),
+                _pband(s["host_fraction"]),
+                _nband(s["kernel_count"]),
+            )
         con.print(t)
     _render_comm(doc, groups, label, con)
     tax = doc["taxbreak"]
@@ -238,17 +315,22 @@ def render_anatomy(doc: dict, con: Console) -> None:
             f"(floor {tax['launch_floor_ns'] / 1000:.3f} µs: {tax['floor_source']}), "
             f"ΔKT_fw {ms(tax['kt_fw_ns'] / n)} ms, unattributed {ms(tax['unattributed_ns'] / n)} ms; "
             f"T_DeviceActive {ms(tax['device_active_ns'] / n)} ms, T_Orchestrate {ms(tax['orchestrate_ns'] / n)} ms, "
-            f"HDBI {_f(tax['hdbi'])}")
-        con.print(f"  kernels per step {_f(tax['kernels_per_step'], 1)}, per token {_f(tax['kernels_per_token'], 1)}; "
-                  f"unique {tax['unique_kernels']} ({pct(tax['unique_ratio'])}); launches {tax['launches']:,}, "
-                  f"graph launches {tax['graph_launches']:,}, library {tax['library_launches']:,}")
+            f"HDBI {_f(tax['hdbi'])}"
+        )
+        con.print(
+            f"  kernels per step {_f(tax['kernels_per_step'], 1)}, per token {_f(tax['kernels_per_token'], 1)}; "
+            f"unique {tax['unique_kernels']} ({pct(tax['unique_ratio'])}); launches {tax['launches']:,}, "
+            f"graph launches {tax['graph_launches']:,}, library {tax['library_launches']:,}"
+        )
         _render_tax_classes(tax, n, con)
     else:
         con.print(f"[bold]TaxBreak[/bold]: not applicable ({tax.get('note', '')})")
     v = doc["verdict"]
-    con.print(f"[bold]verdict[/bold]: [bold]{v['verdict']}[/bold]  host fraction {pct(v['host_fraction'])}, "
-              f"host_wait share {pct(v['host_wait_share'])}, HDBI {_f(v['hdbi'])}"
-              + (f"  ({v['note']})" if v.get("note") else ""))
+    con.print(
+        f"[bold]verdict[/bold]: [bold]{v['verdict']}[/bold]  host fraction {pct(v['host_fraction'])}, "
+        f"host_wait share {pct(v['host_wait_share'])}, HDBI {_f(v['hdbi'])}"
+        + (f"  ({v['note']})" if v.get("note") else "")
+    )
     for key, title in (("top_ops", "framework ops"), ("top_frames", "Python frames")):
         rows = doc.get(key) or []
         if rows:
@@ -261,59 +343,92 @@ def render_anatomy(doc: dict, con: Console) -> None:
             con.print(t)
 
 
-def _render_comm(doc: dict, groups: list, label: str, con: Console) -> None:
+def _render_comm(doc: dict, groups: list, label: str, con: RichConsole) -> None:
     """Per step group: compute-active, communication-active and their overlap (only when the
     trace has communication ops in its steps)."""
     comm = doc.get("communication") or {}
     if not comm.get("comm_count") or not groups:
         return
-    t = Table(title=f"communication per step, median \\[p10–p90] (ms); {label} = compute + comm − overlap",
-              title_justify="left")
+    t = Table(
+        title=f"communication per step, median \\[p10–p90] (ms); {label} = compute + comm − overlap",
+        title_justify="left",
+    )
     for c in ("group", "steps", "compute", "comm", "overlap", "comm ops"):
         t.add_column(c, justify="left" if c == "group" else "right")
     for g, s in groups:
-        t.add_row(g, str(s["count"]), _band(s["compute_active_ns"]), _band(s["comm_active_ns"]),
-                  _band(s["comm_overlap_ns"]), _nband(s["comm_count"]))
+        t.add_row(
+            g,
+            str(s["count"]),
+            _band(s["compute_active_ns"]),
+            _band(s["comm_active_ns"]),
+            _band(s["comm_overlap_ns"]),
+            _nband(s["comm_count"]),
+        )
     con.print(t)
     types = ", ".join(f"{k} {v:,}" for k, v in comm["by_type"].items())
     con.print(f"  communication ops in steps: {comm['comm_count']:,} ({types})")
 
 
-def _render_tax_classes(tax: dict, n: int, con: Console) -> None:
+def _render_tax_classes(tax: dict, n: int, con: RichConsole) -> None:
     """TaxBreak of the communication launches (and graph launches mixing both) apart, when any."""
     by = tax.get("by_class") or {}
-    if not any(by.get(c, {}).get("launches") or by.get(c, {}).get("graph_launches")
-               for c in ("communication", "mixed")):
+    if not any(
+        by.get(c, {}).get("launches") or by.get(c, {}).get("graph_launches") for c in ("communication", "mixed")
+    ):
         return
     parts = []
     for c, v in by.items():
         launches = v["launches"] + v["graph_launches"]
         if not launches:
             continue
-        parts.append(f"{c} {launches:,} launches, T_Orchestrate {ms(v['orchestrate_ns'] / n)} ms "
-                     f"({pct(v['orchestrate_ns'] / tax['orchestrate_ns'] if tax['orchestrate_ns'] else None)}), "
-                     f"device {ms(v['device_ns'] / n)} ms")
+        parts.append(
+            f"{c} {launches:,} launches, T_Orchestrate {ms(v['orchestrate_ns'] / n)} ms "
+            f"({pct(v['orchestrate_ns'] / tax['orchestrate_ns'] if tax['orchestrate_ns'] else None)}), "
+            f"device {ms(v['device_ns'] / n)} ms"
+        )
     con.print("  by launch class, per step: " + "; ".join(parts))
 
 
-def render_steps(doc: dict, con: Console) -> None:
+def render_steps(doc: dict, con: RichConsole) -> None:
     label = ACTIVITY_LABEL.get(doc.get("activity"), "device-active")
     t = Table(title=f"steps of {doc['trace']} (ms)", title_justify="left")
     # launches = eager launch calls, as in the JSON; graph launches get their own column
     graph = any(s["graph_launches"] for s in doc["steps"])
     comm = any(s.get("comm_count") for s in doc["steps"])
-    for c in ("#", "kind", "wall", label, "host-exposed", "host_wait", "host %", "kernels", "launches",
-              *(("graph launches",) if graph else ()), *(("compute", "comm", "overlap") if comm else ()),
-              "HDBI", "flags"):
+    for c in (
+        "#",
+        "kind",
+        "wall",
+        label,
+        "host-exposed",
+        "host_wait",
+        "host %",
+        "kernels",
+        "launches",
+        *(("graph launches",) if graph else ()),
+        *(("compute", "comm", "overlap") if comm else ()),
+        "HDBI",
+        "flags",
+    ):
         t.add_column(c, justify="left" if c in ("kind", "flags") else "right")
     for s in doc["steps"]:
-        flags = ",".join(f for f in ("queued", "partial") if s[f])
+        flags = ",".join([f for f in ("queued", "partial") if s[f]] + list(s.get("graph_flags") or []))
         tb = s.get("taxbreak") or {}
-        t.add_row(str(s["index"]), s["kind"], ms(s["wall_ns"]), ms(s["gpu_active_ns"]), ms(s["host_exposed_ns"]),
-                  ms(s["host_wait_ns"]), pct(s["host_fraction"]), f"{s['kernel_count']:,}", f"{s['launches']:,}",
-                  *((f"{s['graph_launches']:,}",) if graph else ()),
-                  *((ms(s["compute_active_ns"]), ms(s["comm_active_ns"]), ms(s["comm_overlap_ns"])) if comm else ()),
-                  _f(tb.get("hdbi")), flags)
+        t.add_row(
+            str(s["index"]),
+            s["kind"],
+            ms(s["wall_ns"]),
+            ms(s["gpu_active_ns"]),
+            ms(s["host_exposed_ns"]),
+            ms(s["host_wait_ns"]),
+            pct(s["host_fraction"]),
+            f"{s['kernel_count']:,}",
+            f"{s['launches']:,}",
+            *((f"{s['graph_launches']:,}",) if graph else ()),
+            *((ms(s["compute_active_ns"]), ms(s["comm_active_ns"]), ms(s["comm_overlap_ns"])) if comm else ()),
+            _f(tb.get("hdbi")),
+            flags,
+        )
     con.print(t)
     render_anatomy({**doc, "top_ops": [], "top_frames": []}, con)
 
@@ -325,27 +440,58 @@ KERNEL_TABLE_MAX = 1000
 """Launches shown in the terminal table of ``hostgap kernels``; --csv/--json give every row."""
 
 
-def render_kernels(rows: list[dict], con: Console, trace: str | None = None) -> None:
+def render_kernels(rows: list[dict], con: RichConsole, trace: str | None = None) -> None:
     """The launches of ``hostgap kernels`` as a table (times in µs); says how many are left out."""
     if not rows:
         con.print("no kernel launches in this trace (a CPU-only trace has none)", highlight=False)
         return
     shown = rows[:KERNEL_TABLE_MAX]
     t = Table(title=f"launches of {trace or 'the trace'} (µs; ΔKT = launch floor per launch)", title_justify="left")
-    for c in ("step", "launch API", "kernel", "class", "op", "device", "T_py", "T_dispatch", "T_launch", "ΔFT",
-              "ΔCT", "ΔKT", "ΔKT_fw", "queued"):
-        t.add_column(c, justify="left" if c in ("launch API", "kernel", "class", "op") else "right",
-                     min_width=16 if c == "launch API" else None)
+    for c in (
+        "step",
+        "launch API",
+        "kernel",
+        "class",
+        "op",
+        "device",
+        "T_py",
+        "T_dispatch",
+        "T_launch",
+        "ΔFT",
+        "ΔCT",
+        "ΔKT",
+        "ΔKT_fw",
+        "queued",
+    ):
+        t.add_column(
+            c,
+            justify="left" if c in ("launch API", "kernel", "class", "op") else "right",
+            min_width=16 if c == "launch API" else None,
+        )
     for r in shown:
-        t.add_row(str(r["step"]), r["launch_api"], _trim(r["kernel"], 48), CLASS_LABEL.get(r["class"], r["class"]),
-                  _trim(r["op"] or r["inner_op"], 28),
-                  _us(r["device_ns"]), _us(r["t_py_ns"]), _us(r["t_dispatch_ns"]), _us(r["t_launch_ns"]),
-                  _us(r["dft_ns"]), _us(r["dct_ns"]), _us(r["dkt_ns"]), _us(r["dkt_fw_ns"]),
-                  "yes" if r["queued"] else "")
+        t.add_row(
+            str(r["step"]),
+            r["launch_api"],
+            _trim(r["kernel"], 48),
+            CLASS_LABEL.get(r["class"], r["class"]),
+            _trim(r["op"] or r["inner_op"], 28),
+            _us(r["device_ns"]),
+            _us(r["t_py_ns"]),
+            _us(r["t_dispatch_ns"]),
+            _us(r["t_launch_ns"]),
+            _us(r["dft_ns"]),
+            _us(r["dct_ns"]),
+            _us(r["dkt_ns"]),
+            _us(r["dkt_fw_ns"]),
+            "yes" if r["queued"] else "",
+        )
     con.print(t)
     if len(rows) > len(shown):
-        con.print(f"{len(rows) - len(shown):,} more launches not shown ({len(rows):,} in all): --csv or --json "
-                  "prints every row", highlight=False)
+        con.print(
+            f"{len(rows) - len(shown):,} more launches not shown ({len(rows):,} in all): --csv or --json "
+            "prints every row",
+            highlight=False,
+        )
 
 
 def step_csv_rows(doc: dict) -> list[dict]:

@@ -28,10 +28,22 @@ class Words:
     wait_legend: str | None  # host_wait's legend entry (None: host_wait does not apply)
 
 
-GPU = Words(active="GPU-active", device="GPU", ops="GPU kernels", ops_short="kernels",
-            launches="launches", wait_legend="of which host_wait (GPU idle, waiting on this step's host work)")
-CPU = Words(active="CPU-compute (device-active analogue)", device="CPU", ops="CPU-compute ops",
-            ops_short="compute ops", launches="op calls", wait_legend=None)
+GPU = Words(
+    active="GPU-active",
+    device="GPU",
+    ops="GPU kernels",
+    ops_short="kernels",
+    launches="launches",
+    wait_legend="of which host_wait (GPU idle, waiting on this step's host work)",
+)
+CPU = Words(
+    active="CPU-compute (device-active analogue)",
+    device="CPU",
+    ops="CPU-compute ops",
+    ops_short="compute ops",
+    launches="op calls",
+    wait_legend=None,
+)
 
 
 def words(activity: str | None) -> Words:
