@@ -78,9 +78,13 @@ tests_for() {
                            echo tests/test_model_published.py tests/test_model_whatif_operators.py ;;
     src/hostgap/model/*)   echo tests/test_model_*.py ;;
     src/hostgap/ranks/*)   echo tests/test_ranks*.py ;;
-    src/hostgap/cli/models.py|src/hostgap/cli/models_common.py|src/hostgap/cli/fit.py|src/hostgap/cli/predict.py)
+    src/hostgap/cli/fit.py) echo tests/test_model_cli.py tests/test_attribution_cli.py tests/test_model_calibrate.py ;;
+    src/hostgap/cli/runs.py) echo tests/test_cli_runs.py tests/test_report_runs.py tests/test_capture_validity.py ;;
+    src/hostgap/report/figures_kernels.py)
+                           echo tests/test_report_parts.py tests/test_report_fixtures.py tests/test_report_measured.py ;;
+    src/hostgap/cli/models.py|src/hostgap/cli/models_common.py|src/hostgap/cli/predict.py)
                            echo tests/test_model_cli.py tests/test_model_regimes.py tests/test_model_roofline.py tests/test_model_stepmodel.py tests/test_cli_common.py tests/test_capture_validity.py ;;
-    src/hostgap/cli/runs.py|src/hostgap/cli/measure_console.py)
+    src/hostgap/cli/measure_console.py)
                            echo tests/test_capture_cli.py tests/test_capture_measure.py tests/test_capture_validity.py tests/test_capture_coverage_noise.py tests/test_cli_*.py ;;
     src/hostgap/report/*)  echo tests/test_report_*.py tests/test_ranks_report.py tests/test_anatomy_cli.py ;;
     *)                     echo tests ;;
