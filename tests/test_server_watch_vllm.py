@@ -5,12 +5,14 @@ estimate with a calibration taken by ``hostgap attach`` on the same server."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from click.testing import CliRunner
 
 from hostgap.cli import cli
 from hostgap.server.loadgen import LoadGenerator, LoadSpec
+from hostgap.server.metrics import scrape
 
 pytestmark = pytest.mark.vllm
 
@@ -39,6 +41,17 @@ def _watch(url: str, tmp_path, *extra: str) -> dict:
     return json.loads(res.stdout)
 
 
+def _wait_idle(url: str, timeout_s: float = 120) -> None:
+    """Until the server runs no request: a closed client's streams end on the server a little
+    later, and one of them counted in the next watch would break its bound on seqs_per_step."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if scrape(url, 30).gauge("vllm:num_requests_running") == 0:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the server still runs requests after {timeout_s} s")
+
+
 def _check_rows(doc: dict) -> list[dict]:
     assert doc["engine"] == "vllm"
     assert len(doc["intervals"]) >= 2  # 6 on time; a tick a slow scrape overran is skipped
@@ -56,6 +69,7 @@ def _check_rows(doc: dict) -> list[dict]:
 
 def test_watch_a_real_server_under_load(vllm_server, tmp_path):
     spec = LoadSpec(concurrency=LOAD, prompt_len=16, output_len=256)
+    _wait_idle(vllm_server.url)  # the session's server may still finish an earlier test's requests
     with LoadGenerator(vllm_server.url, spec) as load:
         assert load.wait_streaming(300), "the load never streamed"
         doc = _watch(vllm_server.url, tmp_path, "--jsonl", str(tmp_path / "w.jsonl"))
@@ -86,6 +100,7 @@ def test_watch_a_real_server_under_load(vllm_server, tmp_path):
     )
     assert res.exit_code == 0, res.output
     run_id = json.loads(res.stdout)["run_id"]
+    _wait_idle(vllm_server.url)
     with LoadGenerator(vllm_server.url, spec) as load:
         assert load.wait_streaming(300)
         doc = _watch(vllm_server.url, tmp_path, "--calibration", run_id)
