@@ -19,11 +19,21 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import signal
 from pathlib import Path
 
 import pytest
 
 from vllm_server import vllm_server  # noqa: F401  (the session-wide real vLLM server)
+
+
+def pytest_configure(config):
+    # A shell starts a background job (`cmd &`) with SIGINT ignored, and an ignored signal stays
+    # ignored in every process it starts: the Ctrl-C tests (which send SIGINT to this process or
+    # to a hostgap they start) would then test nothing. Python's own handler here makes SIGINT a
+    # KeyboardInterrupt again, and a started process gets the default action back at exec.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 """The shared real-trace corpus (read in place, never copied into the repository)."""
