@@ -57,6 +57,16 @@ def test_runs_table_cells(db, capfd):
     assert f"runs database: {db} (3 runs)" in err
 
 
+def test_runs_prints_a_bracketed_path_as_it_is(tmp_path, capfd):
+    # rich would read "[dim]" in a path as a style tag and drop it from the line
+    path = tmp_path / "runs[dim]" / "runs.sqlite"
+    path.parent.mkdir()
+    with RunsDB(path) as d:
+        d.add(_result("good-1", True))
+    assert _invoke("runs", "--db", str(path)).exit_code == 0
+    assert f"runs database: {path} (1 run)" in _err(capfd)
+
+
 def test_runs_filters_limit_csv_and_json(db, capfd):
     j = json.loads(_invoke("runs", "--db", str(db), "--json", "--device", "cuda").output)
     assert [x["run_id"] for x in j] == ["gpu-1"]
