@@ -61,10 +61,13 @@ def test_runs_prints_a_bracketed_path_as_it_is(tmp_path, capfd):
     # rich would read "[dim]" in a path as a style tag and drop it from the line
     path = tmp_path / "runs[dim]" / "runs.sqlite"
     path.parent.mkdir()
+    gone = tmp_path / "moved[dim]"
     with RunsDB(path) as d:
-        d.add(_result("good-1", True))
+        d.add({**_result("good-1", True), "run_dir": str(gone)})
     assert _invoke("runs", "--db", str(path)).exit_code == 0
     assert f"runs database: {path} (1 run)" in _err(capfd)
+    assert _invoke("show", "good-1", "--db", str(path)).exit_code == 0
+    assert f"note: run directory {gone} not found (moved or deleted)" in _err(capfd)
 
 
 def test_runs_filters_limit_csv_and_json(db, capfd):
