@@ -81,7 +81,7 @@ tests_for() {
     src/hostgap/cli/fit.py) echo tests/test_model_cli.py tests/test_attribution_cli.py tests/test_model_calibrate.py ;;
     src/hostgap/cli/runs.py) echo tests/test_cli_runs.py tests/test_report_runs.py tests/test_capture_validity.py ;;
     src/hostgap/report/figures_kernels.py)
-                           echo tests/test_report_html.py tests/test_report_words.py tests/test_report_parts.py ;;
+                           echo tests/test_report_kernels.py tests/test_report_html.py tests/test_report_words.py ;;
     src/hostgap/cli/models.py|src/hostgap/cli/models_common.py|src/hostgap/cli/predict.py)
                            echo tests/test_model_cli.py tests/test_model_regimes.py tests/test_model_roofline.py tests/test_model_stepmodel.py tests/test_cli_common.py tests/test_capture_validity.py ;;
     src/hostgap/cli/measure_console.py)
