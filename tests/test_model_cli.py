@@ -68,6 +68,23 @@ def test_fit_refuses_a_run_without_k_step_naming_the_key(tmp_path):
     assert cell.missing == ["differencing.k_step"] and not cell.usable
 
 
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--device", "a100"], "--device"),
+        (["--test-device", "h100"], "--device"),
+        (["--test-mlp", "other.csv"], "--test-mlp"),
+        (["--test-mlp", "other.csv", "--device", "a100"], "--test-mlp"),
+    ],
+)
+def test_fit_kernel_flags_each_need_vidur_files(tmp_path, flags, named):
+    # each of the three alone is refused, not only all of them together
+    paths = _write(tmp_path, _results(batches=(1, 2, 4), prompts=(128,)))
+    r = CliRunner().invoke(cli, ["fit", *paths, *flags, "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 2 and f"{named}: needs --vidur-mlp files to fit on" in r.output
+    assert not (tmp_path / "m.json").exists()
+
+
 def test_fit_without_output_writes_the_documented_default(tmp_path, monkeypatch):
     monkeypatch.delenv("HOSTGAP_MODEL", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))

@@ -60,6 +60,14 @@ def test_distinct_short_cuts_keep_both_ends_and_part_collisions():
     assert K.distinct_short(["abcdefghijklmnopqrst"], 10) == ["abcdef…rst"]
     a, b = "xmma_gemm_f32_tile64x256_stage3_kernel", "xmma_gemm_f32_tile128x128_stage3_kernel"
     assert K.distinct_short([a, b], 24) == ["xmma_…tile64x256_s…ernel", "xmma_…tile128x128_…ernel"]
+    # three that collide: each shows the part after the name it shares most with (a and x2
+    # share 21 characters, so theirs starts at 21 - 4 = 17; b shares 18 with both: from 14)
+    x2 = "xmma_gemm_f32_tile64x128_stage3_kernel"
+    assert K.distinct_short([a, x2, b], 24) == [
+        "xmma_…e64x256_stag…ernel",
+        "xmma_…e64x128_stag…ernel",
+        "xmma_…tile128x128_…ernel",
+    ]
     # equal names share all 38 characters: the middle part starts at 38 - 12 // 3 = 34, and
     # they stay equal after it, so they are numbered from the second one
     assert K.distinct_short([a, a, a], 24) == ["xmma_…rnel…ernel", "xmma_…rnel…ernel #2", "xmma_…rnel…ernel #3"]
