@@ -68,6 +68,54 @@ def test_fit_refuses_a_run_without_k_step_naming_the_key(tmp_path):
     assert cell.missing == ["differencing.k_step"] and not cell.usable
 
 
+def test_fit_table_shows_the_written_model(tmp_path):
+    # every number of the printed table is the model file's, in the unit of its header
+    paths = _write(tmp_path, _results(batches=(1, 2, 4), prompts=(128, 512)))
+    r = CliRunner().invoke(cli, ["fit", *paths, "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 0, r.output
+    g = json.loads((tmp_path / "m.json").read_text())["groups"][0]
+    header, row = r.output.splitlines()[:2]
+    units = "cells dev scale serial ms per-seq us per-kernel us held-out MAPE % max err % host-only MAPE %"
+    assert header.split()[3:] == units.split()
+    cells = row.split()[-8:]
+    h, ho = g["host"], g["heldout"]
+    assert cells == [
+        str(g["n_cells"]),
+        f"{g['device_scale']:.3f}",
+        f"{h['serial_ns'] / 1e6:.3f}",
+        f"{h['per_seq_ns'] / 1e3:.1f}",
+        f"{h['per_kernel_ns'] / 1e3:.2f}",
+        f"{ho['mape'] * 100:.1f}",
+        f"{ho['max_error'] * 100:.1f}",
+        f"{g['heldout_host_only']['mape'] * 100:.1f}",
+    ]
+    assert float(cells[5]) > 0.1 and float(cells[4]) > 1  # not numbers a wrong unit would round to 0
+
+
+def test_fit_reads_the_default_database_only_when_given_nothing(tmp_path, monkeypatch):
+    from hostgap.store import RunsDB
+
+    docs = _results(batches=(1, 2, 4), prompts=(128, 512))
+    with RunsDB(tmp_path / "default.sqlite") as d:
+        for doc in docs[:4]:
+            d.add(doc)
+    monkeypatch.setenv("HOSTGAP_DB", str(tmp_path / "default.sqlite"))
+    paths = _write(tmp_path, docs[:3])
+    out = tmp_path / "m.json"
+    assert CliRunner().invoke(cli, ["fit", *paths, "-o", str(out)]).exit_code == 0
+    assert json.loads(out.read_text())["groups"][0]["n_cells"] == 3  # the files only
+    r = CliRunner().invoke(cli, ["fit", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["groups"][0]["n_cells"] == 4  # the default database
+
+
+def test_fit_refuses_a_group_of_one_cell(tmp_path):
+    paths = _write(tmp_path, _results(batches=(1,), prompts=(128,)))
+    r = CliRunner().invoke(cli, ["fit", *paths, "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 2 and "no (device, engine, TP) group has two usable cells" in r.output
+    assert not (tmp_path / "m.json").exists()
+
+
 @pytest.mark.parametrize(
     "flags, named",
     [

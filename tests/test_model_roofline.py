@@ -174,6 +174,24 @@ def test_vidur_reader_rejects_other_csv(tmp_path):
         vidur.read_mlp(p, find_device("a100"))
 
 
+def test_cli_fit_measured_runs_with_an_all_reduce_file(tmp_path):
+    from click.testing import CliRunner
+
+    from hostgap.cli import cli
+    from hostgap.model.fitting import load_model
+    from test_model_stepmodel import _results, _write
+
+    ar = VIDUR / "a100_dgx_all_reduce.csv"
+    if not ar.exists():
+        pytest.skip(f"vidur profiles not found under {VIDUR}")
+    paths = _write(tmp_path, _results(batches=(1, 2, 4), prompts=(128,)))
+    out = tmp_path / "m.json"
+    r = CliRunner().invoke(cli, ["fit", *paths, "--all-reduce", str(ar), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    m = load_model(out)
+    assert set(m.all_reduce.latency_ns) == {2, 4, 8} and len(m.provenance["kernel_data_sha256"]) == 1
+
+
 def test_cli_fit_on_vidur_files_then_predict_on_a100(tmp_path):
     from click.testing import CliRunner
 
