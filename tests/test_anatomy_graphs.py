@@ -60,6 +60,7 @@ def test_guard_withholds_host_bound():
     v = guard_verdict({"verdict": "host-bound", "raw_verdict": "host-bound", "note": ""}, steps)
     assert v["verdict"] == GRAPH_UNTRUSTED and v["raw_verdict"] == GRAPH_UNTRUSTED
     assert v["graph_flagged_steps"] == [1] and "differencing" in v["note"]
+    assert v["note"].startswith("1 of 2 steps flagged (graph-no-kernels): ")
     clean = [{**s, "graph_flags": []} for s in [step(0)]]
     assert guard_verdict({"verdict": "host-bound", "note": ""}, clean)["verdict"] == "host-bound"
 
