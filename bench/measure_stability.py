@@ -2,8 +2,9 @@
 
 Runs the default main job (``hostgap measure`` with no workload arguments, as
 ``scripts/main.sh`` does) K times, each in a fresh process, and prints: valid count, time per
-run (median, max), the host fraction's median and spread across the valid runs and whether
-every valid run lies within every other's interval, agreement with the traced anatomy, the
+run (median, max), the host fraction's median and spread across the valid runs, whether
+every valid run lies within every other's interval (and, since calibrated intervals need not:
+how many intervals hold the valid runs' median, how many pairs overlap), agreement with the traced anatomy, the
 re-measurement rounds used, and the invalid reasons by count. ``--load`` starts one CPU-bound
 neighbour (``python -c 'while 1: pass'``) for the whole series and always stops it.
 
@@ -124,6 +125,15 @@ def summarise(rows: list[dict], engine: str) -> dict:
         if valid
         else None
     )
+    # Calibrated 95 % intervals from independent runs cannot all hold every other run's value (two
+    # runs differ by sqrt(2) of one's error: each pair ~83 %), so two more telling figures beside
+    # it: the pairs whose intervals overlap (~99.4 % when calibrated) and the runs whose interval
+    # holds the valid runs' median (the best estimate of the true value: ~95 %).
+    with_ci = [x for x in valid if x["ci"]]
+    pairs = [(a, b) for i, a in enumerate(with_ci) for b in with_ci[i + 1 :]]
+    overlapping = sum(1 for a, b in pairs if a["ci"][0] <= b["ci"][1] and b["ci"][0] <= a["ci"][1])
+    mid = statistics.median(hf) if hf else None
+    cover_median = sum(1 for x in with_ci if mid is not None and x["ci"][0] <= mid <= x["ci"][1])
     reasons = Counter(_reason_kind(x) for r in rows for x in r["reasons"])
     diffs = [x["engine_difference"] for r in rows for x in (r.get("runs") or []) if x.get("engine_difference")]
     both = {}
@@ -145,6 +155,10 @@ def summarise(rows: list[dict], engine: str) -> dict:
         "host_fraction_min": min(hf) if hf else None,
         "host_fraction_max": max(hf) if hf else None,
         "each_within_every_interval": overlap,
+        "interval_pairs": len(pairs),
+        "interval_pairs_overlapping": overlapping,
+        "intervals": len(with_ci),
+        "intervals_holding_median": cover_median,
         "anatomy_agree": sum(1 for x in valid if x["agree"]),
         "anatomy_minus_diff_max_abs": max(
             (abs(x["anatomy_minus_diff"]) for x in valid if x["anatomy_minus_diff"] is not None), default=None
@@ -169,6 +183,8 @@ def text(summary: dict, meta: dict) -> str:
         f"host fraction (valid)   median {pct(s['host_fraction_median'])}, range "
         f"{pct(s['host_fraction_min'])} .. {pct(s['host_fraction_max'])}; each within every other's "
         f"interval: {s['each_within_every_interval']}",
+        f"intervals               {s.get('intervals_holding_median')} of {s.get('intervals')} hold the valid runs' "
+        f"median; {s.get('interval_pairs_overlapping')} of {s.get('interval_pairs')} pairs overlap",
         f"anatomy agrees          {s['anatomy_agree']} of {s['valid']} valid (largest |anatomy - diff| "
         f"{pct(s['anatomy_minus_diff_max_abs'])})",
         f"re-measure rounds       median {s['rounds_median']}, max {s['rounds_max']}",

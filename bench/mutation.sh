@@ -60,7 +60,7 @@ tests_for() {
     src/hostgap/capture/intervals.py)
                            echo tests/test_capture_differencing.py tests/test_capture_coverage.py tests/test_capture_coverage_noise.py ;;
     src/hostgap/capture/differencing.py|src/hostgap/capture/validity.py|src/hostgap/checks.py)
-                           echo tests/test_capture_differencing.py tests/test_capture_validity.py ;;
+                           echo tests/test_capture_differencing.py tests/test_capture_validity.py tests/test_capture_converge.py ;;
     src/hostgap/capture/engine_diff.py|src/hostgap/capture/interleave.py)
                            echo tests/test_capture_interleave.py tests/test_capture_validity.py ;;
     src/hostgap/capture/vllm_*.py|src/hostgap/capture/harvest.py) echo tests/test_vllm_*.py ;;

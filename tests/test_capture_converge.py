@@ -341,3 +341,141 @@ def test_the_quiet_machine_fixture_reads_no_steal_and_leaves_fixture_roots_alone
     assert m["steal_share"] == 0.0
     other = noise.snapshot(_fake_root(tmp_path, steal=7, idle=10))
     assert other["stat"]["steal"] == 7
+
+
+# -- a noisy line against a bent one (hostgap.checks.noisy_line, lack_of_fit_p) -------------
+
+
+def test_lack_of_fit_p_by_hand():
+    """Means 10, 12, 10 at N = 1, 2, 3 (two runs each): the weighted line is flat at 32/3 (equal
+    weights), lack = 2 (4/9 + 16/9 + 4/9) = 48/9, pure = 4 (both / line²); F = (48/9 / 1) / (4 / 3) = 4
+    on (1, 3) degrees of freedom."""
+    from scipy.stats import f
+
+    from hostgap.capture.differencing import lack_of_fit_p
+
+    p = lack_of_fit_p({1: [9, 11], 2: [12, 12], 3: [9, 11]})
+    assert p == pytest.approx(float(f.sf(4.0, 1, 3)), rel=1e-9)
+    # relative errors: the same sweep in other units gives the same p
+    assert lack_of_fit_p({1: [9e6, 11e6], 2: [12e6, 12e6], 3: [9e6, 11e6]}) == pytest.approx(p, rel=1e-9)
+    # no pure error: a departure is a bend (p 0), none is a line (p 1)
+    assert lack_of_fit_p({1: [10, 10], 2: [25, 25], 3: [30, 30]}) == 0.0
+    assert lack_of_fit_p({1: [10, 10], 2: [20, 20], 3: [30, 30]}) == 1.0
+    assert lack_of_fit_p({1: [10, 10], 2: [20, 20]}) is None  # two N: nothing to test
+    assert lack_of_fit_p({1: [-10, -10], 2: [20, 20], 3: [50, 50]}) is None  # no relative error
+
+
+def test_a_noisy_line_passes_and_a_bend_fails_at_their_rates():
+    """The default sweep's six N, five runs each, every run's pace off by 5 % (normal): the
+    linearity check passes a true line about 99 % of the time (the limits alone: ~89 %) and
+    refuses a bend that doubles the slope by N2 (~97 %); at 10 % with three runs the limits alone
+    pass a true line ~14 % of the time, a noisy line ~78 % (docs/measure.md)."""
+    from hostgap.capture.differencing import _fit, linear_enough
+
+    rng = np.random.default_rng(5)
+    ns = [1, 13, 23, 41, 72, 128]
+
+    def rate(bend: float, sigma: float, runs: int, strict: bool = False) -> float:
+        ok = 0
+        for _ in range(300):
+            s = {n: list((100 + n * (1 + bend * n / 128)) * (1 + sigma * rng.standard_normal(runs))) for n in ns}
+            ok += linear_enough(_fit(s, "median"), strict=strict)
+        return ok / 300
+
+    assert rate(0.0, 0.05, 5) >= 0.96
+    assert rate(1.0, 0.05, 5) <= 0.08
+    assert rate(0.0, 0.10, 3) >= rate(0.0, 0.10, 3, strict=True) + 0.45
+
+
+@pytest.mark.parametrize(
+    "fit,ok",
+    [
+        ({"r2": 0.95, "max_residual": 0.20, "lack_of_fit_p": 0.01}, True),
+        ({"r2": 0.9499, "max_residual": 0.10, "lack_of_fit_p": 0.5}, False),
+        ({"r2": 0.99, "max_residual": 0.2001, "lack_of_fit_p": 0.5}, False),
+        ({"r2": 0.99, "max_residual": 0.15, "lack_of_fit_p": 0.0099}, False),
+        ({"r2": None, "max_residual": 0.15, "lack_of_fit_p": 0.5}, True),
+    ],
+)
+def test_noisy_line_limits(fit, ok):
+    from hostgap.checks import fit_reason, noisy_line
+
+    assert noisy_line(fit) is ok
+    assert (fit_reason("wall", fit) is None) is ok
+    assert fit_reason("wall", fit, strict=True) is not None  # each misses a limit: strict refuses
+
+
+def test_a_bend_names_the_test_that_refused_it():
+    from hostgap.checks import fit_reason, reasons
+
+    bent = {"r2": 0.97, "max_residual": 0.05, "lack_of_fit_p": 0.0004}
+    assert (
+        fit_reason("wall", bent)
+        == "wall not linear in N (R² 0.9700 < 0.99; beyond the repeats' spread, lack-of-fit p 0.000)"
+    )
+    off = {"r2": 0.995, "max_residual": 0.12, "lack_of_fit_p": 0.003}
+    assert fit_reason("device time", off) == (
+        "device time: one N lies 12% off the line (limit 10%; beyond the repeats' spread, lack-of-fit p 0.003)"
+    )
+    assert fit_reason("wall", {"r2": 0.97, "max_residual": 0.05}) == "wall not linear in N (R² 0.9700 < 0.99)"
+    assert fit_reason("wall", {"r2": 0.995, "max_residual": 0.05, "lack_of_fit_p": 0.0}) is None  # within limits
+    d = {"t_step_ns": 1.0, "host_fraction": 0.5, "fit_wall": bent, "fit_gpu": dict(off, lack_of_fit_p=0.4)}
+    assert reasons(d) == [fit_reason("wall", bent)]
+
+
+@pytest.fixture
+def noisy_stand(monkeypatch, quiet_machine):
+    """A stand-in engine whose untraced runs at N=8 cycle through paces 1.12, 1.12, 1.12, 0.88
+    (exact otherwise): any three or more in a row have their median 12 % off the line, with a
+    spread that explains it;
+    ``bent``: every run at N=8 12 % slow, no spread."""
+    from hostgap.capture import engine as engine_mod
+    from test_capture_interleave import LOG, StandA
+
+    class Noisy(StandA):
+        name = "noisy8"
+        calls = 0
+        paces = (1.12, 1.12, 1.12, 0.88)
+
+        def generate(self, n):
+            w = super().generate(n)
+            if n == 8:
+                Noisy.calls += 1
+                return int(w * Noisy.paces[Noisy.calls % len(Noisy.paces)])
+            return w
+
+    monkeypatch.setitem(engine_mod.ENGINES, "noisy8", Noisy)
+    monkeypatch.setattr("hostgap.capture.interleave.time.sleep", lambda s: None)
+    LOG.clear()
+    yield Noisy
+
+
+@pytest.mark.parametrize("budget", [0.001, 600.0])
+def test_a_noisy_line_is_measured_again_then_valid_with_its_note(noisy_stand, tmp_path, budget):
+    from hostgap.capture.protocol import measure
+    from hostgap.capture.summary import check_rows
+
+    r = measure(_cfg(tmp_path, engine="noisy8", budget=budget))
+    conv = r["differencing"]["convergence"]
+    fw = r["differencing"]["fit_wall"]
+    assert fw["max_residual"] == pytest.approx(0.12, abs=1e-6) and fw["lack_of_fit_p"] > 0.05
+    assert r["valid"], r["invalid_reasons"]
+    # the limits ask for rounds while the budget lasts: none, or all it may have
+    assert conv["stopped"] == ("budget" if budget < 1 else "rounds")
+    assert len(conv["rounds"]) == (0 if budget < 1 else cv.MAX_ROUNDS)
+    assert conv["why"][0].startswith("wall not linear in N (R² 0.97")
+    rows = {x[0]: x[2] for x in check_rows(r)}
+    assert "wall: noisy line, within its repeats' spread (lack-of-fit p" in rows["linearity R² wall / device"]
+    assert "device:" not in rows["linearity R² wall / device"]
+
+
+def test_a_bent_line_stays_invalid(noisy_stand, tmp_path):
+    from hostgap.capture.protocol import measure
+    from hostgap.capture.summary import check_rows
+
+    noisy_stand.paces = (1.12,)
+    r = measure(_cfg(tmp_path, engine="noisy8", budget=0.001))
+    assert not r["valid"]
+    assert r["invalid_reasons"][0].startswith("wall not linear in N (R² 0.97")
+    assert r["invalid_reasons"][0].endswith("; beyond the repeats' spread, lack-of-fit p 0.000)")
+    assert "noisy line" not in {x[0]: x[2] for x in check_rows(r)}["linearity R² wall / device"]

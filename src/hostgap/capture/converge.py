@@ -17,6 +17,13 @@ taken at another time than its neighbours and carry that time's drift into the s
 estimate the line is checked on is the median of that N's runs, so after a round or two one slow
 run no longer moves it; the slope itself is the Theil-Sen slope over every run.
 
+Rounds are asked for by the linearity limits themselves (R² and the per-N residual,
+:data:`hostgap.checks.LINEARITY_R2`); when the budget ends them first, a line off those limits
+is still valid when its departure is no more than the spread of its own repeats explains (the
+lack-of-fit F test, :func:`hostgap.checks.noisy_line`): on a jittery virtual machine a run's
+pace moves by 10-25 %, so six per-N medians of two to five runs miss R² 0.99 by noise alone,
+and that noise is carried by the intervals, not mistaken for a bend.
+
 Rounds continue until every check passes (and the interval is within target) or the next round
 would not finish within the **budget** (``--budget`` seconds for the whole measurement from the
 start of the runs, default :data:`DEFAULT_BUDGET_S`; a round's cost is predicted from the rounds
@@ -189,18 +196,18 @@ def status_of(d: dict, spread: float | None) -> Status:
     repeat spread."""
     from hostgap.capture.differencing import LinearFit, linear_enough
     from hostgap.capture.validity import SPREAD_LIMIT
-    from hostgap.checks import _fit_reason
+    from hostgap.checks import fit_reason
 
     def fit(key: str) -> LinearFit | None:
         f = d.get(key)
         return LinearFit(**f) if f else None
 
     why = []
-    wall_fit_ok = linear_enough(fit("fit_wall"))
+    wall_fit_ok = linear_enough(fit("fit_wall"), strict=True)
     spread_ok = spread is None or spread <= SPREAD_LIMIT
-    dev_ok = linear_enough(fit("fit_gpu"))
+    dev_ok = linear_enough(fit("fit_gpu"), strict=True)
     for name, key in (("wall", "fit_wall"), ("device time", "fit_gpu")):
-        r = _fit_reason(name, d.get(key))
+        r = fit_reason(name, d.get(key), strict=True)
         if r:
             why.append(r)
     if not spread_ok:

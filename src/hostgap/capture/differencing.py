@@ -39,7 +39,7 @@ Everything here is pure: arrays in, frozen dataclasses out.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import cast
 
 import numpy as np
@@ -54,7 +54,7 @@ from hostgap.capture.intervals import (
     theil_sen,
     theil_sen_line,
 )
-from hostgap.checks import LINEARITY_R2, LINEARITY_RESIDUAL  # the linearity check's limits
+from hostgap.checks import fit_reason  # the linearity check's rule and limits
 
 ESTIMATORS = ("theil-sen", "median", "min", "mean")
 
@@ -93,6 +93,7 @@ class LinearFit:
     r2: float
     points: int
     max_residual: float = 0.0
+    lack_of_fit_p: float | None = None  # :func:`lack_of_fit_p` over every run; None: too few repeats
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -131,10 +132,52 @@ def _max_residual(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.max(np.abs(y - line)) / scale) if scale > 0 else 0.0
 
 
-def linear_enough(fit: LinearFit | None) -> bool:
-    """The linearity check: R² >= :data:`LINEARITY_R2` and every point within
-    :data:`LINEARITY_RESIDUAL` of the robust line. No fit (too few N) passes: nothing to check."""
-    return fit is None or (fit.r2 >= LINEARITY_R2 and fit.max_residual <= LINEARITY_RESIDUAL)
+def lack_of_fit_p(series: dict[int, list[int]]) -> float | None:
+    """p-value of the lack-of-fit F test of a line through every run of ``series`` (N -> run
+    totals): is the per-N means' departure from the line larger than the spread of the runs at
+    each N explains? Noise here is a run's pace (a slow period stretches a whole run), so the
+    errors are taken as relative: the line is fitted by least squares weighted by 1 / line(N)²
+    (two reweightings) and both sums of squares carry that weight. None without at least three
+    N and two runs at every N (the pure error needs repeats everywhere).
+
+    >>> lack_of_fit_p({1: [10, 12], 2: [20, 22], 3: [30, 32]}) > 0.99  # a line, repeats spread
+    True
+    >>> lack_of_fit_p({1: [10, 10.1], 2: [30, 30.1], 3: [31, 31.1]}) < 0.01  # a bend, tight repeats
+    True
+    >>> lack_of_fit_p({1: [10, 11], 2: [20], 3: [30, 31]}) is None
+    True
+    """
+    ns = sorted(n for n, v in series.items() if v)
+    if len(ns) < 3 or any(len(series[n]) < 2 for n in ns):
+        return None
+    x = np.concatenate([np.full(len(series[n]), float(n)) for n in ns])
+    y = np.concatenate([np.asarray(series[n], dtype=np.float64) for n in ns])
+    w = np.ones_like(x)
+    for _ in range(3):  # unweighted first, then weighted by the previous line
+        slope, intercept = np.polyfit(x, y, 1, w=np.sqrt(w))
+        line = intercept + slope * x
+        if np.any(line <= 0):
+            return None  # a relative error needs a positive line
+        w = 1.0 / line**2
+    means = {n: float(np.mean(series[n])) for n in ns}
+    fitted = {n: intercept + slope * n for n in ns}
+    pure = sum(float(np.sum((np.asarray(series[n], float) - means[n]) ** 2)) / fitted[n] ** 2 for n in ns)
+    lack = sum(len(series[n]) * (means[n] - fitted[n]) ** 2 / fitted[n] ** 2 for n in ns)
+    df_lack, df_pure = len(ns) - 2, len(x) - len(ns)
+    if pure <= 1e-12 * len(x):  # no spread at all (a stand-in, a clock's resolution)
+        return 0.0 if lack > 1e-12 * len(x) else 1.0
+    from scipy.stats import f
+
+    return float(f.sf((lack / df_lack) / (pure / df_pure), df_lack, df_pure))
+
+
+def linear_enough(fit: LinearFit | None, strict: bool = False) -> bool:
+    """The linearity check: R² >= :data:`hostgap.checks.LINEARITY_R2` and every point within
+    :data:`hostgap.checks.LINEARITY_RESIDUAL` of the robust line; unless ``strict``, also a noisy line, whose
+    departure the runs' own spread explains (:func:`lack_of_fit_p`,
+    :func:`hostgap.checks.noisy_line`). The same rule as the reasons it gives
+    (:mod:`hostgap.checks`). No fit (too few N) passes: nothing to check."""
+    return fit is None or fit_reason("", fit.to_dict(), strict) is None
 
 
 def slope_agreement(two_point: float, fitted: float) -> float | None:
@@ -259,7 +302,8 @@ def _fit(series: dict[int, list[int]], estimator: str) -> LinearFit | None:
     ns = sorted(n for n, v in series.items() if v)
     if len(ns) < 3:
         return None
-    return linear_fit(ns, [estimate(series[n], estimator) for n in ns])
+    fit = linear_fit(ns, [estimate(series[n], estimator) for n in ns])
+    return replace(fit, lack_of_fit_p=lack_of_fit_p(series))
 
 
 def _within(series: dict[int, list[int]], n1: int, n2: int) -> dict[int, list[int]]:

@@ -141,6 +141,18 @@ def _anatomy_rows(r: dict) -> list[tuple[str, str, str]]:
     return rows
 
 
+def _noisy_note(d: dict) -> str:
+    """Which fits passed as noisy lines: off the R² or residual limit, within the repeats' spread."""
+    from hostgap.checks import fit_reason, noisy_line
+
+    out = []
+    for name, key in (("wall", "fit_wall"), ("device", "fit_gpu")):
+        f = d.get(key)
+        if f and fit_reason(name, f, strict=True) and noisy_line(f):
+            out.append(f"{name}: noisy line, within its repeats' spread (lack-of-fit p {f['lack_of_fit_p']:.2f})")
+    return ("; " + "; ".join(out)) if out else ""
+
+
 def check_rows(r: dict) -> list[tuple[str, str, str]]:
     """The validation checks (METHOD.md §4): linearity, agreement, sum vs union, copies,
     profiler inflation."""
@@ -161,7 +173,7 @@ def check_rows(r: dict) -> list[tuple[str, str, str]]:
             (
                 "linearity R² wall / device",
                 f"{_f4(r2w)} / {_f4(r2g)}",
-                f"N = {sweep[0]}..{sweep[-1]} ({len(sweep)} values)" if sweep else "",
+                (f"N = {sweep[0]}..{sweep[-1]} ({len(sweep)} values)" if sweep else "") + _noisy_note(d),
             ),
             ("two-point vs fitted slope", pct(d.get("slope_agreement"), 2), "wall"),
             ("kernel sum - union", ms(d.get("sum_minus_union_step_ns"), 4), "per step"),
