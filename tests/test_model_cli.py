@@ -119,7 +119,6 @@ def test_fit_refuses_a_group_of_one_cell(tmp_path):
 @pytest.mark.parametrize(
     "flags, named",
     [
-        (["--device", "a100"], "--device"),
         (["--test-device", "h100"], "--device"),
         (["--test-mlp", "other.csv"], "--test-mlp"),
         (["--test-mlp", "other.csv", "--device", "a100"], "--test-mlp"),
@@ -130,6 +129,13 @@ def test_fit_kernel_flags_each_need_vidur_files(tmp_path, flags, named):
     paths = _write(tmp_path, _results(batches=(1, 2, 4), prompts=(128,)))
     r = CliRunner().invoke(cli, ["fit", *paths, *flags, "-o", str(tmp_path / "m.json")])
     assert r.exit_code == 2 and f"{named}: needs --vidur-mlp files to fit on" in r.output
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_fit_device_alone_needs_kernel_files(tmp_path):
+    paths = _write(tmp_path, _results(batches=(1, 2, 4), prompts=(128,)))
+    r = CliRunner().invoke(cli, ["fit", *paths, "--device", "a100", "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 2 and "--device: needs --vidur-mlp or --all-reduce files to fit on" in r.output
     assert not (tmp_path / "m.json").exists()
 
 

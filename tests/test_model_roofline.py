@@ -187,6 +187,9 @@ def test_cli_fit_measured_runs_with_an_all_reduce_file(tmp_path):
     paths = _write(tmp_path, _results(batches=(1, 2, 4), prompts=(128,)))
     out = tmp_path / "m.json"
     r = CliRunner().invoke(cli, ["fit", *paths, "--all-reduce", str(ar), "-o", str(out)])
+    assert r.exit_code == 2 and "--all-reduce: needs --device" in r.output  # never assumed
+    assert not out.exists()
+    r = CliRunner().invoke(cli, ["fit", *paths, "--all-reduce", str(ar), "--device", "a100", "-o", str(out)])
     assert r.exit_code == 0, r.output
     m = load_model(out)
     assert set(m.all_reduce.latency_ns) == {2, 4, 8} and len(m.provenance["kernel_data_sha256"]) == 1

@@ -49,7 +49,7 @@ def default_model_path():
     "--device",
     "mlp_device",
     default=None,
-    help="The GPU the --vidur-mlp files were MEASURED on (e.g. a100-80gb for vidur's a100_* files). "
+    help="The GPU the --vidur-mlp and --all-reduce files were MEASURED on (e.g. a100-80gb for vidur's a100_* files). "
     "Not a prediction target: `predict --gpu` chooses that.",
 )
 @click.option(
@@ -65,7 +65,7 @@ def default_model_path():
     "all_reduce",
     default=None,
     type=click.Path(),
-    help="vidur all_reduce.csv to fit collective cost on (measured on --device, default a100-80gb).",
+    help="vidur all_reduce.csv to fit collective cost on (needs --device: the GPU it was measured on).",
 )
 @click.option("--device-file", default=None, type=click.Path(), help="Extra device specs (JSON/TOML).")
 @click.option(
@@ -127,17 +127,20 @@ def fit_cmd(
         raise HostgapError(
             "--results", "no measured runs given (pass --results FILE..., --db PATH, --vidur-mlp CSV or --paper-cells)"
         )
-    if (test_mlp or mlp_device or test_device) and not vidur_mlp:
+    if (test_mlp or test_device) and not vidur_mlp:
         raise HostgapError("--test-mlp" if test_mlp else "--device", "needs --vidur-mlp files to fit on")
-    kernel_data: dict = {}
-    rl, report = None, {"heldout_files": [], "tests": []}
-    mlp_dev = _find(mlp_device or "a100-80gb", extra) if (vidur_mlp or all_reduce) else None
-    if vidur_mlp:
-        if not mlp_device:
+    if mlp_device and not (vidur_mlp or all_reduce):
+        raise HostgapError("--device", "needs --vidur-mlp or --all-reduce files to fit on")
+    for flag, given in (("--vidur-mlp", vidur_mlp), ("--all-reduce", all_reduce)):
+        if given and not mlp_device:  # which GPU measured them is never assumed
             raise HostgapError(
-                "--vidur-mlp",
+                flag,
                 "needs --device: the GPU the kernel times were measured on (vidur names its files a100_*, h100_*)",
             )
+    kernel_data: dict = {}
+    rl, report = None, {"heldout_files": [], "tests": []}
+    mlp_dev = _find(mlp_device, extra) if mlp_device else None
+    if vidur_mlp:
         rl = _fit_vidur(
             vidur_mlp,
             mlp_dev,
@@ -151,7 +154,7 @@ def fit_cmd(
     if all_reduce:
         from hostgap.model import tp, vidur
 
-        assert mlp_dev is not None  # found above whenever all_reduce is given
+        assert mlp_dev is not None  # --device is required above whenever all_reduce is given
         ar = tp.fit_all_reduce(vidur.read_all_reduce(all_reduce), mlp_dev)
         kernel_data[str(all_reduce)] = fitting.file_hash(all_reduce)
     model = fitting.fit(docs, extra, rl=rl, all_reduce=ar, kernel_data=kernel_data, strict=bool(results or files))
