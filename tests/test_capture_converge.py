@@ -479,3 +479,58 @@ def test_a_bent_line_stays_invalid(noisy_stand, tmp_path):
     assert r["invalid_reasons"][0].startswith("wall not linear in N (R² 0.97")
     assert r["invalid_reasons"][0].endswith("; beyond the repeats' spread, lack-of-fit p 0.000)")
     assert "noisy line" not in {x[0]: x[2] for x in check_rows(r)}["linearity R² wall / device"]
+
+
+def test_status_of_reads_every_check_and_asks_rounds_by_the_limits():
+    noisy = {"slope": 1.0, "intercept": 0.0, "r2": 0.97, "points": 6, "max_residual": 0.12, "lack_of_fit_p": 0.3}
+    line = dict(noisy, r2=0.999, max_residual=0.01)
+    # a noisy device line is valid (checks) but still asks for a traced round while the budget lasts
+    st = cv.status_of({"fit_wall": line, "fit_gpu": noisy, "ci": {"host_fraction": [0.40, 0.50]}}, 0.1)
+    assert (st.wall_ok, st.device_ok, st.width) == (True, False, pytest.approx(0.10))
+    assert st.why == (
+        "device time not linear in N (R² 0.9700 < 0.99; beyond the repeats' spread, lack-of-fit p 0.300)",
+    )
+    assert cv.wanted(st) == cv.Round(untraced=False, traced=True)
+    st = cv.status_of({"fit_wall": noisy, "fit_gpu": line, "ci": {"host_fraction": [0.40, 0.50]}}, 0.1)
+    assert (st.wall_ok, st.device_ok) == (False, True) and cv.wanted(st) == cv.Round(untraced=True, traced=False)
+    # a wide interval is named; a narrow one, or none, is not
+    wide = cv.status_of({"fit_wall": line, "fit_gpu": line, "ci": {"host_fraction": [0.20, 0.50]}}, None)
+    assert wide.width == pytest.approx(0.30) and wide.why == ("host fraction interval 30 points wide (target 20)",)
+    assert cv.status_of({"fit_wall": line, "fit_gpu": line}, None).why == ()
+    assert cv.status_of({"fit_wall": line, "fit_gpu": line}, None).width is None
+    # the linear-enough default is the valid-or-not rule, noisy lines included
+    from hostgap.capture.differencing import LinearFit, linear_enough
+
+    f = LinearFit(**noisy)
+    assert linear_enough(f) and not linear_enough(f, strict=True)
+
+
+def test_lack_of_fit_p_weights_by_the_sloped_line():
+    """A sloped sweep against an independent weighted least squares (lstsq, three reweightings
+    from unweighted): the weights follow the line, not the data."""
+    from scipy.stats import f
+
+    from hostgap.capture.differencing import lack_of_fit_p
+
+    s = {1: [9.0, 11.0], 5: [52.0, 47.0], 9: [95.0, 86.0], 13: [120.0, 131.0]}
+    x = np.array([n for n in s for _ in s[n]], float)
+    y = np.array([v for n in s for v in s[n]])
+    w = np.ones_like(x)
+    for _ in range(3):
+        a = np.vstack([x, np.ones_like(x)]).T * np.sqrt(w)[:, None]
+        slope, icpt = np.linalg.lstsq(a, y * np.sqrt(w), rcond=None)[0]
+        w = 1.0 / (icpt + slope * x) ** 2
+    fit = {n: icpt + slope * n for n in s}
+    pure = sum(sum((v - np.mean(s[n])) ** 2 for v in s[n]) / fit[n] ** 2 for n in s)
+    lack = sum(2 * (np.mean(s[n]) - fit[n]) ** 2 / fit[n] ** 2 for n in s)
+    assert lack_of_fit_p(s) == pytest.approx(float(f.sf((lack / 2) / (pure / 4), 2, 4)), rel=1e-9)
+
+
+def test_jitter_at_a_clocks_resolution_is_no_spread():
+    """Runs that differ below a part per million (a stand-in's rounding, a clock's tick) carry no
+    spread to test against: a line is a line (1.0), however the dust falls."""
+    from hostgap.capture.differencing import lack_of_fit_p
+
+    rng = np.random.default_rng(3)
+    s = {n: list(1e6 * (n + 1) * (1 + 3e-7 * rng.standard_normal(2))) for n in (1, 2, 4, 6, 8, 10)}
+    assert lack_of_fit_p(s) == 1.0
