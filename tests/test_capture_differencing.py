@@ -308,3 +308,38 @@ def test_cpu_difference_reports_the_paired_share_and_falls_back_when_unpaired():
     assert "paired traced runs" in d.ci["method"]
     d1 = difference(s, 1, 8, activity="cpu-compute")  # one traced wall per N, two busy: unpaired
     assert "paired" not in d1.ci["method"] and d1.ci["compute_share"] is not None
+
+
+def test_linear_fit_needs_two_distinct_n():
+    with pytest.raises(ValueError, match="two distinct n"):
+        linear_fit([5], [1.0])
+    with pytest.raises(ValueError, match="two distinct n"):
+        linear_fit([3, 3], [1.0, 2.0])
+
+
+def test_bootstrap_interval_is_per_step():
+    """The other estimators' interval is a slope too: runs 127 tokens apart, each wall within
+    1 µs of the line, so the interval lies within 1000 / 127 ns of 4 ms per step."""
+    ns = [1, 13, 23, 41, 72, 128]
+    s = _series(ns, lambda n: 10_000_000 + 4_000_000 * n, lambda n: 1_000_000 + 500_000 * n)
+    for est in ("median", "min", "mean"):
+        lo, hi = difference(s, 1, 128, estimator=est, n_boot=200).ci["t_step_ns"]
+        assert 4_000_000 - 1000 / 127 <= lo <= hi <= 4_000_000 + 1000 / 127
+
+
+def test_rounds_interval_only_with_theil_sen():
+    """Runs taken in rounds widen the Theil-Sen wall interval by the rounds' spread; the other
+    estimators keep their bootstrap interval whatever the rounds."""
+    import dataclasses
+
+    ns = [1, 13, 23, 41, 72, 128]
+    s = _series(ns, lambda n: 10_000_000 + 4_000_000 * n, lambda n: 1_000_000 + 500_000 * n)
+    rounds = {n: list(range(len(v))) for n, v in s.wall_ns.items()}
+    s = dataclasses.replace(s, wall_rounds=rounds)
+    med = difference(s, 1, 128, estimator="median", n_boot=200)
+    assert med.ci["method"].startswith("percentile bootstrap")
+    assert (
+        med.ci["t_step_ns"]
+        == difference(dataclasses.replace(s, wall_rounds={}), 1, 128, estimator="median", n_boot=200).ci["t_step_ns"]
+    )
+    assert "rounds' slopes" in difference(s, 1, 128).ci["method"]
