@@ -343,3 +343,22 @@ def test_rounds_interval_only_with_theil_sen():
         == difference(dataclasses.replace(s, wall_rounds={}), 1, 128, estimator="median", n_boot=200).ci["t_step_ns"]
     )
     assert "rounds' slopes" in difference(s, 1, 128).ci["method"]
+
+
+def test_series_from_raw_keeps_only_known_thread_times():
+    """A thread time of 0 means unknown (an engine in other processes): such an N, or an empty
+    one, has no thread-time series; the others are read as they are."""
+    from hostgap.capture.differencing import series_from_raw
+
+    stat = {k: 1 for k in ("wall_ns", "busy_ns", "kernel_sum_ns", "kernel_union_ns", "kernel_count")}
+    stat.update(copies=0, copy_ns=0, h2d_bytes=0, d2h_bytes=0)
+    raw = {
+        "traced": {"1": [stat], "8": [stat]},
+        "untraced_wall_ns": {"1": [10, 11], "8": [80, 81], "16": [160]},
+        "untraced_thread_ns": {"1": [9, 10], "8": [0, 79], "16": []},
+        "untraced_rounds": {"1": [0, 1], "8": [0, 1]},
+    }
+    s = series_from_raw(raw)
+    assert s.thread_ns == {1: [9, 10]}
+    assert s.wall_ns == {1: [10, 11], 8: [80, 81], 16: [160]} and s.wall_rounds == {1: [0, 1], 8: [0, 1]}
+    assert s.busy_ns == {1: [1], 8: [1]} and s.wall_seq == {}
