@@ -116,8 +116,18 @@ def _reason_kind(text: str) -> str:
 
 
 def summarise(rows: list[dict], engine: str) -> dict:
+    """The figures of the series; the per-engine ones (host fraction, intervals, anatomy,
+    rounds) are the first engine's at the top level and each engine's under ``engines``."""
+    names = engine.split(",")
+    out = _summarise_engine(rows, names[0])
+    if len(names) > 1:
+        out["engines"] = {n: _summarise_engine(rows, n) for n in names}
+    return out
+
+
+def _summarise_engine(rows: list[dict], name: str) -> dict:
     secs = [r["seconds"] for r in rows]
-    per = [x for r in rows for x in (r.get("runs") or []) if x["engine"] == engine.split(",")[0]]
+    per = [x for r in rows for x in (r.get("runs") or []) if x["engine"] == name]
     valid = [x for x in per if x["valid"] and x["host_fraction"] is not None]
     hf = [x["host_fraction"] for x in valid]
     overlap = (
@@ -148,6 +158,7 @@ def summarise(rows: list[dict], engine: str) -> dict:
     return {
         "k": len(rows),
         "valid": sum(1 for r in rows if r["valid"]),
+        "engine_valid": len(valid),
         "seconds_median": statistics.median(secs),
         "seconds_max": max(secs),
         "under_60s": sum(1 for s in secs if s < 60),
@@ -180,16 +191,21 @@ def text(summary: dict, meta: dict) -> str:
         f"valid                   {s['valid']} of {s['k']}",
         f"time per run            median {s['seconds_median']:.1f} s, max {s['seconds_max']:.1f} s "
         f"({s['under_60s']} of {s['k']} under 60 s)",
-        f"host fraction (valid)   median {pct(s['host_fraction_median'])}, range "
-        f"{pct(s['host_fraction_min'])} .. {pct(s['host_fraction_max'])}; each within every other's "
-        f"interval: {s['each_within_every_interval']}",
-        f"intervals               {s.get('intervals_holding_median')} of {s.get('intervals')} hold the valid runs' "
-        f"median; {s.get('interval_pairs_overlapping')} of {s.get('interval_pairs')} pairs overlap",
-        f"anatomy agrees          {s['anatomy_agree']} of {s['valid']} valid (largest |anatomy - diff| "
-        f"{pct(s['anatomy_minus_diff_max_abs'])})",
-        f"re-measure rounds       median {s['rounds_median']}, max {s['rounds_max']}",
-        "invalid reasons         " + ("none" if not s["invalid_reasons"] else ""),
     ]
+    for name, e in (s.get("engines") or {"": s}).items():
+        if name:
+            lines.append(f"{name}: valid in {e.get('engine_valid')} of {s['k']} runs")
+        lines += [
+            f"host fraction (valid)   median {pct(e['host_fraction_median'])}, range "
+            f"{pct(e['host_fraction_min'])} .. {pct(e['host_fraction_max'])}; each within every other's "
+            f"interval: {e['each_within_every_interval']}",
+            f"intervals               {e.get('intervals_holding_median')} of {e.get('intervals')} hold the valid "
+            f"runs' median; {e.get('interval_pairs_overlapping')} of {e.get('interval_pairs')} pairs overlap",
+            f"anatomy agrees          {e['anatomy_agree']} of {e.get('engine_valid', e['valid'])} valid (largest "
+            f"|anatomy - diff| {pct(e['anatomy_minus_diff_max_abs'])})",
+            f"re-measure rounds       median {e['rounds_median']}, max {e['rounds_max']}",
+        ]
+    lines.append("invalid reasons         " + ("none" if not s["invalid_reasons"] else ""))
     lines += [f"  {n} x {r}" for r, n in s["invalid_reasons"].items()]
     if "difference_valid" in s:
         lines.append(

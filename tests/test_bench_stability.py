@@ -72,3 +72,38 @@ def test_summary_counts_and_spreads():
 def test_a_valid_run_outside_another_interval_is_reported():
     rows = [_run(30.0, True, 0.50, [0.48, 0.52]), _run(30.0, True, 0.60, [0.58, 0.62])]
     assert ms.summarise(rows, "hf")["each_within_every_interval"] is False
+
+
+def test_intervals_holding_the_median_and_overlapping_pairs():
+    rows = [
+        _run(30.0, True, 0.50, [0.45, 0.55]),
+        _run(30.0, True, 0.52, [0.515, 0.60]),  # the median is 0.52: this one and the first hold it
+        _run(30.0, True, 0.70, [0.66, 0.74]),  # overlaps neither other interval, misses the median
+    ]
+    s = ms.summarise(rows, "hf")
+    assert (s["intervals"], s["intervals_holding_median"]) == (3, 2)
+    assert (s["interval_pairs"], s["interval_pairs_overlapping"]) == (3, 1)
+
+
+def test_two_engines_are_summarised_each():
+    def two(valid_b: bool):
+        r = _run(300.0, valid_b, 0.50, [0.45, 0.55])
+        other = dict(r["runs"][0], engine="vllm", valid=True, host_fraction=0.75, ci=[0.74, 0.76], agree=True)
+        r["runs"][0]["valid"] = valid_b
+        r["runs"].append(other)
+        return r
+
+    s = ms.summarise([two(True), two(False)], "hf,vllm")
+    assert s["engine_valid"] == 1 and s["engines"]["hf"]["engine_valid"] == 1
+    assert s["engines"]["vllm"]["engine_valid"] == 2 and s["engines"]["vllm"]["host_fraction_median"] == 0.75
+    meta = {
+        "label": "q",
+        "engine": "hf,vllm",
+        "load": "none",
+        "date_utc": "x",
+        "loadavg_before": "0",
+        "loadavg_after": "0",
+    }
+    t = ms.text(s, meta)
+    assert "hf: valid in 1 of 2 runs" in t and "vllm: valid in 2 of 2 runs" in t
+    assert "host fraction (valid)   median 75.0 %" in t
