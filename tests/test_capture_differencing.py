@@ -365,3 +365,12 @@ def test_series_from_raw_keeps_only_known_thread_times():
     assert s.thread_ns == {1: [9, 10]}
     assert s.wall_ns == {1: [10, 11], 8: [80, 81], 16: [160]} and s.wall_rounds == {1: [0, 1], 8: [0, 1]}
     assert s.busy_ns == {1: [1], 8: [1]} and s.wall_seq == {}
+
+
+def test_no_traced_wall_at_n2_gives_no_inflation():
+    import dataclasses
+
+    ns = [1, 13, 23, 41, 72, 128]
+    s = _series(ns, lambda n: 10_000_000 + 4_000_000 * n, lambda n: 1_000_000 + 500_000 * n, noisy=False)
+    s = dataclasses.replace(s, traced_wall_ns={n: v for n, v in s.traced_wall_ns.items() if n != 128})
+    assert difference(s, 1, 128).profiler_inflation is None
