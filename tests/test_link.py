@@ -157,3 +157,16 @@ def test_nesting_deep_and_many_threads():
     assert nest.start[pos[1]] == 0 and nest.thread[pos[1]] == 1
     assert nest.start[pos[2]] == 0
     assert pos[3] == NONE
+
+
+def test_row_links_are_int32_below_two_to_the_31_rows(kineto_trace):
+    from hostgap.link import row_dtype
+
+    assert row_dtype(0) == np.int32 and row_dtype(2**31 - 1) == np.int32
+    assert row_dtype(2**31) == np.int64  # a row index past int32, and NONE, still fit
+    events = [cpu_op("aten::mm", ts=0, dur=10), launch(ts=1, dur=2, corr=1), kernel("k", ts=5, dur=1, corr=1)]
+    lk = link(load_trace(kineto_trace(events)))
+    for a in (lk.launch_of, lk.gpu_ops_of_launch, lk.op_of, lk.top_op_of, lk.frame_of, lk.ops.rows, lk.ops.parent):
+        assert a.dtype == np.int32
+    assert lk.ops.root.dtype == np.int32
+    assert (lk.frame_of == NONE).all() and lk.gpu_ops_of_launch.sum() == 1

@@ -4,6 +4,9 @@ All joins are vectorised: launch → kernel is one sorted join on (link_key, cor
 "which op encloses this launch" is a sorted-array search over properly nested intervals on
 each thread, walking parent pointers level by level (a few dozen numpy passes at most, never
 a Python loop per event).
+
+Row links are held as int32 (:func:`row_dtype`; int64 only for a table of 2^31 rows or more):
+on a large trace they are kept for the whole analysis, beside the event table itself.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ import numpy as np
 from hostgap.events import GPU_OP_KINDS, HOST_API_KINDS, NONE, Kind, Trace
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+
+
+def row_dtype(n: int) -> np.dtype:
+    """The narrowest signed integer type that holds every row index of an n-row table and NONE."""
+    return np.dtype(np.int32) if n < 2**31 else np.dtype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -36,13 +44,12 @@ class Nesting:
     @staticmethod
     def build(trace: Trace, mask: np.ndarray) -> Nesting:
         ev = trace.events
-        rows = np.flatnonzero(mask)
-        thread = ev.tid[rows]
-        start = ev.start_ns[rows]
-        end = start + ev.dur_ns[rows]
-        order = np.lexsort((-end, start, thread))
-        rows, thread, start, end = rows[order], thread[order], start[order], end[order]
-        parent = np.full(len(rows), NONE, dtype=np.int64)
+        rows = np.flatnonzero(mask).astype(row_dtype(len(ev)))
+        order = np.lexsort((-ev.end_ns[rows], ev.start_ns[rows], ev.tid[rows]))
+        rows = rows[order]
+        del order
+        thread, start, end = ev.tid[rows], ev.start_ns[rows], ev.end_ns[rows]
+        parent = np.full(len(rows), NONE, dtype=rows.dtype)
         for lo, hi in _runs(thread):
             p = _parents(start[lo:hi], end[lo:hi])
             parent[lo:hi] = np.where(p >= 0, p + lo, NONE)
@@ -50,28 +57,32 @@ class Nesting:
 
     def innermost(self, thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """Position of the innermost interval on ``thread`` enclosing [start, end], or NONE."""
-        out = np.full(len(start), NONE, dtype=np.int64)
+        out = np.full(len(start), NONE, dtype=self.parent.dtype)
         for lo, hi, th in self._thread_runs():  # no intervals: no runs; no queries: no q below
             q = np.flatnonzero(thread == th)
             if not len(q):
                 continue
             idx = np.searchsorted(self.start[lo:hi], start[q], side="right") - 1
-            idx = np.where(idx >= 0, idx + lo, NONE)
-            # walk up while the candidate does not enclose the query
+            idx = np.where(idx >= 0, idx + lo, NONE).astype(self.parent.dtype)
+            # walk up while the candidate does not enclose the query: only the queries still
+            # walking are looked at again (most stop at the first candidate)
+            walk = np.flatnonzero(idx >= 0)
+            q_end = end[q[walk]]
             for _ in range(256):
-                live = idx >= 0
-                bad = live.copy()
-                bad[live] = self.end[idx[live]] < end[q][live]
+                bad = self.end[idx[walk]] < q_end
                 if not bad.any():
                     break
-                idx[bad] = self.parent[idx[bad]]
+                walk, q_end = walk[bad], q_end[bad]
+                idx[walk] = self.parent[idx[walk]]
+                live = idx[walk] >= 0
+                walk, q_end = walk[live], q_end[live]
             out[q] = idx
         return out
 
     @cached_property
     def root(self) -> np.ndarray:
         """Position of the outermost ancestor of every interval (itself when top-level)."""
-        root = np.where(self.parent >= 0, self.parent, np.arange(len(self.parent)))
+        root = np.where(self.parent >= 0, self.parent, np.arange(len(self.parent), dtype=self.parent.dtype))
         while True:
             nxt = root[root]
             if np.array_equal(nxt, root):
@@ -153,24 +164,26 @@ def link(trace: Trace) -> Links:
     """Build every link for ``trace`` (see :class:`Links`)."""
     ev = trace.events
     n = len(ev)
+    rdt = row_dtype(n)
     gpu = ev.of_kind(*GPU_OP_KINDS)
-    api = ev.of_kind(*HOST_API_KINDS) & (ev.correlation != NONE)
-    launch_of = np.full(n, NONE, dtype=np.int64)
+    launch_of = np.full(n, NONE, dtype=rdt)
     gpu_rows = np.flatnonzero(gpu & (ev.correlation != NONE))
-    api_rows = np.flatnonzero(api)
+    api_rows = np.flatnonzero(ev.of_kind(*HOST_API_KINDS) & (ev.correlation != NONE))
     # (no GPU op or no host call: the join finds nothing, no guard needed)
     order = np.lexsort((ev.correlation[api_rows], ev.link_key[api_rows]))
     a_rows = api_rows[order]
-    a_key, a_corr = ev.link_key[a_rows], ev.correlation[a_rows]
-    g_key, g_corr = ev.link_key[gpu_rows], ev.correlation[gpu_rows]
-    pos = _search_pairs(a_key, a_corr, g_key, g_corr)
+    del api_rows, order
+    pos = _search_pairs(ev.link_key[a_rows], ev.correlation[a_rows], ev.link_key[gpu_rows], ev.correlation[gpu_rows])
     hit = pos >= 0
     launch_of[gpu_rows[hit]] = a_rows[pos[hit]]
-    counts = np.bincount(launch_of[launch_of >= 0], minlength=n) if n else np.zeros(0, np.int64)
+    del gpu_rows, a_rows, pos, hit
+    linked = launch_of[launch_of >= 0]
+    counts = np.bincount(linked, minlength=n).astype(rdt, copy=False) if n else np.zeros(0, rdt)
+    del linked
 
-    op_of = np.full(n, NONE, dtype=np.int64)
-    top_op_of = np.full(n, NONE, dtype=np.int64)
-    frame_of = np.full(n, NONE, dtype=np.int64)
+    op_of = np.full(n, NONE, dtype=rdt)
+    top_op_of = np.full(n, NONE, dtype=rdt)
+    frame_of = np.full(n, NONE, dtype=rdt)
     # legacy traces record ProfilerStep#N ranges as ops (category "Operator"): step markers,
     # never the framework op that encloses a launch
     ops = Nesting.build(trace, (ev.kind == Kind.CPU_OP) & ~trace.name_mask(PROFILER_STEP.match))
@@ -178,8 +191,11 @@ def link(trace: Trace) -> Links:
     # (innermost finds nothing when either side is empty: no guards needed)
     pos = ops.innermost(ev.tid[host_api], ev.start_ns[host_api], ev.end_ns[host_api])
     hit = pos >= 0
-    op_of[host_api[hit]] = ops.rows[pos[hit]]
-    top_op_of[host_api[hit]] = ops.rows[ops.root[pos[hit]]]
+    host_api, pos = host_api[hit], pos[hit]
+    del hit
+    op_of[host_api] = ops.rows[pos]
+    top_op_of[host_api] = ops.rows[ops.root[pos]]
+    del host_api, pos
     frames = Nesting.build(trace, ev.kind == Kind.PYTHON)
     top = ops.rows[ops.parent < 0]
     pos = frames.innermost(ev.tid[top], ev.start_ns[top], ev.end_ns[top])

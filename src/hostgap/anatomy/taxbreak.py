@@ -156,21 +156,26 @@ def kernel_taxes(
     thread = ev.tid[L]
     l_start, l_end = ev.start_ns[L], ev.end_ns[L]
 
-    # GPU work each launch enqueued: first op and total kernel time
+    # GPU work each launch enqueued: first op and total kernel time. Per launch, never per
+    # trace row: a row-length array per quantity is most of this function's memory on a
+    # large trace (L is sorted, so a GPU op's launch is found by a search in it)
     gpu = np.flatnonzero(links.launch_of >= 0)
-    owner = links.launch_of[gpu]
-    first = np.full(len(ev), np.iinfo(np.int64).max, dtype=np.int64)
+    owner = np.searchsorted(L, links.launch_of[gpu])
+    mine = owner < n
+    mine[mine] = L[owner[mine]] == links.launch_of[gpu[mine]]
+    gpu, owner = gpu[mine], owner[mine]
+    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, owner, ev.start_ns[gpu])
     is_kernel = kinds[gpu] == Kind.KERNEL
-    device = np.bincount(owner[is_kernel], weights=ev.dur_ns[gpu][is_kernel], minlength=len(ev))
+    device = np.bincount(owner[is_kernel], weights=ev.dur_ns[gpu][is_kernel], minlength=n)
     # first GPU op row per launch: the op with the smallest start among its ops
     order = np.lexsort((ev.start_ns[gpu], owner))
-    first_row = np.full(len(ev), NONE, dtype=np.int64)
+    gpu_row = np.full(n, NONE, dtype=np.int64)
     if len(gpu):
         first_pos = np.concatenate(([True], owner[order][1:] != owner[order][:-1]))
-        first_row[owner[order][first_pos]] = gpu[order][first_pos]
-    gpu_row = first_row[L]
-    t_launch = first[L] - l_start
+        gpu_row[owner[order][first_pos]] = gpu[order][first_pos]
+    t_launch = first - l_start
+    del gpu, owner, mine, first, is_kernel, order
 
     # units: top-level op, or the launch itself when no op encloses it
     top = links.top_op_of[L]
@@ -182,18 +187,21 @@ def kernel_taxes(
     ops = links.ops
     tops = ops.rows[ops.parent < 0] if len(ops.rows) else np.zeros(0, np.int64)
     all_units = np.unique(np.concatenate((tops, L[orphan])))
+    del tops
     uo = np.lexsort((ev.start_ns[all_units], ev.tid[all_units]))
     au = all_units[uo]
     same_thread = np.concatenate(([False], ev.tid[au][1:] == ev.tid[au][:-1]))
-    prev_end_sorted = np.where(same_thread, np.concatenate(([0], ev.end_ns[au][:-1])), INT_MIN)
-    prev_end_of_row = np.full(len(ev), INT_MIN, dtype=np.int64)
-    prev_end_of_row[au] = prev_end_sorted
-    prev_end = prev_end_of_row[unit]
+    prev_end_of_unit = np.empty(len(au), dtype=np.int64)  # in all_units' order
+    prev_end_of_unit[uo] = np.where(same_thread, np.concatenate(([0], ev.end_ns[au][:-1])), INT_MIN)
     # ... and whether that previous unit started in the same step (the count of step starts
     # at or before a unit's start is equal for two units exactly when they share a step)
     u_step = np.searchsorted(step_start_ns, ev.start_ns[au], side="right")
-    same_step_of_row = np.zeros(len(ev), dtype=bool)
-    same_step_of_row[au[1:]] = same_thread[1:] & (u_step[1:] == u_step[:-1])
+    same_step_of_unit = np.zeros(len(au), dtype=bool)
+    same_step_of_unit[uo[1:]] = same_thread[1:] & (u_step[1:] == u_step[:-1])
+    at = np.searchsorted(all_units, unit)  # every unit is one of all_units
+    prev_end = prev_end_of_unit[at]
+    same_step = same_step_of_unit[at]
+    del all_units, uo, au, same_thread, u_step, prev_end_of_unit, same_step_of_unit, at
 
     # frame start: innermost Python frame, else the step's CPU start
     frame = np.where(orphan, NONE, links.frame_of[np.maximum(top, 0)])
@@ -212,7 +220,7 @@ def kernel_taxes(
         marker_thread = (owner_thread == NONE) | (owner_thread == thread)
     frameless = np.where(marker_thread, step_start, INT_MIN)
     frame_start = np.where(frame >= 0, ev.start_ns[np.maximum(frame, 0)], frameless)
-    prev_end = np.where((frame >= 0) | marker_thread | same_step_of_row[unit], prev_end, INT_MIN)
+    prev_end = np.where((frame >= 0) | marker_thread | same_step, prev_end, INT_MIN)
     py_from = np.maximum(frame_start, prev_end)
     py_from = np.where(py_from == INT_MIN, u_start, py_from)
     py_from = np.minimum(py_from, u_start)
@@ -261,7 +269,7 @@ def kernel_taxes(
         thread=thread,
         gpu_row=gpu_row,
         gpu_ops=links.gpu_ops_of_launch[L],
-        device_ns=device[L].astype(np.int64),
+        device_ns=device.astype(np.int64),
         unit_row=unit,
         op_row=links.op_of[L],
         frame_row=frame,
