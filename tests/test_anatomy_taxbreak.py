@@ -600,3 +600,14 @@ def test_intervals_stay_inside_the_launch_step(tmp_path):
     assert (r["step"], r["t_py_ns"], r["t_dispatch_ns"]) == (1, 0, 10 * US)
     assert a.steps[0]["taxbreak"]["unattributed_ns"] == 50 * US
     assert a.steps[1]["taxbreak"]["ft_ns"] == 10 * US
+
+
+def test_first_bare_launch_outside_every_step_has_no_python_time(tmp_path):
+    """A bare launch at [5, 7] before the only step [20, 50]: no frame, no step start and no
+    earlier unit on its thread, so its T_py starts at the unit itself: 0 (not the time since 0)."""
+    t = Timeline(props=H100)
+    t.launch_kernel(5, 2, ADD, 8, 1)
+    t.annotation("ProfilerStep#1", 20, 30)
+    t.launch_kernel(25, 2, ADD, 28, 1)
+    r = rows_by_launch(analyze(t.load(tmp_path), FLOOR))
+    assert [(x["step"], x["t_py_ns"]) for x in r] == [(-1, 0), (0, 5 * US)]

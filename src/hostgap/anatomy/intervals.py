@@ -13,8 +13,12 @@ def merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     if len(start) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
+    if np.all(start[1:] >= start[:-1]):  # trace rows are in start order: no sorted copies
+        s, e = start, end
+    else:
+        order = np.argsort(start, kind="stable")
+        s, e = start[order], end[order]
+        del order
     reach = np.maximum.accumulate(e)
     new = np.ones(len(s), dtype=bool)
     new[1:] = s[1:] > reach[:-1]
@@ -51,33 +55,61 @@ def gaps(seg_start: np.ndarray, seg_end: np.ndarray) -> tuple[np.ndarray, np.nda
 def grouped_running_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     """Running max of ``values`` restarting at each change of ``group`` (rows pre-grouped).
 
-    Works on ranks, so any int64 values (even near the type's limits) are safe."""
-    if not len(values):
+    Exact for any int64 values (even near the type's limits): each run of equal groups is lifted
+    above the previous one by the values' span and shifted back after one running max; when
+    the lifted values would not fit in int64, the values' ranks are lifted instead."""
+    n = len(values)
+    if not n:
         return values.astype(np.int64)
-    lane = np.zeros(len(values), dtype=np.int64)  # 0, 1, 2 ... one per run of equal groups
-    lane[1:] = np.cumsum(group[1:] != group[:-1])
+    lane = np.empty(n, dtype=np.int64)  # 0, 1, 2 ... one per run of equal groups
+    lane[0] = 0
+    np.cumsum(group[1:] != group[:-1], out=lane[1:])
+    lo, hi = int(values.min()), int(values.max())
+    span = hi - lo + 1
+    if (int(lane[-1]) + 1) * span <= np.iinfo(np.int64).max:
+        acc = np.subtract(values, lo, dtype=np.int64)  # in [0, span)
+        lane *= span
+        acc += lane
+        np.maximum.accumulate(acc, out=acc)
+        acc -= lane
+        acc += lo
+        return acc
     uniq, rank = np.unique(values, return_inverse=True)
-    width = np.int64(len(uniq))
-    acc = np.maximum.accumulate(rank.astype(np.int64) + lane * width) - lane * width
-    return uniq[acc].astype(np.int64)
+    lane *= len(uniq)
+    rank = rank.astype(np.int64) + lane
+    np.maximum.accumulate(rank, out=rank)
+    rank -= lane
+    return uniq[rank].astype(np.int64)
 
 
 def grouped_merge(group: np.ndarray, start: np.ndarray, end: np.ndarray):
     """Per group (negative groups dropped), the union of its intervals as disjoint segments:
     (segment group, segment start, segment end), sorted by group then start."""
-    keep = group >= 0
-    g, s, e = group[keep], start[keep], end[keep]
+    g, s, e = group, start, end
+    keep = g >= 0
+    if not keep.all():
+        g, s, e = g[keep], s[keep], e[keep]
+    del keep
     if not len(g):
         z = np.zeros(0, dtype=np.int64)
         return z, z, z
-    order = np.lexsort((s, g))
-    g, s, e = g[order], s[order], e[order]
+    if not _in_order(g, s):  # rows already by group then start need no sorted copies
+        order = np.lexsort((s, g))
+        g, s, e = g[order], s[order], e[order]
+        del order
     reach = grouped_running_max(e, g)
     new_seg = np.concatenate(([True], g[1:] != g[:-1]))
     new_seg[1:] |= s[1:] > reach[:-1]
     first = np.flatnonzero(new_seg)
     last = np.concatenate((first[1:] - 1, [len(s) - 1]))
     return g[first], s[first], reach[last]
+
+
+def _in_order(major: np.ndarray, minor: np.ndarray) -> bool:
+    """Whether rows are sorted by ``major``, then by ``minor`` among equal ``major``."""
+    up = major[1:] > major[:-1]
+    up |= (major[1:] == major[:-1]) & (minor[1:] >= minor[:-1])
+    return bool(up.all())
 
 
 def grouped_union(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:

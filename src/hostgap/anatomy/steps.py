@@ -328,8 +328,10 @@ def _api_in_idle(trace, host_rows, host_step, ops: DeviceOps, win: StepWindows) 
     st = host_step[r]
     s = np.maximum(ev.start_ns[r], win.start_ns[st])
     e = np.maximum(np.minimum(ev.end_ns[r], win.wall_end_ns[st]), s)
+    del r
     # calls on several threads can overlap: count the union of the step's calls once
     g, us, ue = grouped_merge(st, s, e)
+    del st, s, e
     np.add.at(out, g, (ue - us) - covered_each(us, ue, seg_s, seg_e))
     return out
 

@@ -190,4 +190,17 @@ def _add_quiet(command: click.Command) -> None:
 
 
 def main() -> None:
+    no_huge_pages()
     cli(prog_name="hostgap")
+
+
+def no_huge_pages() -> None:
+    """Ask numpy, before it is first imported, not to request transparent huge pages for its
+    large arrays (its ``NUMPY_MADVISE_HUGEPAGE`` setting; a value the user set is kept).
+
+    Where the kernel compacts memory to find huge pages when a program asks for them (THP defrag
+    ``madvise``, the default of many distributions), each large array's first touch stalls in
+    the kernel: on a 0.5 GB trace ``analyze`` spent 1.7-2.5 s of system CPU against 0.7 s
+    without, with the same user time and peak memory (bench/results/ingest-compiled-decoder.md)."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
