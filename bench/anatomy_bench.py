@@ -58,14 +58,13 @@ def timed(fn, repeats: int) -> dict:
 def taxbreak_only(trace, links):
     """The inputs analyze() hands to kernel_taxes, rebuilt the same way (timed apart from it)."""
     from hostgap.anatomy.markers import step_markers
-    from hostgap.anatomy.timeline import activity_rows, lane_prev_end
+    from hostgap.anatomy.timeline import activity_rows
     from hostgap.anatomy.windows import host_api_steps, marker_windows
 
     _, op_rows = activity_rows(trace)
     win = marker_windows(trace, step_markers(trace).rows)
     _, step = host_api_steps(trace, win)
-    prev = lane_prev_end(trace, op_rows)
-    return lambda: tb.kernel_taxes(trace, links, step, win.start_ns, 4600.0, prev)
+    return lambda: tb.kernel_taxes(trace, links, step, win.start_ns, 4600.0, op_rows)
 
 
 def main(argv=None) -> int:

@@ -65,8 +65,8 @@ MUTANTS = [
     ),
     (
         "anatomy/taxbreak.py",
-        "lane_prev_end[np.maximum(gpu_row, 0)] > l_start",
-        "lane_prev_end[np.maximum(gpu_row, 0)] >= l_start",
+        "lane_prev_end(trace, op_rows, np.maximum(gpu_row, 0)) > l_start",
+        "lane_prev_end(trace, op_rows, np.maximum(gpu_row, 0)) >= l_start",
         PIN + "test_launch_exactly_at_the_lane_end_is_not_queued",
         "launch at the lane's end counted as queued",
     ),

@@ -33,7 +33,7 @@ from hostgap.anatomy.idle import BUSY, CAUSES, HOST, IdleAttribution, attribute
 from hostgap.anatomy.intervals import covered_each, grouped_merge, grouped_union, merge
 from hostgap.anatomy.markers import COMPOSITION_FIELDS, composition, step_markers
 from hostgap.anatomy.summary import step_summary, top_host, top_host_cpu, trace_taxbreak
-from hostgap.anatomy.timeline import DEFAULT_GAP_THRESHOLD_NS, activity_rows, lane_prev_end
+from hostgap.anatomy.timeline import DEFAULT_GAP_THRESHOLD_NS, activity_rows
 from hostgap.anatomy.verdict import step_verdict
 from hostgap.anatomy.windows import (
     INT_MAX,
@@ -147,9 +147,7 @@ def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links 
         )
         held = np.zeros(len(ev), dtype=bool)
         held[ops.rows[idle.held]] = True
-        taxes = tb.kernel_taxes(
-            trace, links, host_step, win.start_ns, floor.ns, lane_prev_end(trace, op_rows), held, win.thread
-        )
+        taxes = tb.kernel_taxes(trace, links, host_step, win.start_ns, floor.ns, op_rows, held, win.thread)
     unattributed = _unattributed(trace, taxes, win)
 
     step_device = _step_devices(ops, n_steps)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hostgap.anatomy.intervals import covered_each, merge
+from hostgap.anatomy.timeline import lane_prev_end
 from hostgap.events import HOST_API_KINDS, NONE, Kind, Trace
 from hostgap.link import Links, Nesting
 
@@ -133,16 +134,16 @@ def kernel_taxes(
     launch_step: np.ndarray,
     step_start_ns: np.ndarray,
     floor_ns: float,
-    lane_prev_end: np.ndarray,
+    op_rows: np.ndarray,
     held: np.ndarray | None = None,
     step_thread: np.ndarray | None = None,
 ) -> KernelTaxes:
     """TaxBreak terms of every launch that enqueued GPU work.
 
     ``launch_step``: step index per trace row (for launch rows); ``step_start_ns``: CPU start
-    of each step (the frame fallback); ``lane_prev_end``: per GPU-op row, the end of the
-    previous op on its stream (or int64 min) — a kernel is queued when that is after its
-    launch call started (a stream that frees exactly at the launch start was free: not queued);
+    of each step (the frame fallback); ``op_rows``: the GPU-op rows whose streams are read for
+    the end of the previous op on a kernel's stream (:func:`lane_prev_end`) — a kernel is queued
+    when that is after its launch call started (a stream that frees exactly at the launch start was free: not queued);
     ``held``: per trace row, GPU ops that waited on a dependency or on work outside the capture
     after their launch (:mod:`hostgap.anatomy.idle`) — queued too, so ΔKT_fw never charges an
     event or dependency wait as launch-path excess; ``step_thread``: the thread of each step's
@@ -208,7 +209,7 @@ def kernel_taxes(
     if orphan.any() and len(links.frames.rows):
         pos_f = links.frames.innermost(thread[orphan], l_start[orphan], l_end[orphan])
         frame[orphan] = np.where(pos_f >= 0, links.frames.rows[np.maximum(pos_f, 0)], NONE)
-    step = launch_step[L]
+    step = launch_step[L].astype(np.int64)
     step_start = np.where(
         step >= 0, step_start_ns[np.maximum(step, 0)] if len(step_start_ns) else 0, np.iinfo(np.int64).min
     )
@@ -257,7 +258,7 @@ def kernel_taxes(
     wrapper = np.where(i_lib, wrapper, 0)
     dft = t_py + np.where(i_lib, wrapper + np.rint(base).astype(np.int64), t_dispatch)
     dct = np.where(i_lib, np.maximum(0, t_dispatch - wrapper - np.rint(base).astype(np.int64)), 0)
-    busy_at_launch = lane_prev_end[np.maximum(gpu_row, 0)] > l_start
+    busy_at_launch = lane_prev_end(trace, op_rows, np.maximum(gpu_row, 0)) > l_start
     queued = busy_at_launch & (gpu_row >= 0)
     if held is not None:
         queued |= held[np.maximum(gpu_row, 0)] & (gpu_row >= 0)

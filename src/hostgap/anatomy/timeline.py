@@ -155,19 +155,29 @@ def _lanes(trace: Trace, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.cumsum(~same), same
 
 
-def lane_prev_end(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """Full-length array: for each GPU-op row in ``rows``, when the previous work on its stream
-    ended (int64 min for the first op of a stream and for rows not given)."""
+def lane_prev_end(trace: Trace, rows: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
+    """For each GPU-op row in ``rows``, when the previous work on its stream ended (int64 min for
+    the first op of a stream and for rows not given): a full-length array, or with ``at`` (trace
+    rows) the values of those rows only, without a full-length array."""
     ev = trace.events
-    out = np.full(len(ev), np.iinfo(np.int64).min, dtype=np.int64)
+    lowest = np.iinfo(np.int64).min
     if not len(rows):
-        return out
+        return np.full(len(ev) if at is None else len(at), lowest, dtype=np.int64)
     order = np.lexsort((ev.start_ns[rows], ev.stream[rows], ev.device[rows]))
     r = rows[order]
+    del order
     lane, same = _lanes(trace, r)
     reach = grouped_running_max(ev.end_ns[r], lane)
-    out[r] = np.where(same, np.concatenate(([0], reach[:-1])), np.iinfo(np.int64).min)
-    return out
+    prev = np.where(same, np.concatenate(([0], reach[:-1])), lowest)
+    del lane, same, reach
+    if at is None:
+        out = np.full(len(ev), lowest, dtype=np.int64)
+        out[r] = prev
+        return out
+    by_row = np.argsort(r)
+    r, prev = r[by_row], prev[by_row]
+    pos = np.minimum(np.searchsorted(r, at), len(r) - 1)
+    return np.where(r[pos] == at, prev[pos], lowest)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from hostgap.events import HOST_API_KINDS, NONE, Kind, Trace
-from hostgap.link import Links
+from hostgap.link import Links, row_dtype
 
 INT_MIN = np.iinfo(np.int64).min
 INT_MAX = np.iinfo(np.int64).max
@@ -181,6 +181,6 @@ def host_api_steps(trace: Trace, windows: StepWindows) -> tuple[np.ndarray, np.n
     """(host API rows, full-length step index per trace row: NONE for other rows)."""
     ev = trace.events
     host_rows = np.flatnonzero(ev.of_kind(*HOST_API_KINDS))
-    host_step = np.full(len(ev), NONE, dtype=np.int64)
+    host_step = np.full(len(ev), NONE, dtype=row_dtype(len(ev)))  # a step index fits a row index
     host_step[host_rows] = windows.step_of(ev.start_ns[host_rows])
     return host_rows, host_step
