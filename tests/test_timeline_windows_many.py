@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from budget import examples
-from conftest import annotation, gpu_annotation, kernel, memcpy, memset
+from conftest import annotation, cpu_op, gpu_annotation, kernel, memcpy, memset
 from hostgap.anatomy.timeline import _choose_ranges, classify_gaps, gpu_times, lane_prev_end, totals, windows
 from hostgap.events import GPU_OP_KINDS
 from hostgap.link import link
@@ -121,3 +121,29 @@ def test_idle_gaps_keep_devices_apart_on_equal_stream_ids(kineto_trace):
     assert gap.tolist() == [99_000]
     prev = lane_prev_end(trace, rows)
     assert sorted(prev[rows].tolist()) == [np.iinfo(np.int64).min, np.iinfo(np.int64).min, 1_000]
+
+
+def test_lane_prev_end_at_chosen_rows_equals_the_full_length_array(kineto_trace):
+    events = [
+        cpu_op("aten::x", ts=0, dur=1),  # host rows: never given, int64 min
+        kernel("a", ts=0, dur=10, stream=7),
+        kernel("b", ts=5, dur=20, stream=7),  # overlaps a: its stream was busy until 10
+        kernel("c", ts=40, dur=1, stream=8),
+        kernel("d", ts=200, dur=1, stream=7),  # after the longest end so far on stream 7, 25
+        cpu_op("aten::y", ts=300, dur=1),  # the last row: past every GPU row
+    ]
+    trace = load_trace(kineto_trace(events))
+    ev = trace.events
+    rows = np.flatnonzero(ev.of_kind(*GPU_OP_KINDS))
+    full = lane_prev_end(trace, rows)
+    low = np.iinfo(np.int64).min
+    assert [full[r] for r in rows] == [low, 10_000, low, 25_000]
+    every = np.arange(len(ev))  # GPU and host rows, the last (a host row) included
+    assert lane_prev_end(trace, rows, every).tolist() == full.tolist()
+    assert lane_prev_end(trace, rows, rows[::-1]).tolist() == full[rows[::-1]].tolist()
+    # only some GPU rows given: the others are "not given", like host rows
+    assert lane_prev_end(trace, rows[:2], rows).tolist() == [low, 10_000, low, low]
+    # no rows: nothing given, in either form
+    none = np.zeros(0, dtype=np.int64)
+    assert lane_prev_end(trace, none).tolist() == [low] * len(ev)
+    assert lane_prev_end(trace, none, rows[:3]).tolist() == [low] * 3
