@@ -236,6 +236,7 @@ def enter(name):
     stage[0] = name
 out, t = {}, clock()
 import hostgap.cli
+hostgap.cli.no_huge_pages()  # as the command does, before numpy is imported
 from hostgap.load import load_trace
 from hostgap.load.text import text_pieces
 out["import"] = since(t)
