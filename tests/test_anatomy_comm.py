@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -207,3 +208,31 @@ def test_real_nccl_trace_report_classes_the_top_kernels(nccl, tmp_path):
     table = table[: table.index("</table>")]
     # the all-reduce kernel is the top one; the broadcast is not in the top 10
     assert table.count("<td>communication</td>") == 1 and table.count("<td>compute</td>") == 9
+
+
+def test_launch_classes_per_launch_row_in_any_order(kineto_trace):
+    """A: all-reduce + gemm (mixed); B: all-reduce only (communication); D: gemm (compute); a
+    cudaMemcpyAsync and its copy (compute). Rows asked in any order, one twice."""
+    from conftest import kernel, launch, memcpy, runtime
+    from hostgap.anatomy.collectives import CLASSES, launch_classes
+    from hostgap.link import link
+
+    events = [
+        launch(ts=0, dur=1, corr=1, name="cudaGraphLaunch"),
+        kernel(ALLREDUCE, ts=10, dur=5, corr=1),
+        kernel("gemm", ts=16, dur=5, corr=1),
+        launch(ts=2, dur=1, corr=2),
+        kernel(ALLREDUCE, ts=22, dur=5, corr=2),
+        runtime("cudaMemcpyAsync", ts=4, dur=1, corr=3),
+        memcpy(ts=30, dur=1, corr=3),
+        launch(ts=6, dur=1, corr=4),
+        kernel("gemm", ts=32, dur=5, corr=4),
+    ]
+    trace = load_trace(kineto_trace(events))
+    names = [trace.name_of(i) for i in range(len(trace.events))]
+    row = {n: names.index(n) for n in ("cudaGraphLaunch", "cudaMemcpyAsync")}
+    launches = [i for i, n in enumerate(names) if n == "cudaLaunchKernel"]
+    a, b, d = row["cudaGraphLaunch"], launches[0], launches[1]
+    got = launch_classes(trace, link(trace), np.array([b, a, d, a, row["cudaMemcpyAsync"]]))
+    assert [CLASSES[i] for i in got] == ["communication", "mixed", "compute", "mixed", "compute"]
+    assert launch_classes(trace, link(trace), np.zeros(0, dtype=np.int64)).tolist() == []

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostgap.anatomy.intervals import grouped_merge, grouped_running_max, grouped_union, merge
+from hostgap.anatomy.intervals import covered_each, grouped_merge, grouped_running_max, grouped_union, merge
 
 I64 = np.iinfo(np.int64)
 wide = st.integers(int(I64.min), int(I64.max))
@@ -101,3 +101,26 @@ def test_grouped_merge_keeps_its_inputs_and_reads_sorted_rows_in_place():
     # unsorted within a group: sorted first (a copy), the caller's arrays untouched
     g, s, e = grouped_merge(np.array([1, 0, 0]), np.array([0, 9, 1]), np.array([1, 10, 3]))
     assert (g.tolist(), s.tolist(), e.tolist()) == ([0, 0, 1], [1, 9, 0], [3, 10, 1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-60, 60), st.integers(0, 30)), max_size=20),
+    st.lists(st.tuples(st.integers(-60, 60), st.integers(0, 30)), max_size=20),
+)
+def test_covered_each_matches_the_reference(segments, intervals):
+    segs = merge_ref([(a, a + d) for a, d in segments])  # disjoint and sorted, as the callers give them
+    seg_s = np.array([a for a, _ in segs], dtype=np.int64)
+    seg_e = np.array([b for _, b in segs], dtype=np.int64)
+    start = np.array([a for a, _ in intervals], dtype=np.int64)
+    end = start + np.array([d for _, d in intervals], dtype=np.int64)
+    got = covered_each(start, end, seg_s, seg_e)
+    want = [sum(max(0, min(e, b) - max(s, a)) for a, b in segs) for s, e in zip(start.tolist(), end.tolist())]
+    assert got.dtype == np.int64 and got.tolist() == want
+
+
+def test_covered_each_before_between_and_after_the_segments():
+    seg_s, seg_e = np.array([10, 30]), np.array([20, 40])
+    start = np.array([0, 0, 15, 25, 35, 45, 5])
+    end = np.array([5, 50, 35, 28, 60, 50, 10])
+    assert covered_each(start, end, seg_s, seg_e).tolist() == [0, 20, 10, 0, 5, 0, 0]

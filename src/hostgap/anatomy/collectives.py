@@ -102,7 +102,13 @@ def launch_classes(trace: Trace, links: Links, launch_rows: np.ndarray) -> np.nd
     gpu = np.flatnonzero(links.launch_of >= 0)
     comm = comm_of_name(trace)[ev.name[gpu]] if len(trace.names) else np.zeros(len(gpu), bool)
     owner = links.launch_of[gpu]
-    n_comm = np.bincount(owner[comm], minlength=len(ev))
-    n_other = np.bincount(owner[~comm], minlength=len(ev))
-    c, o = n_comm[launch_rows], n_other[launch_rows]
+    # counted per distinct launch row, not per trace row (no row-length arrays on large traces)
+    rows = np.unique(launch_rows)
+    pos = np.searchsorted(rows, owner)
+    mine = pos < len(rows)
+    mine[mine] = rows[pos[mine]] == owner[mine]
+    n_comm = np.bincount(pos[mine & comm], minlength=len(rows))
+    n_other = np.bincount(pos[mine & ~comm], minlength=len(rows))
+    at = np.searchsorted(rows, launch_rows)
+    c, o = n_comm[at], n_other[at]
     return np.where(c > 0, np.where(o > 0, 2, 1), 0).astype(np.int64)

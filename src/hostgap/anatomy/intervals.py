@@ -126,12 +126,20 @@ def covered_each(start: np.ndarray, end: np.ndarray, seg_start: np.ndarray, seg_
         return np.zeros(0, dtype=np.int64)
     if len(seg_start) == 0:
         return np.zeros(len(start), dtype=np.int64)
-    cum = np.concatenate(([0], np.cumsum(seg_end - seg_start)))
+    length = seg_end - seg_start
+    cum = np.concatenate(([0], np.cumsum(length)))
 
-    def before(t):
+    def before(t):  # covered time before t; in place, a few arrays of len(t) at most
         i = np.searchsorted(seg_start, t, side="right")
-        prev = np.maximum(i - 1, 0)
-        partial = np.clip(t - seg_start[prev], 0, seg_end[prev] - seg_start[prev])
-        return np.where(i > 0, cum[prev] + partial, 0)
+        none = i == 0
+        i -= 1
+        i[none] = 0
+        out = np.subtract(t, seg_start[i], dtype=np.int64)
+        np.clip(out, 0, length[i], out=out)
+        out += cum[i]
+        out[none] = 0
+        return out
 
-    return (before(end) - before(start)).astype(np.int64)
+    out = before(end)
+    out -= before(start)
+    return out

@@ -26,6 +26,7 @@ import numpy as np
 from hostgap import SCHEMA_VERSION
 from hostgap.errors import HostgapError
 from hostgap.events import GPU_OP_KINDS, Trace
+from hostgap.memory import release_free_memory
 from hostgap.parallel import map_processes, map_tasks
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
@@ -107,7 +108,9 @@ def part_document(trace: Trace, opts: Options, pid: int | None = None) -> dict:
     from hostgap.link import link
 
     links = link(trace)
+    release_free_memory()  # the linker's temporaries, before the next stage stacks on them
     doc = overview(trace, links, gap_threshold_ns=opts.gap_threshold_ns, top=opts.top)
+    release_free_memory()
     cfg = AnatomyConfig(
         step_marker=opts.step_marker,
         launch_floor_ns=opts.launch_floor_ns,
