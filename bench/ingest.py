@@ -250,10 +250,11 @@ from hostgap.link import link
 from hostgap.anatomy.overview import overview
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 enter("link")
-t = clock(); links = link(trace); out["link"] = since(t)
+from hostgap.memory import release_free_memory  # as the command does after each of the two
+t = clock(); links = link(trace); release_free_memory(); out["link"] = since(t)
 enter("anatomy: overview")
 t = clock()
-doc = overview(trace, links, gap_threshold_ns=30_000, top=10)
+doc = overview(trace, links, gap_threshold_ns=30_000, top=10); release_free_memory()
 enter("anatomy: steps")
 analyze(trace, AnatomyConfig(gap_threshold_ns=30_000, top=10), links).to_dict()
 out["anatomy (overview + steps)"] = since(t)

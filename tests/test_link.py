@@ -170,3 +170,15 @@ def test_row_links_are_int32_below_two_to_the_31_rows(kineto_trace):
         assert a.dtype == np.int32
     assert lk.ops.root.dtype == np.int32
     assert (lk.frame_of == NONE).all() and lk.gpu_ops_of_launch.sum() == 1
+
+
+def test_no_python_frames_no_frame_links_and_no_memory_for_them(kineto_trace):
+    events = [cpu_op("aten::mm", ts=0, dur=10), launch(ts=1, dur=2, corr=1), kernel("k", ts=5, dur=1, corr=1)]
+    t = load_trace(kineto_trace(events))
+    lk = link(t)
+    assert len(lk.frame_of) == len(t.events) and (lk.frame_of == NONE).all()
+    assert lk.frame_of.dtype == np.int32 and not lk.frame_of.flags.writeable
+    assert lk.frame_of.strides == (0,)  # one value for every row
+    # with a frame: a real row array, the op's frame in it
+    lk = link(load_trace(kineto_trace([python_frame("f", ts=0, dur=20), *events])))
+    assert lk.frame_of.strides == (4,) and (lk.frame_of >= 0).sum() == 1

@@ -183,7 +183,6 @@ def link(trace: Trace) -> Links:
 
     op_of = np.full(n, NONE, dtype=rdt)
     top_op_of = np.full(n, NONE, dtype=rdt)
-    frame_of = np.full(n, NONE, dtype=rdt)
     # legacy traces record ProfilerStep#N ranges as ops (category "Operator"): step markers,
     # never the framework op that encloses a launch
     ops = Nesting.build(trace, (ev.kind == Kind.CPU_OP) & ~trace.name_mask(PROFILER_STEP.match))
@@ -197,10 +196,14 @@ def link(trace: Trace) -> Links:
     top_op_of[host_api] = ops.rows[ops.root[pos]]
     del host_api, pos
     frames = Nesting.build(trace, ev.kind == Kind.PYTHON)
-    top = ops.rows[ops.parent < 0]
-    pos = frames.innermost(ev.tid[top], ev.start_ns[top], ev.end_ns[top])
-    hit = pos >= 0
-    frame_of[top[hit]] = frames.rows[pos[hit]]
+    if len(frames.rows):
+        frame_of = np.full(n, NONE, dtype=rdt)
+        top = ops.rows[ops.parent < 0]
+        pos = frames.innermost(ev.tid[top], ev.start_ns[top], ev.end_ns[top])
+        hit = pos >= 0
+        frame_of[top[hit]] = frames.rows[pos[hit]]
+    else:  # no Python frames (most GPU traces): every row NONE, read-only, without its memory
+        frame_of = np.broadcast_to(np.array(NONE, dtype=rdt), (n,))
     return Links(
         launch_of=launch_of,
         gpu_ops_of_launch=counts,
