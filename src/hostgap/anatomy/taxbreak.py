@@ -242,15 +242,18 @@ def kernel_taxes(
     py_start = np.maximum(np.where(first_in_unit, py_from, u_start), lo_step)
     py_end = np.maximum(u_start, lo_step)
     d_start = np.maximum(d_start, lo_step)
-    # host time blocked in synchronising calls is its own part, neither ΔFT nor ΔCT
-    sync_py, sync_dispatch = _sync_inside(trace, thread, (py_start, py_end), (d_start, l_start))
-    t_py = py_end - py_start - sync_py
-    t_dispatch = l_start - d_start - sync_dispatch
     # a library launch's translation (ΔCT) starts at the innermost op that encloses it; the
     # wrapper time before it (aten::linear around aten::addmm) is framework time (ΔFT)
     inner = links.op_of[L]
     inner_start = np.clip(np.where(inner >= 0, ev.start_ns[np.maximum(inner, 0)], d_start), d_start, l_start)
-    wrapper = inner_start - d_start - _sync_inside(trace, thread, (d_start, inner_start))[0]
+    # host time blocked in synchronising calls is its own part, neither ΔFT nor ΔCT (the calls
+    # merged once per thread for all three spans)
+    sync_py, sync_dispatch, sync_wrapper = _sync_inside(
+        trace, thread, (py_start, py_end), (d_start, l_start), (d_start, inner_start)
+    )
+    t_py = py_end - py_start - sync_py
+    t_dispatch = l_start - d_start - sync_dispatch
+    wrapper = inner_start - d_start - sync_wrapper
 
     i_lib = _library_flags(trace, links, L, gpu_row, graph)
     native = ~i_lib & ~graph
