@@ -200,3 +200,24 @@ def test_the_papers_speculation_figures_imply_a_longer_verify_cycle():
     assert c["host_drop"] == pytest.approx(1 - 4.81959 / 5.78, abs=1e-5)
     # the model's verify step over gamma + 1 = 5 tokens: memory-bound, within 2 % of a step
     assert 0 <= c["model_gpu_growth"] < 0.02
+
+
+def test_the_papers_residual_to_gpu_ratio_holds_for_any_tokens_per_cycle():
+    """The per-token residual over per-token GPU time is the cycle's ratio whatever E is:
+    0.768 / (12.19 / 6.15 - 0.768) = 0.768 / 1.214114 = 0.63256, against the plain step's
+    (12.19 - 6.41) / 6.41 = 0.90172; the model's verify cycle (gamma 4, eager) meets it only with
+    a lower residual at its GPU time or more GPU time at its residual."""
+    c = spec_reconcile.implied_cycle()
+    assert c["residual_per_gpu"] == pytest.approx(0.63256, abs=1e-5)
+    assert c["step_residual_per_gpu"] == pytest.approx(0.90172, abs=1e-5)
+    w = whatif.run(scenarios.default_setup("llama-3.1-8b"), "spec:gamma=4,alpha=0.9")
+    gpu, host = w.scenario.gpu_ns / 1e6, w.extra["host_per_cycle_ns"] / 1e6
+    assert c["model_residual_per_gpu"] == pytest.approx(host / gpu)
+    assert c["host_needed_ms"] == pytest.approx(0.63256 * gpu, rel=1e-5)
+    assert c["tokens_if_host_lower"] == pytest.approx(0.63256 * gpu / 0.768, rel=1e-5)
+    assert c["gpu_needed_ms"] == pytest.approx(host / 0.63256, rel=1e-5)
+    assert c["tokens_if_gpu_higher"] == pytest.approx(host / 0.768)
+    # the model's verify cycle is a host-heavy eager step: its ratio is the plain step's, not the paper's cycle's
+    assert 0.85 < c["model_residual_per_gpu"] < 1.0
+    # the two ways bracket the E read from the paper's speed-ups (6.28)
+    assert c["tokens_if_host_lower"] < c["tokens_per_cycle"] < c["tokens_if_gpu_higher"]
