@@ -182,6 +182,10 @@ def test_spec_best_condition_error_and_note():
     )
     assert best["note"].startswith("nearest of the conditions the figure could be; the others: eager, per cycle: ")
     assert "graph (full capture), per cycle: 0.228 ms" in best["note"]
+    assert best["note"].endswith(
+        "whatever the tokens per cycle, the paper's figures put the residual at 0.63 of the GPU time, "
+        "the model's verify cycle at 0.92 (docs/models.md §9)"
+    )
     assert len(best["candidates"]) == 4
 
 
