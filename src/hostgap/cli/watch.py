@@ -147,7 +147,8 @@ def register(cli: click.Group) -> None:
         "timeout_s",
         type=float,
         default=None,
-        help="Seconds one scrape may take [default: the interval, 5 to 10; the first scrape at least 15].",
+        help="Seconds one scrape waits for the server: to connect, for each read of the headers, for the whole body "
+        "[default: the interval, 5 to 10; the first scrape at least 15].",
     )
     @click.option("--db", metavar="PATH", help="Runs database [$HOSTGAP_DB or the default].")
     @click.option("-o", "--output", default="runs", show_default=True, help="Folder for the run directory.")

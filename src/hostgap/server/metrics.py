@@ -216,7 +216,9 @@ def metrics_url(url: str) -> str:
 
 
 def scrape(url: str, timeout_s: float = 5.0) -> Scrape:
-    """Read and parse ``url``'s metrics within ``timeout_s`` seconds in all.
+    """Read and parse ``url``'s metrics: connecting and each read of the response's status and
+    headers wait at most ``timeout_s`` seconds, and the body is read by ``timeout_s`` after the
+    request began (so a server slow to answer can hold one scrape longer than ``timeout_s``).
 
     Raises :class:`ScrapeFailed` when the read does not complete (refused, timed out, cut off,
     a 5xx) and :class:`MetricsUnavailable` when the server answers without Prometheus metrics
