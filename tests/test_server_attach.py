@@ -114,6 +114,7 @@ def test_sglang_protocol_with_load(standin, tmp_path):
         assert st["host_exposed_ns"] == st["wall_ns"] - st["gpu_active_ns"]
         assert 0.0 <= st["host_fraction"] <= 1.0
     assert doc["valid"] is True and doc["batch"] == 3
+    assert doc["load_notes"] == []  # every step at the load's batch: nothing to explain
     assert doc["profiling"]["inflation"] is None  # --baseline 0: not measured
     assert doc["verdict"]["verdict"]
     # SGLang stopped by itself; the stop request was still sent (and its "not in progress" tolerated)
@@ -132,6 +133,26 @@ def test_sglang_protocol_with_load(standin, tmp_path):
 
     table = pq.read_table(Path(doc["run_dir"]) / "steps.parquet").to_pylist()
     assert [r["gen_requests"] for r in table] == [3] * 6 and {r["kind"] for r in table} == {"decode"}
+
+
+def test_short_requests_turning_over_in_the_window_are_said(standin, tmp_path):
+    """Requests of 3 tokens end and are replaced every few steps: the profiled steps hold
+    prefills and smaller batches, and the result says why and what to change."""
+    s = standin("sglang")
+    args = ("attach", s.url, "--steps", "12", "--skip", "1", "--load", "2", "--output-len", "3")
+    r = hostgap(*args, "--json", tmp=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    whole = [st for st in doc["steps"] if not st.get("partial")]
+    fewer = [st for st in whole if st["kind"] != "decode" or st["gen_requests"] < 2]
+    assert fewer, doc["per_step_batch"]  # a 3-token request cannot span 12 steps
+    (note,) = doc["load_notes"]
+    assert note.startswith(f"{len(fewer)} of the {len(whole)} complete profiled steps held fewer requests")
+    assert "requests of 3 tokens" in note and "--output-len" in note and "prefill: " in note
+    # the terminal output carries the same line
+    text = hostgap(*args, tmp=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert any(ln.startswith("note: ") and "--output-len" in ln for ln in text.stdout.splitlines()), text.stdout
 
 
 def test_old_vllm_timed_protocol(standin, tmp_path):

@@ -9,7 +9,13 @@ import gzip
 import pytest
 
 from conftest import annotation, cpu_op, python_frame
-from hostgap.server.result import batches_seen, frontend_time, observed_settings, step_period_s
+from hostgap.server.result import (
+    batches_seen,
+    frontend_time,
+    load_turnover_notes,
+    observed_settings,
+    step_period_s,
+)
 from hostgap.server.tracefiles import is_complete, is_complete_gzip
 from hostgap.server.vllm_client import VllmClient, VllmTimedClient, client_for_version, trace_dir_of_config
 
@@ -66,6 +72,28 @@ def test_batches_and_step_period():
     assert batches_seen(steps) == {"prefill": {"2": 1}, "decode": {"2": 2, "3": 1}, "mixed": {"4": 1}}
     assert step_period_s(steps) == pytest.approx(12e-9)  # gaps 10 (1->2) and 14 (2->3): median 12 ns
     assert step_period_s(steps[:2]) is None
+
+
+def test_load_turnover_notes():
+    steps = [
+        {"kind": "prefill", "ctx_requests": 1, "gen_requests": 0},
+        {"kind": "mixed", "ctx_requests": 1, "gen_requests": 2},
+        {"kind": "decode", "gen_requests": 2},  # below the load of 3
+        {"kind": "decode", "gen_requests": 3},  # at it
+        {"kind": "decode", "gen_requests": 4},  # above it: other traffic
+        {"kind": "decode", "gen_requests": 1, "partial": True},  # cut by the window: not counted
+    ]
+    fewer, more = load_turnover_notes(steps, 3, 64)
+    assert fewer == (
+        "3 of the 5 complete profiled steps held fewer requests than the load of 3 in decode "
+        "(prefill: 1 at batch 1; mixed: 1 at batch 3; decode: 1 at batch 2): its requests of 64 tokens "
+        "ended and were replaced inside the window; a larger --output-len (more steps per request than "
+        "pass before the profile starts) keeps the batch steady"
+    )
+    assert more == "1 decode step(s) ran at a larger batch than the load of 3: other traffic shares the server"
+    assert load_turnover_notes(steps[3:4], 3, 64) == []  # all at the load's batch
+    assert load_turnover_notes(steps[3:], 3, 64) == [more]
+    assert load_turnover_notes([{"kind": "decode"}], 1, 8)[0].startswith("1 of the 1 ")  # no batch: fewer
 
 
 def test_frontend_time(kineto_trace):

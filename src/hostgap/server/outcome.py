@@ -23,6 +23,7 @@ from hostgap.server.result import (
     decode_steps,
     first_rank,
     frontend_time,
+    load_turnover_notes,
     observed_settings,
     step_medians,
     step_period_s,
@@ -104,6 +105,9 @@ def build_result(cfg: AttachConfig, client: ProfileClient, session: Session, run
         },
         "flags": ["profiler inflation above the limit: " + cost["text"]] if cost and cost.get("flagged") else [],
         "notes": session.notes,
+        "load_notes": (
+            load_turnover_notes(steps, cfg.load.concurrency, cfg.load.output_len) if cfg.load is not None else []
+        ),
         "valid": not reasons,
         "invalid_reasons": reasons,
         "run_dir": str(run_dir.path.resolve()),

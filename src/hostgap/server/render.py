@@ -91,6 +91,8 @@ def summary_lines(result: dict) -> list[str]:
         out.append(f"  cost: {infl['text']}")
     for note in p.get("notes") or []:
         out.append(f"  note: {note}")
+    for note in result.get("load_notes") or []:
+        out.append(f"note: {note}")
     for flag in result.get("flags") or []:
         out.append(f"FLAGGED: {flag}")
     for reason in result.get("invalid_reasons") or []:

@@ -62,6 +62,41 @@ def decode_steps(doc: dict) -> list[dict]:
     return [s for s in doc.get("steps") or [] if s.get("kind") == "decode" and not s.get("partial")]
 
 
+def load_turnover_notes(steps: list[dict], concurrency: int, output_len: int) -> list[str]:
+    """What the complete profiled steps that were not decode at the load's batch say: fewer
+    requests (a prefill, a mixed step, a smaller decode batch) is the load's requests ending and
+    being replaced inside the window; a larger decode batch is other traffic on the server.
+
+    >>> steps = [{"kind": "prefill", "ctx_requests": 1}, {"kind": "decode", "gen_requests": 1},
+    ...          {"kind": "decode", "gen_requests": 2}, {"kind": "decode", "gen_requests": 2, "partial": True}]
+    >>> load_turnover_notes(steps, 2, 64)[0][:66]
+    '2 of the 3 complete profiled steps held fewer requests than the lo'
+    >>> load_turnover_notes([{"kind": "decode", "gen_requests": 3}], 2, 64)
+    ['1 decode step(s) ran at a larger batch than the load of 2: other traffic shares the server']
+    """
+    whole = [s for s in steps if not s.get("partial")]
+    fewer = [s for s in whole if s.get("kind") != "decode" or (s.get("gen_requests") or 0) < concurrency]
+    more = [s for s in whole if s.get("kind") == "decode" and (s.get("gen_requests") or 0) > concurrency]
+    out = []
+    if fewer:
+        kinds = batches_seen(fewer)
+        seen = "; ".join(
+            f"{kind}: " + ", ".join(f"{n} at batch {b}" for b, n in counts.items()) for kind, counts in kinds.items()
+        )
+        out.append(
+            f"{len(fewer)} of the {len(whole)} complete profiled steps held fewer requests than the load of "
+            f"{concurrency} in decode ({seen}): its requests of {output_len} tokens ended and were replaced "
+            "inside the window; a larger --output-len (more steps per request than pass before the profile "
+            "starts) keeps the batch steady"
+        )
+    if more:
+        out.append(
+            f"{len(more)} decode step(s) ran at a larger batch than the load of {concurrency}: "
+            "other traffic shares the server"
+        )
+    return out
+
+
 def step_period_s(steps: list[dict]) -> float | None:
     """Median start-to-start time of consecutive decode steps (index i and i+1 both decode, not
     partial), in seconds; None with fewer than two such steps.
