@@ -18,6 +18,11 @@ import pytest
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 LOAD = 3
+OUTPUT_LEN = "448"
+"""Tokens per load request (the server's --max-model-len is 512, prompts 32): vLLM's API server
+starts its own profiler before the Worker's (about a second on a first start) while the engine
+keeps stepping, ~200 steps of this model; shorter requests end and are replaced inside the window
+(docs/attach.md), which the counts below do not allow for."""
 
 
 def attach(server, tmp_path, *args: str) -> subprocess.CompletedProcess:
@@ -43,7 +48,7 @@ def completion(server) -> dict:
 
 def test_attach_real_vllm_server(vllm_server, tmp_path):
     r = attach(
-        vllm_server, tmp_path, "--steps", "8", "--skip", "3", "--load", str(LOAD), "--output-len", "128", "--json"
+        vllm_server, tmp_path, "--steps", "8", "--skip", "3", "--load", str(LOAD), "--output-len", OUTPUT_LEN, "--json"
     )
     assert r.returncode == 0, r.stderr + vllm_server.log_tail()
     doc = json.loads(r.stdout)
@@ -62,7 +67,7 @@ def test_attach_real_vllm_server(vllm_server, tmp_path):
     decode = [s for s in steps if s["kind"] == "decode"]
     assert len(decode) >= 7
     at_load = [s for s in decode if s["gen_requests"] == LOAD]
-    assert len(at_load) >= len(decode) - 1, doc["batches_seen"]
+    assert len(at_load) >= len(decode) - 1, (doc["batches_seen"], doc["load_notes"])
     for s in steps:
         assert 0 < s["gpu_active_ns"] <= s["wall_ns"]
         assert s["host_exposed_ns"] == s["wall_ns"] - s["gpu_active_ns"]
@@ -93,12 +98,13 @@ def test_attach_real_vllm_server(vllm_server, tmp_path):
         "--load",
         "2",
         "--output-len",
-        "64",
+        OUTPUT_LEN,
         "--json",
         "--trace-dir",
         str(vllm_server.trace_dir),
     )
     assert again.returncode == 0, again.stderr
     doc2 = json.loads(again.stdout)
-    assert doc2["run_id"] != doc["run_id"] and doc2["decode_steps_seen"] >= 3
+    assert doc2["run_id"] != doc["run_id"]
+    assert doc2["decode_steps_seen"] >= 3, (doc2["per_step_batch"], doc2["load_notes"])
     assert doc2["trace_dir_source"] == "--trace-dir"
