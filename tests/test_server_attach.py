@@ -149,10 +149,36 @@ def test_short_requests_turning_over_in_the_window_are_said(standin, tmp_path):
     (note,) = doc["load_notes"]
     assert note.startswith(f"{len(fewer)} of the {len(whole)} complete profiled steps held fewer requests")
     assert "requests of 3 tokens" in note and "--output-len" in note and "prefill: " in note
+    # said before the start too: no restart can make 3 tokens cover 1 + 12 + 1 + 32 steps
+    short = (
+        "--output-len 3 is shorter than the window (46 steps: --skip, --steps and 32 for the start): "
+        "the load's requests end inside it; give --output-len 46 or more"
+    )
+    assert short in doc["notes"] and not any("restarted" in n for n in doc["notes"])
+    assert doc["load"]["concurrency"] == 2
     # the terminal output carries the same line
     text = hostgap(*args, tmp=tmp_path)
     assert text.returncode == 0, text.stderr
     assert any(ln.startswith("note: ") and "--output-len" in ln for ln in text.stdout.splitlines()), text.stdout
+    assert f"note: {short}" in text.stderr
+
+
+def test_requests_near_their_end_are_restarted_before_the_start(standin, tmp_path):
+    """Requests of exactly the window's length (1 + 6 + 1 + 32 = 40 tokens) streaming since the
+    load began have less than that left at the start: attach restarts them together, and every
+    profiled step is a decode step at the load's batch."""
+    s = standin("sglang", "--step-ms", "20")
+    r = hostgap(
+        "attach", s.url, "--steps", "6", "--skip", "1", "--load", "3", "--output-len", "40", "--json", tmp=tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    (restart,) = [n for n in doc["notes"] if "restarted" in n]
+    assert restart.startswith("load: the 3 requests were restarted together before the start (the first to end had ")
+    assert restart.endswith(" of its 40 tokens left)")
+    left = int(restart.split(" had ")[1].split(" of ")[0])
+    assert 0 <= left < 40
+    assert doc["batches_seen"] == {"decode": {"3": 6}} and doc["load_notes"] == []
 
 
 def test_old_vllm_timed_protocol(standin, tmp_path):

@@ -14,6 +14,7 @@ from hostgap.server.result import (
     frontend_time,
     load_turnover_notes,
     observed_settings,
+    step_medians,
     step_period_s,
 )
 from hostgap.server.tracefiles import is_complete, is_complete_gzip
@@ -113,3 +114,86 @@ def test_file_completeness(tmp_path):
     sizes: dict = {}
     assert not is_complete(whole, sizes)  # first look: size not yet known stable
     assert is_complete(whole, sizes) and not is_complete(cut, sizes) and not is_complete(cut, sizes)
+
+
+def test_step_medians_over_the_steady_steps():
+    """The steady decode steps (the summary's indices) when there are some, else every complete
+    decode step; prefill and partial steps never count."""
+
+    def step(i, kind, wall, dev, partial=False):
+        return {
+            "index": i,
+            "kind": kind,
+            "partial": partial,
+            "wall_ns": wall,
+            "gpu_active_ns": dev,
+            "host_exposed_ns": wall - dev,
+            "host_fraction": (wall - dev) / wall,
+        }
+
+    steps = [
+        step(0, "prefill", 900, 800),
+        step(1, "decode", 100, 40),
+        step(2, "decode", 200, 150),
+        step(3, "decode", 300, 150),
+        step(4, "decode", 1000, 100, partial=True),
+        step(5, "decode", 500, 100),
+    ]
+    doc = {"steps": steps, "summary": {"steady": {"indices": [2, 3]}}, "activity": "cpu"}
+    assert step_medians(doc) == {
+        "t_step_ns": 250.0,
+        "g_step_ns": 150.0,
+        "h_step_ns": 100.0,
+        "host_fraction": pytest.approx((0.25 + 0.5) / 2),
+        "activity": "cpu",
+        "steps": 2,
+        "basis": "median of the steady decode steps of the attached trace",
+    }
+    # no steady set: the complete decode steps 1, 2, 3, 5 (walls 100, 200, 300, 500)
+    plain = step_medians({"steps": steps})
+    assert plain["steps"] == 4 and plain["t_step_ns"] == 250.0 and plain["g_step_ns"] == 125.0
+    assert plain["h_step_ns"] == 105.0 and plain["basis"] == "median of the decode steps of the attached trace"
+    assert step_medians({"steps": steps, "summary": {"steady": {"indices": [9]}}})["steps"] == 4
+    assert step_medians({"steps": steps[:1]}) == {"steps": 0, "basis": "no decode steps"}
+
+
+def test_no_trace_reason_says_what_the_folder_holds(tmp_path):
+    """Each way a profile's engine trace can be missing gets its own reason."""
+    from hostgap.server.attach import no_trace_reason
+
+    client = VllmClient("http://h:1", "0.32.0")
+    pre = "hostgap-20261204-000000-attach-abc123"
+    (tmp_path / "old_rank0.1.pt.trace.json.gz").write_bytes(b"x")
+    before = {"old_rank0.1.pt.trace.json.gz"}
+
+    def reason(steps=8, prefix=pre):
+        return no_trace_reason(tmp_path, before, client, prefix, steps, 120.0)
+
+    assert reason(steps=0) == "the server ran no steps while profiled (no traffic): give --load C to drive it"
+    assert reason() == (
+        f"no trace of this profile ({pre}*) appeared in {tmp_path}: the server writes its traces elsewhere "
+        "(check --trace-dir) or failed writing them (its log says which)"
+    )
+    assert reason(prefix=None).startswith(f"no trace of this profile appeared in {tmp_path}: ")
+    assert reason(steps=None).startswith("no trace of this profile (")  # nothing counted: not "no traffic"
+    # another client's profile: files under another prefix
+    (tmp_path / "other_rank0.2.pt.trace.json.gz").write_bytes(b"y")
+    assert reason() == (
+        f"no trace named {pre}* appeared in {tmp_path}, but other new traces did "
+        "(other_rank0.2.pt.trace.json.gz): another client's profile wrote them"
+    )
+    assert reason(prefix=None).startswith("the engine's trace of this profile appeared")  # no prefix: it is ours
+    # the API server's file of this profile, no engine's
+    (tmp_path / f"{pre}_host_1.async_llm.3.pt.trace.json.gz").write_bytes(b"z")
+    assert reason() == (
+        f"the API server's trace of this profile ({pre}_host_1.async_llm.3.pt.trace.json.gz) appeared in "
+        f"{tmp_path} but no engine's: the engine recorded no step or failed writing its trace "
+        "(the server's log says which)"
+    )
+    # the engine's file came but never completed
+    (tmp_path / f"{pre}_rank0.4.pt.trace.json.gz").write_bytes(b"12345")
+    assert reason() == (
+        f"the engine's trace of this profile appeared in {tmp_path} but was not complete after 120 s: "
+        f"{pre}_rank0.4.pt.trace.json.gz (5 bytes): the server is still writing it or failed writing it "
+        "(its log says which)"
+    )

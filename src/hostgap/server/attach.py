@@ -45,6 +45,10 @@ come (a wrong --trace-dir, a server-side failure)."""
 SETTLE_S = 1.0
 """Pause between the stop and the after-window of the metrics: the stall of the stop itself (the
 Worker writing its trace) shows in the inter-token latency of the tokens it held up."""
+START_MARGIN_STEPS = 32
+"""Steps allowed between the decision to start and the engine's first recorded one (the start
+request's round trip: vLLM asks the Worker before it starts its own profiler; SGLang starts on
+the next step)."""
 FAULT_STOP_TIMEOUT_S = 10.0
 """Timeout of the stop request on a fault path (dead, hung server; Ctrl-C): the whole exit stays
 within 30 s."""
@@ -241,6 +245,12 @@ def profile(cfg: AttachConfig, client: ProfileClient, session: Session, say: Cal
                     "the load did not reach decode: " + (load.stats.first_error or "no token streamed in time"),
                 )
         counter = step_counter(client.url, load)
+        if cfg.baseline_s:
+            cost.mark("before0")
+            pause(cfg.baseline_s)
+            cost.mark("before1")
+        if load is not None:
+            make_room(client.url, load, cfg.skip + cfg.steps + 1 + START_MARGIN_STEPS, cfg.wait_s, session, say)
         if cfg.skip and not client.counts_steps or (cfg.skip and client.self_stopping):
             wait_steps(counter, cfg.skip, time.monotonic() + cfg.wait_s, cfg.idle_s, watch, Bar(cfg.skip, "skipping"))
         req = ProfileRequest(
@@ -249,10 +259,6 @@ def profile(cfg: AttachConfig, client: ProfileClient, session: Session, say: Cal
             prefix=prefix,
             output_dir=session.trace_dir,
         )
-        if cfg.baseline_s:
-            cost.mark("before0")
-            pause(cfg.baseline_s)
-            cost.mark("before1")
         client.start(req)
         session.started_at = time.time()
         session.steps_counted = wait_for_profile(cfg, client, session, folder, before, prefix, counter, watch, req)
@@ -274,6 +280,36 @@ def profile(cfg: AttachConfig, client: ProfileClient, session: Session, say: Cal
             session.notes.append(f"load: {load.stats.finished} requests finished, {load.stats.errors} errors")
     if session.stop_problem:
         say(f"note: {session.stop_problem}")
+
+
+def make_room(url: str, load: LoadGenerator, need: int, wait_s: float, session: Session, say) -> None:
+    """Before the start: every load request must have ``need`` tokens (steps) left, so that none
+    ends inside the window (the batch would shrink, then hold its replacement's prefill).
+    Requests that started together end together, often about when the profile starts (after the
+    baseline): when the first of them to end has less than ``need`` or less than half its length
+    left (slack for a start that is slow to reach the engine), every request is restarted
+    together and the profile starts once all stream again. Requests shorter than ``need`` cannot
+    cover the window: said, not fixed."""
+    out = load.spec.output_len
+    if out < need:
+        note = (
+            f"--output-len {out} is shorter than the window ({need} steps: --skip, --steps and "
+            f"{START_MARGIN_STEPS} for the start): the load's requests end inside it; give --output-len {need} or more"
+        )
+        session.notes.append(note)
+        say(f"note: {note}")
+        return
+    room = load.room()
+    if room >= max(need, out // 2):
+        return
+    if not load.refresh(min(wait_s, 300.0)):
+        raise AttachError(
+            url, "the restarted load did not reach decode: " + (load.stats.first_error or "no token streamed in time")
+        )
+    session.notes.append(
+        f"load: the {load.spec.concurrency} requests were restarted together before the start "
+        f"(the first to end had {room} of its {out} tokens left)"
+    )
 
 
 def wait_for_profile(
@@ -336,12 +372,13 @@ def finish(cfg: AttachConfig, client: ProfileClient, session: Session, run_dir, 
         appear_s=FILES_APPEAR_S,
     )
     if not found.workers:
-        seen = session.steps_counted
-        why = (
-            "the server ran no steps while profiled (no traffic): give --load C to drive it"
-            if seen == 0
-            else f"no complete trace of this profile ({prefix}* or newer) appeared in {folder}: "
-            "the server writes its traces elsewhere (check --trace-dir) or failed writing them"
+        why = no_trace_reason(
+            folder,
+            session.before,
+            client,
+            prefix if client.names_with_prefix else None,
+            session.steps_counted,
+            cfg.files_s,
         )
         raise AttachError(client.url, why, EXIT_NO_RESULT)
     kept = Found([copy_in(p, run_dir.path) for p in found.workers], [copy_in(p, run_dir.path) for p in found.frontend])
@@ -352,6 +389,45 @@ def finish(cfg: AttachConfig, client: ProfileClient, session: Session, run_dir, 
     if cfg.store:
         store(result, run_dir, cfg.db)
     return result
+
+
+def no_trace_reason(
+    folder: Path, before: set[str], client: ProfileClient, prefix: str | None, steps_counted: int | None, files_s: float
+) -> str:
+    """Why no complete engine trace of this profile (vLLM's Worker, SGLang's scheduler) is there,
+    from what the folder holds now: no step ran; the engine's file came but never completed; only
+    the API server's came; files came under another name; or nothing came."""
+    if steps_counted == 0:
+        return "the server ran no steps while profiled (no traffic): give --load C to drive it"
+    mine = new_files(folder, before, client.worker_file, client.frontend_file, prefix)
+    if mine.workers:
+        sizes = ", ".join(f"{p.name} ({size_of(p)})" for p in mine.workers)
+        return (
+            f"the engine's trace of this profile appeared in {folder} but was not complete after "
+            f"{files_s:.0f} s: {sizes}: the server is still writing it or failed writing it (its log says which)"
+        )
+    if mine.frontend:
+        return (
+            f"the API server's trace of this profile ({mine.frontend[0].name}) appeared in {folder} but no "
+            "engine's: the engine recorded no step or failed writing its trace (the server's log says which)"
+        )
+    other = new_files(folder, before, client.worker_file, client.frontend_file) if prefix else Found()
+    if other.all:
+        return (
+            f"no trace named {prefix}* appeared in {folder}, but other new traces did "
+            f"({', '.join(p.name for p in other.all)}): another client's profile wrote them"
+        )
+    return (
+        f"no trace of this profile{f' ({prefix}*)' if prefix else ''} appeared in {folder}: the server writes its "
+        "traces elsewhere (check --trace-dir) or failed writing them (its log says which)"
+    )
+
+
+def size_of(path: Path) -> str:
+    try:
+        return f"{path.stat().st_size} bytes"
+    except OSError:
+        return "gone"
 
 
 def copy_in(src: Path, run_dir: Path) -> Path:

@@ -6,6 +6,11 @@ so every request decodes exactly ``output_len`` tokens where the engine honours 
 SGLang both do), reads its stream to the end, and sends the next one, until :meth:`stop`. In
 between, the server's running batch is C requests, almost all steps decode steps.
 
+Each worker counts the tokens of its current request (the server's running usage where the
+chunks carry it, ``stream_options.continuous_usage_stats``; else one per chunk), so
+:meth:`room` says how many steps pass before the first of them ends, and :meth:`refresh` ends
+every request and starts new ones together: a profile that starts then holds the whole batch.
+
 The generator owns its threads: ``with LoadGenerator(...) as load:`` stops and joins them on
 exit, signals and errors included; each blocking read has a timeout, so a hung server costs
 at most ``timeout_s`` before a worker notices the stop. Threads are daemons: a worker stuck in
@@ -15,6 +20,10 @@ a read never keeps the process alive.
 >>> body = request_body(spec, "m", 0)
 >>> len(body["prompt"]), body["max_tokens"], body["ignore_eos"], body["stream"]
 (8, 64, True, True)
+>>> chunk_tokens(b'{"choices": [{"text": "a"}], "usage": {"completion_tokens": 7}}', 5)
+7
+>>> chunk_tokens(b'{"choices": [{"text": "a"}]}', 5)
+6
 """
 
 from __future__ import annotations
@@ -62,6 +71,8 @@ class LoadStats:
     started: int = 0
     finished: int = 0
     chunks: int = 0
+    tokens: int = 0  # generated tokens streamed, over all requests
+    restarted: int = 0  # requests ended early by refresh()
     errors: int = 0
     first_error: str | None = None
     streaming: set[int] = field(default_factory=set)  # workers whose current request has a token
@@ -71,6 +82,8 @@ class LoadStats:
             "requests_started": self.started,
             "requests_finished": self.finished,
             "stream_chunks": self.chunks,
+            "tokens": self.tokens,
+            "requests_restarted": self.restarted,
             "errors": self.errors,
             "first_error": self.first_error,
         }
@@ -92,7 +105,22 @@ def request_body(spec: LoadSpec, model: str, worker: int) -> dict:
         "ignore_eos": spec.ignore_eos,
         "temperature": 0.0,
         "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
+
+
+def chunk_tokens(payload: bytes, so_far: int) -> int:
+    """Tokens of a request after one of its stream chunks: the running ``usage`` the server
+    put in the chunk, else one more than ``so_far`` (a server that merges tokens into one chunk
+    without usage is undercounted)."""
+    if b'"completion_tokens"' in payload:
+        try:
+            n = json.loads(payload)["usage"]["completion_tokens"]
+        except (ValueError, KeyError, TypeError):
+            n = None
+        if isinstance(n, int) and n >= so_far:
+            return n
+    return so_far + 1
 
 
 def served_model(url: str, timeout_s: float = 10.0) -> str:
@@ -116,6 +144,8 @@ class LoadGenerator:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._responses: dict[int, http.client.HTTPResponse] = {}
+        self._gen = 0  # bumped by refresh(): a worker whose request is older ends it
+        self._current: dict[int, int] = {}  # tokens of each worker's current request
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> LoadGenerator:
@@ -165,6 +195,24 @@ class LoadGenerator:
             time.sleep(0.05)
         return False
 
+    def room(self) -> int:
+        """Tokens left to the request that ends first, i.e. decode steps until the batch
+        shrinks; 0 while any worker's request has not streamed a token (prefill, or between
+        requests)."""
+        with self._lock:
+            if len(self.stats.streaming) < self.spec.concurrency:
+                return 0
+            return max(0, self.spec.output_len - max(self._current.values(), default=0))
+
+    def refresh(self, timeout_s: float) -> bool:
+        """End every worker's request (closing its stream: the server aborts it) and start new
+        ones together; True once all stream again, False on an error or after ``timeout_s``."""
+        with self._lock:
+            self._gen += 1
+            self.stats.streaming.clear()
+            self._current.clear()
+        return self.wait_streaming(timeout_s)
+
     # -- one worker --------------------------------------------------------------------------
     def _worker(self, w: int) -> None:
         body = json.dumps(request_body(self.spec, str(self.model), w)).encode()
@@ -184,6 +232,8 @@ class LoadGenerator:
                 self._stop.wait(1.0)  # a failing server is not hammered
 
     def _stream(self, w: int, req: urllib.request.Request) -> None:
+        with self._lock:
+            gen = self._gen
         try:
             resp = urllib.request.urlopen(req, timeout=self.spec.timeout_s)
         except urllib.error.HTTPError as e:
@@ -201,11 +251,20 @@ class LoadGenerator:
                 if payload == b"[DONE]":
                     break
                 with self._lock:
+                    if gen != self._gen:  # refresh(): end this request, the worker sends a new one
+                        self.stats.restarted += 1
+                        return
+                    before = self._current.get(w, 0)
+                    now = chunk_tokens(payload, before)
+                    self._current[w] = now
+                    self.stats.tokens += now - before
                     self.stats.chunks += 1
                     self.stats.streaming.add(w)
             with self._lock:
                 self.stats.finished += 1
-                self.stats.streaming.discard(w)
+                if gen == self._gen:
+                    self.stats.streaming.discard(w)
+                    self._current.pop(w, None)
         finally:
             with self._lock:
                 self._responses.pop(w, None)
@@ -215,5 +274,6 @@ class LoadGenerator:
         with self._lock:
             self.stats.errors += 1
             self.stats.streaming.discard(w)
+            self._current.pop(w, None)
             if self.stats.first_error is None:
                 self.stats.first_error = text[:300]

@@ -2,8 +2,9 @@
 
 Two sources, first that applies:
 
-- the load hostgap drives itself: every streamed chunk is one token of one request, so with C
-  requests decoding, steps ~= chunks / C (:class:`LoadCounter`);
+- the load hostgap drives itself: it counts the tokens its requests streamed (the server's
+  running usage, else one per chunk), so with C requests decoding, steps ~= tokens / C
+  (:class:`LoadCounter`);
 - the server's Prometheus ``/metrics``: vLLM's ``vllm:iteration_tokens_total`` histogram counts
   one observation per engine step (:class:`MetricsCounter`), parsed with ``prometheus_client``.
 
@@ -23,15 +24,15 @@ STEP_COUNT_SAMPLES = ("vllm:iteration_tokens_total_count",)
 
 
 class LoadCounter:
-    """Steps from the chunks of hostgap's own load (decode steps at batch C)."""
+    """Steps from the tokens of hostgap's own load (decode steps at batch C)."""
 
     def __init__(self, load: LoadGenerator):
         self.load = load
 
     def count(self) -> int | None:
         with self.load._lock:
-            chunks = self.load.stats.chunks
-        return chunks // max(1, self.load.spec.concurrency)
+            tokens = self.load.stats.tokens
+        return tokens // max(1, self.load.spec.concurrency)
 
 
 class MetricsCounter:

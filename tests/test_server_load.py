@@ -1,0 +1,74 @@
+"""The load generator against a stand-in server (tests/standin_server.py): tokens counted per
+request, the room left before the first request ends, and restarting every request together."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hostgap.server.loadgen import LoadGenerator, LoadSpec, chunk_tokens, request_body
+from test_server_attach import standin  # noqa: F401  (the stand-in server fixture)
+
+
+def test_chunk_tokens_reads_the_running_usage():
+    usage = b'{"choices": [{"text": "ab"}], "usage": {"prompt_tokens": 32, "completion_tokens": 9}}'
+    assert chunk_tokens(usage, 4) == 9  # two tokens merged in one chunk: the usage says so
+    assert chunk_tokens(b'{"choices": [], "usage": {"completion_tokens": 9}}', 9) == 9  # the closing usage
+    assert chunk_tokens(b'{"choices": [{"text": "a"}]}', 4) == 5  # no usage: one per chunk
+    assert chunk_tokens(b'{"usage": {"completion_tokens": 3}}', 4) == 5  # going back: not believed
+    assert chunk_tokens(b'{"usage": {"completion_tokens": "9"}}', 4) == 5
+    assert chunk_tokens(b'{"completion_tokens": 9', 4) == 5  # broken JSON
+    body = request_body(LoadSpec(concurrency=1), "m", 0)
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
+def wait_until(cond, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def test_room_and_refresh(standin):  # noqa: F811
+    s = standin("sglang", "--step-ms", "10")
+    with LoadGenerator(s.url, LoadSpec(concurrency=2, output_len=300)) as load:
+        assert load.room() == 0  # nothing streams yet
+        assert load.wait_streaming(30)
+        wait_until(lambda: load.stats.tokens >= 2 * 40)
+        room = load.room()
+        assert 0 < room <= 300 - 40  # both requests are 40+ tokens in (one step makes one token each)
+        assert load.stats.tokens == load.stats.chunks  # the stand-in sends no usage: one token a chunk
+        assert load.stats.started == 2 and load.stats.restarted == 0
+        assert load.refresh(30)
+        after = load.room()
+        assert after > room and after >= 300 - 20  # fresh requests, streaming again
+        st = load.stats.to_dict()
+        assert st["requests_restarted"] == 2 and st["requests_started"] == 4 and st["errors"] == 0
+        assert st["requests_finished"] == 0  # ended by the refresh, not finished
+        # the counted tokens keep growing across the refresh (attach's step counter reads them)
+        before = load.stats.tokens
+        wait_until(lambda: load.stats.tokens >= before + 10)
+    assert load.alive == 0
+
+
+def test_requests_that_end_leave_no_room_until_replaced(standin):  # noqa: F811
+    s = standin("sglang", "--step-ms", "5")
+    with LoadGenerator(s.url, LoadSpec(concurrency=1, output_len=5)) as load:
+        assert load.wait_streaming(30)
+        wait_until(lambda: load.stats.finished >= 3)
+        rooms = set()
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            rooms.add(load.room())
+            time.sleep(0.002)
+        assert rooms <= set(range(0, 5)) and min(rooms) == 0  # 5-token requests: at most 4 left
+    assert load.stats.restarted == 0 and load.stats.tokens >= 15
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_load_spec_rejects_bad_lengths(bad):
+    from hostgap.errors import HostgapError
+
+    with pytest.raises(HostgapError, match="--output-len"):
+        LoadSpec(concurrency=1, output_len=bad)
