@@ -73,6 +73,21 @@ def test_batches_and_step_period():
     assert batches_seen(steps) == {"prefill": {"2": 1}, "decode": {"2": 2, "3": 1}, "mixed": {"4": 1}}
     assert step_period_s(steps) == pytest.approx(12e-9)  # gaps 10 (1->2) and 14 (2->3): median 12 ns
     assert step_period_s(steps[:2]) is None
+    # a decode or prefill step without its own count is "?", never the other phase's count;
+    # mixed and unknown steps count both phases
+    odd = [
+        {"kind": "decode", "ctx_requests": 0},
+        {"kind": "prefill", "gen_requests": 2},
+        {"kind": None, "ctx_requests": 1, "gen_requests": 2},
+        {"kind": "mixed", "gen_requests": 4},
+        {"kind": "mixed"},
+    ]
+    assert batches_seen(odd) == {
+        "decode": {"?": 1},
+        "prefill": {"?": 1},
+        "unknown": {"3": 1},
+        "mixed": {"4": 1, "?": 1},
+    }
 
 
 def test_load_turnover_notes():
@@ -103,6 +118,12 @@ def test_frontend_time(kineto_trace):
     fe = frontend_time(path, engine_steps=5)
     assert fe["threads"] == 2 and fe["busy_ns"] == 15_000 and fe["span_ns"] == 12_000
     assert fe["per_step_ns"] == pytest.approx(3_000)
+    # the span is last end minus first start, wherever the trace's clock begins
+    late = kineto_trace(
+        [cpu_op("a", ts=100, dur=10), cpu_op("b", ts=105, dur=7), annotation("c", ts=100, dur=3, tid=2)]
+    )
+    assert frontend_time(late, engine_steps=5)["span_ns"] == 12_000
+    assert frontend_time(late, engine_steps=0)["per_step_ns"] is None
 
 
 def test_file_completeness(tmp_path):
