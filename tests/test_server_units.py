@@ -82,6 +82,10 @@ def test_batches_and_step_period():
         {"kind": "mixed", "gen_requests": 4},
         {"kind": "mixed"},
     ]
+    # sizes in numeric order, "?" last
+    order = batches_seen([{"kind": "decode", "gen_requests": n} for n in (10, None, 9, 10)])["decode"]
+    assert list(order.items()) == [("9", 1), ("10", 2), ("?", 1)]
+    assert list(batches_seen(odd)["mixed"]) == ["4", "?"]
     assert batches_seen(odd) == {
         "decode": {"?": 1},
         "prefill": {"?": 1},
