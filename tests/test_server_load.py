@@ -72,3 +72,19 @@ def test_load_spec_rejects_bad_lengths(bad):
 
     with pytest.raises(HostgapError, match="--output-len"):
         LoadSpec(concurrency=1, output_len=bad)
+
+
+def test_prompts_stay_inside_the_vocabulary():
+    spec = LoadSpec(concurrency=2, prompt_len=400, vocab=6)
+    ids = [i for w in range(2) for i in request_body(spec, "m", w)["prompt"]]
+    assert set(ids) == {3, 4, 5}  # 0-2 are often special; vocab-1 is the last id
+    assert request_body(spec, "m", 0)["prompt"] != request_body(spec, "m", 1)["prompt"]  # no shared prefix
+    assert request_body(spec, "m", 1) == request_body(spec, "m", 1)  # fixed per worker
+
+
+def test_the_model_is_the_servers_first_unless_given(standin):  # noqa: F811
+    s = standin("sglang")
+    with LoadGenerator(s.url, LoadSpec(concurrency=1, output_len=4)) as load:
+        assert load.model == "standin-model"
+    with LoadGenerator(s.url, LoadSpec(concurrency=1, output_len=4, model="mine")) as load:
+        assert load.model == "mine"
