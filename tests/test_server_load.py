@@ -4,6 +4,7 @@ request, the room left before the first request ends, and restarting every reque
 from __future__ import annotations
 
 import time
+import urllib.request
 
 import pytest
 
@@ -88,3 +89,24 @@ def test_the_model_is_the_servers_first_unless_given(standin):  # noqa: F811
         assert load.model == "standin-model"
     with LoadGenerator(s.url, LoadSpec(concurrency=1, output_len=4, model="mine")) as load:
         assert load.model == "mine"
+
+
+def test_waits_end_false_when_nothing_streams(standin):  # noqa: F811
+    s = standin("sglang")
+    load = LoadGenerator(s.url, LoadSpec(concurrency=1))  # never started
+    assert load.wait_streaming(0.1) is False and load.refresh(0.1) is False and load.room() == 0
+
+
+def test_stop_does_not_wait_on_a_hung_server(standin):  # noqa: F811
+    """A worker blocked on a server that never answers is left behind (a daemon) after
+    ``join_s``: stop returns long before the worker's own read timeout."""
+    s = standin("sglang", "--hang-after-start")
+    req = urllib.request.Request(s.url + "/start_profile", data=b"{}", method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200
+    load = LoadGenerator(s.url, LoadSpec(concurrency=1, model="m", timeout_s=120)).start()
+    wait_until(lambda: load.stats.started == 1)
+    t0 = time.monotonic()
+    load.stop(join_s=0.2)
+    assert time.monotonic() - t0 < 60  # a hang check, not a speed one: the read timeout is 120 s
+    assert load.alive == 1  # still blocked in its read, as a daemon
