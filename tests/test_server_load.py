@@ -110,3 +110,19 @@ def test_stop_does_not_wait_on_a_hung_server(standin):  # noqa: F811
     load.stop(join_s=0.2)
     assert time.monotonic() - t0 < 60  # a hang check, not a speed one: the read timeout is 120 s
     assert load.alive == 1  # still blocked in its read, as a daemon
+
+
+def test_wait_ends_on_errors():
+    """Nothing listens at the port: the requests fail and the wait says so at the first error,
+    not after its timeout."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again below: nothing listens there
+    with LoadGenerator(f"http://127.0.0.1:{port}", LoadSpec(concurrency=2, model="m")) as load:
+        t0 = time.monotonic()
+        assert load.wait_streaming(120) is False
+        assert time.monotonic() - t0 < 60  # a hang check: the first error ends the wait
+        assert load.stats.errors >= 1 and "URLError" in (load.stats.first_error or "")
+        assert load.room() == 0
