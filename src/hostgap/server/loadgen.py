@@ -234,6 +234,7 @@ class LoadGenerator:
     def _stream(self, w: int, req: urllib.request.Request) -> None:
         with self._lock:
             gen = self._gen
+        tokens = 0  # of this request; parsed outside the lock, published under it
         try:
             resp = urllib.request.urlopen(req, timeout=self.spec.timeout_s)
         except urllib.error.HTTPError as e:
@@ -250,16 +251,16 @@ class LoadGenerator:
                 payload = line[5:].strip()
                 if payload == b"[DONE]":
                     break
+                now = chunk_tokens(payload, tokens)
                 with self._lock:
                     if gen != self._gen:  # refresh(): end this request, the worker sends a new one
                         self.stats.restarted += 1
                         return
-                    before = self._current.get(w, 0)
-                    now = chunk_tokens(payload, before)
                     self._current[w] = now
-                    self.stats.tokens += now - before
+                    self.stats.tokens += now - tokens
                     self.stats.chunks += 1
                     self.stats.streaming.add(w)
+                tokens = now
             with self._lock:
                 self.stats.finished += 1
                 if gen == self._gen:
