@@ -46,6 +46,21 @@ def completion(server) -> dict:
         return json.loads(r.read())
 
 
+def assert_batch_explained(doc: dict, load: int) -> None:
+    """Some decode steps ran at the load's batch, and the complete steps that held fewer
+    requests are exactly the ones ``load_notes`` counts. Attach restarts the load before the
+    start when a request would end inside the window, but a start slow to reach the engine on a
+    loaded machine can still meet a turnover: then the result must say so."""
+    whole = [s for s in doc["steps"] if not s.get("partial")]
+    at_load = [s for s in whole if s["kind"] == "decode" and s["gen_requests"] == load]
+    assert at_load, (doc["batches_seen"], doc["load_notes"], doc["notes"])
+    fewer = [s for s in whole if s["kind"] != "decode" or (s["gen_requests"] or 0) < load]
+    if fewer:
+        assert doc["load_notes"][0].startswith(f"{len(fewer)} of the {len(whole)} complete profiled steps held fewer")
+    else:
+        assert not any("fewer requests" in n for n in doc["load_notes"]), doc["load_notes"]
+
+
 def test_attach_real_vllm_server(vllm_server, tmp_path):
     r = attach(
         vllm_server, tmp_path, "--steps", "8", "--skip", "3", "--load", str(LOAD), "--output-len", OUTPUT_LEN, "--json"
@@ -61,13 +76,10 @@ def test_attach_real_vllm_server(vllm_server, tmp_path):
     assert doc["trace_dir_source"] == "the server process's command line"
     # the Worker's trace and the API server's own
     assert any("rank0." in t for t in doc["traces"]) and len(doc["frontend_traces"]) == 1
-    # steady decode steps at the load's batch: the load streams LOAD requests that never end early
+    # decode steps at the load's batch; any that are not are counted and explained in load_notes
     steps = doc["steps"]
     assert len(steps) >= 8
-    decode = [s for s in steps if s["kind"] == "decode"]
-    assert len(decode) >= 7
-    at_load = [s for s in decode if s["gen_requests"] == LOAD]
-    assert len(at_load) >= len(decode) - 1, (doc["batches_seen"], doc["load_notes"])
+    assert_batch_explained(doc, LOAD)
     for s in steps:
         assert 0 < s["gpu_active_ns"] <= s["wall_ns"]
         assert s["host_exposed_ns"] == s["wall_ns"] - s["gpu_active_ns"]
@@ -108,5 +120,6 @@ def test_attach_real_vllm_server(vllm_server, tmp_path):
     )
     doc2 = json.loads(again.stdout)
     assert doc2["run_id"] != doc["run_id"]
-    assert doc2["decode_steps_seen"] >= 3, (doc2["per_step_batch"], doc2["load_notes"])
+    assert len(doc2["steps"]) >= 4
+    assert_batch_explained(doc2, 2)
     assert doc2["trace_dir_source"] == "--trace-dir"
