@@ -1,4 +1,4 @@
-"""The compiled Kineto column decoder (``hostgap.load._kcolumns``, vendored yyjson), built when a
+"""The compiled Kineto column decoder (``hostgap.readers._kcolumns``, vendored yyjson), built when a
 C compiler is there. Without one the install still succeeds and the loader uses its pure-Python
 path (same results, slower): see docs/input.md, "The compiled decoder"."""
 
@@ -30,9 +30,9 @@ class OptionalBuildExt(build_ext):
 setup(
     ext_modules=[
         Extension(
-            "hostgap.load._kcolumns",
-            sources=["src/hostgap/load/_kcolumns.c", "src/hostgap/load/_yyjson/yyjson.c"],
-            depends=["src/hostgap/load/_yyjson/yyjson.h"],
+            "hostgap.readers._kcolumns",
+            sources=["src/hostgap/readers/_kcolumns.c", "src/hostgap/readers/_yyjson/yyjson.c"],
+            depends=["src/hostgap/readers/_yyjson/yyjson.h"],
             # portable build: no -march; yyjson without its writer and helpers (unused here)
             define_macros=[("YYJSON_DISABLE_WRITER", "1"), ("YYJSON_DISABLE_UTILS", "1"),
                            ("YYJSON_DISABLE_NON_STANDARD", "1")],

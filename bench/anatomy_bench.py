@@ -7,7 +7,7 @@ Usage::
 
 Stages (each timed separately, min / median / p90 over repeats, wall and thread CPU time):
 
-- ``link``      launch -> GPU op, launch -> op -> Python frame (:func:`hostgap.link.link`)
+- ``link``      launch -> GPU op, launch -> op -> Python frame (:func:`hostgap.anatomy.link.link`)
 - ``taxbreak``  the per-launch TaxBreak table alone (:func:`hostgap.anatomy.taxbreak.kernel_taxes`)
 - ``analyze``   the whole per-step anatomy given the links: segmentation, per-step times,
                 host_wait, TaxBreak, summary, verdict, rankings (:func:`hostgap.anatomy.steps.analyze`)
@@ -30,9 +30,9 @@ import numpy as np
 
 from hostgap import __version__
 from hostgap.anatomy import taxbreak as tb
+from hostgap.anatomy.link import link
 from hostgap.anatomy.steps import AnatomyConfig, analyze
-from hostgap.link import link
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "hta" / "a100_deep_queue_rank0.json.gz"
 

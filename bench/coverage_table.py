@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from hostgap.capture.noise import NoiseModel  # noqa: E402
+from hostgap.stats.noise import NoiseModel  # noqa: E402
 from test_capture_coverage_noise import _coverage, _models  # noqa: E402
 
 

@@ -93,8 +93,8 @@ def main() -> int:
     if (os.cpu_count() or 1) < 2:
         print("bench/cpu_cores.py: needs 2 CPU cores", file=sys.stderr)
         return 2
-    from hostgap.capture.vllm_common import VllmOptions, prompt_ids
-    from hostgap.capture.vllm_runtime import VllmRuntime
+    from hostgap.capture.engines.vllm_common import VllmOptions, prompt_ids
+    from hostgap.capture.engines.vllm_runtime import VllmRuntime
     from hostgap.model.arch import get_preset
 
     arch = get_preset("tiny")

@@ -12,7 +12,7 @@ outcome classed:
   time, so that other work on a shared machine does not count as a hang);
 - ``over memory``: traced peak above ``MEMORY_PER_BYTE`` x the input's text size + ``MEMORY_SLACK``;
 - ``decoders differ``: a Kineto input whose outcome under the compiled decoder
-  (``hostgap.load._kcolumns``) is not the pure-Python decoder's (``HOSTGAP_PURE_PYTHON=1``): not the
+  (``hostgap.readers._kcolumns``) is not the pure-Python decoder's (``HOSTGAP_PURE_PYTHON=1``): not the
   same error, or not the same columns, names and metadata. Checked on every Kineto input when the
   extension is built (``--one-decoder`` skips it).
 
@@ -406,7 +406,7 @@ def balanced(trace) -> bool:
 def _load_outcome(path: str):
     """A loaded trace, or the text of the HostgapError it raised."""
     from hostgap.errors import HostgapError
-    from hostgap.load import load_trace
+    from hostgap.readers import load_trace
 
     try:
         return load_trace(path)
@@ -449,7 +449,7 @@ def decoders_differ(path: str) -> str:
 
 
 def compiled_decoder_built() -> bool:
-    from hostgap.load import kineto_columns
+    from hostgap.readers import kineto_columns
 
     return kineto_columns._NATIVE is not None
 
@@ -459,7 +459,7 @@ def run_one(
 ) -> tuple[str, str]:
     """Outcome class and detail of loading one file."""
     from hostgap.errors import HostgapError
-    from hostgap.load import load_trace
+    from hostgap.readers import load_trace
 
     if memory:
         tracemalloc.start()
@@ -470,8 +470,8 @@ def run_one(
         trace = load_trace(path)
         ok = balanced(trace)
         if analyze:
+            from hostgap.anatomy.link import link
             from hostgap.anatomy.overview import overview
-            from hostgap.link import link
 
             link(trace)
             overview(trace)

@@ -15,7 +15,7 @@ any size for memory and throughput, and per-stage times. Prints ratios measured 
 (c) per-stage times in a fresh process: import, text (read + inflate only), decode + columns
     (``load_trace`` minus the text stage), link, anatomy (overview + steps).
 
-hostgap is measured with its compiled Kineto decoder (``hostgap.load._kcolumns``) and with the
+hostgap is measured with its compiled Kineto decoder (``hostgap.readers._kcolumns``) and with the
 pure-Python one (``HOSTGAP_PURE_PYTHON=1``) in the same run.
 
 HTA runs in ``bench/.venv-hta`` (see bench/README.md); ``--no-hta`` skips it.
@@ -237,8 +237,8 @@ def enter(name):
 out, t = {}, clock()
 import hostgap.cli
 hostgap.cli.no_huge_pages()  # as the command does, before numpy is imported
-from hostgap.load import load_trace
-from hostgap.load.text import text_pieces
+from hostgap.readers import load_trace
+from hostgap.readers.text import text_pieces
 out["import"] = since(t)
 path = sys.argv[1]
 enter("text (read + inflate)")
@@ -246,7 +246,7 @@ t = clock(); n = sum(len(p) for p in text_pieces(path)); out["text (read + infla
 enter("decode + columns")
 t = clock(); trace = load_trace(path); load = since(t)
 out["decode + columns"] = {k: load[k] - out["text (read + inflate)"][k] for k in load}
-from hostgap.link import link
+from hostgap.anatomy.link import link
 from hostgap.anatomy.overview import overview
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 enter("link")

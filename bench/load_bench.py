@@ -75,8 +75,8 @@ EXTRA_STAGES = {"steps": steps_stage}
 
 
 def bench_hostgap(path: str, repeats: int, stages: list[str]) -> dict:
-    from hostgap.link import link
-    from hostgap.load import load_trace
+    from hostgap.anatomy.link import link
+    from hostgap.readers import load_trace
 
     out = {"load": timed(lambda: load_trace(path), repeats)}
     trace = load_trace(path)
@@ -117,8 +117,8 @@ def status(key):
         if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
 import numpy, msgspec
-from hostgap.load import load_trace
-import hostgap.load.kineto, hostgap.link, hostgap.anatomy.overview
+from hostgap.readers import load_trace
+import hostgap.readers.kineto, hostgap.anatomy.link, hostgap.anatomy.overview
 rss0 = status("VmRSS"); hwm0 = status("VmHWM")
 trace = load_trace(sys.argv[1])
 hwm1 = status("VmHWM")
@@ -126,7 +126,7 @@ out = {"rss_after_imports": rss0, "hwm_after_imports": hwm0, "hwm_after_load": h
        "ru_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 if sys.argv[2] == "analyze":
     from hostgap.anatomy.overview import overview
-    from hostgap.link import link
+    from hostgap.anatomy.link import link
     overview(trace, link(trace))
     out["hwm_after_analyze"] = status("VmHWM")
 print(json.dumps(out))
@@ -215,9 +215,9 @@ def hostgap_idle(path: str, threshold_ns: int) -> dict:
     event table)."""
     import numpy as np
 
+    from hostgap.anatomy.link import link
     from hostgap.events import GPU_OP_KINDS, Kind
-    from hostgap.link import link
-    from hostgap.load import load_trace
+    from hostgap.readers import load_trace
 
     trace = load_trace(path)
     links = link(trace)

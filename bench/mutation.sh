@@ -2,7 +2,7 @@
 # Mutation audit of the analysis core: does the test suite notice a wrong number?
 #
 #   bash bench/mutation.sh                       # every core module, 60 strong mutants each
-#   bash bench/mutation.sh -n 20 src/hostgap/anatomy/steps.py src/hostgap/link.py
+#   bash bench/mutation.sh -n 20 src/hostgap/anatomy/steps.py src/hostgap/anatomy/link.py
 #   bash bench/mutation.sh --timeout 600 ...     # per test run (raise it on a loaded machine)
 #
 # For each module, ../shared/tools/mutate.py flips one operator at a time (--strong: +/-, * and
@@ -35,8 +35,8 @@ if [ -n "$(git status --porcelain -- src)" ]; then
   echo "mutation.sh: src/ has uncommitted changes; the audit needs a clean tree" >&2; exit 2
 fi
 if [ ${#mods[@]} -eq 0 ]; then
-  mapfile -t mods < <(ls src/hostgap/events.py src/hostgap/link.py src/hostgap/load/*.py \
-    src/hostgap/anatomy/*.py src/hostgap/capture/differencing.py src/hostgap/capture/intervals.py src/hostgap/checks.py src/hostgap/model/*.py src/hostgap/model/attribution/*.py \
+  mapfile -t mods < <(ls src/hostgap/events.py src/hostgap/readers/*.py \
+    src/hostgap/anatomy/*.py src/hostgap/stats/*.py src/hostgap/checks.py src/hostgap/model/*.py src/hostgap/model/attribution/*.py \
     | grep -v '__init__.py$')
 fi
 
@@ -44,26 +44,26 @@ fi
 # tests are slow); the whole fast suite confirms every mutant they miss.
 tests_for() {
   case "$1" in
-    src/hostgap/load/nsys.py|src/hostgap/load/nsys_db.py) echo tests/test_load_nsys*.py tests/test_load_pins_nsys.py ;;
-    src/hostgap/load/decimal_ns.py) echo tests/test_load_timestamps.py tests/test_load_pins_decimal.py tests/test_load_kineto.py ;;
-    src/hostgap/load/apis.py) echo tests/test_load_kineto.py tests/test_load_nsys.py ;;
-    src/hostgap/load/kineto.py) echo tests/test_load_kineto.py tests/test_load_streaming.py ;;
-    src/hostgap/load/kineto_events.py) echo tests/test_load_kineto.py tests/test_load_streaming.py tests/test_load_hostile.py ;;
-    src/hostgap/load/kineto_stream.py) echo tests/test_load_streaming.py tests/test_load_hostile.py ;;
-    src/hostgap/load/text.py) echo tests/test_load_text.py tests/test_load_hostile.py tests/test_load_pins_text.py ;;
-    src/hostgap/load/*)    echo tests/test_load_*.py tests/test_kineto_fuzz.py tests/test_corpus.py ;;
+    src/hostgap/readers/nsys.py|src/hostgap/readers/nsys_db.py) echo tests/test_load_nsys*.py tests/test_load_pins_nsys.py ;;
+    src/hostgap/readers/decimal_ns.py) echo tests/test_load_timestamps.py tests/test_load_pins_decimal.py tests/test_load_kineto.py ;;
+    src/hostgap/readers/apis.py) echo tests/test_load_kineto.py tests/test_load_nsys.py ;;
+    src/hostgap/readers/kineto.py) echo tests/test_load_kineto.py tests/test_load_streaming.py ;;
+    src/hostgap/readers/kineto_events.py) echo tests/test_load_kineto.py tests/test_load_streaming.py tests/test_load_hostile.py ;;
+    src/hostgap/readers/kineto_stream.py) echo tests/test_load_streaming.py tests/test_load_hostile.py ;;
+    src/hostgap/readers/text.py) echo tests/test_load_text.py tests/test_load_hostile.py tests/test_load_pins_text.py ;;
+    src/hostgap/readers/*)    echo tests/test_load_*.py tests/test_kineto_fuzz.py tests/test_corpus.py ;;
+    src/hostgap/anatomy/link.py|src/hostgap/events.py)
+                           echo tests/test_link*.py tests/test_events_*.py tests/test_load_*.py tests/test_anatomy_steps.py ;;
     src/hostgap/anatomy/comm.py|src/hostgap/anatomy/collectives.py)
                            echo tests/test_ranks*.py tests/test_anatomy_comm.py tests/test_anatomy_steps.py tests/test_anatomy_kernel_rows.py ;;
     src/hostgap/anatomy/*) echo tests/test_anatomy_*.py tests/test_timeline*.py tests/test_cpu_compute.py ;;
-    src/hostgap/link.py|src/hostgap/events.py)
-                           echo tests/test_link*.py tests/test_events_*.py tests/test_load_*.py tests/test_anatomy_steps.py ;;
-    src/hostgap/capture/intervals.py)
+    src/hostgap/stats/confidence.py|src/hostgap/stats/rounds.py|src/hostgap/stats/noise.py)
                            echo tests/test_capture_differencing.py tests/test_capture_coverage.py tests/test_capture_coverage_noise.py ;;
-    src/hostgap/capture/differencing.py|src/hostgap/capture/validity.py|src/hostgap/checks.py)
+    src/hostgap/stats/differencing.py|src/hostgap/capture/protocol/validity.py|src/hostgap/checks.py)
                            echo tests/test_capture_differencing.py tests/test_capture_validity.py tests/test_capture_converge.py ;;
-    src/hostgap/capture/engine_diff.py|src/hostgap/capture/interleave.py)
+    src/hostgap/capture/protocol/engine_diff.py|src/hostgap/capture/protocol/interleave.py)
                            echo tests/test_capture_interleave.py tests/test_capture_validity.py ;;
-    src/hostgap/capture/vllm_*.py|src/hostgap/capture/harvest.py) echo tests/test_vllm_*.py ;;
+    src/hostgap/capture/engines/*.py|src/hostgap/analysis/vllm_split.py|src/hostgap/analysis/harvest_table.py) echo tests/test_vllm_*.py ;;
     src/hostgap/model/attribution/*) echo tests/test_attribution_*.py ;;
     src/hostgap/model/steps_table.py|src/hostgap/model/steps_data.py|src/hostgap/model/steps_layouts.py)
                            echo tests/test_attribution_*.py ;;
@@ -77,7 +77,7 @@ tests_for() {
     src/hostgap/model/published.py|src/hostgap/model/spec_reconcile.py|src/hostgap/model/scenarios.py)
                            echo tests/test_model_published.py tests/test_model_whatif_operators.py ;;
     src/hostgap/model/*)   echo tests/test_model_*.py ;;
-    src/hostgap/ranks/*)   echo tests/test_ranks*.py ;;
+    src/hostgap/analysis/*)   echo tests/test_ranks*.py ;;
     src/hostgap/cli/fit.py) echo tests/test_model_cli.py tests/test_attribution_cli.py tests/test_model_calibrate.py ;;
     src/hostgap/cli/runs.py) echo tests/test_cli_runs.py tests/test_report_runs.py tests/test_capture_validity.py ;;
     src/hostgap/report/figures_kernels.py)
@@ -98,11 +98,11 @@ for m in "${mods[@]}"; do
   # shellcheck disable=SC2046
   tests=$(ls $(tests_for "$m") 2>/dev/null | tr '\n' ' ')
   j="$out/$(echo "$m" | tr '/' '_').json"
-  # a mutant may turn a size limit into an allocation of it (load/text.py's 16 GiB): cap the
+  # a mutant may turn a size limit into an allocation of it (readers/text.py's 16 GiB): cap the
   # address space of the loader audits' processes so it fails instead of filling the machine
   # (not the others': headless Chromium in the report tests reserves far more than 8 GB)
   vmem=unlimited
-  case "$m" in src/hostgap/load/*) vmem="${HOSTGAP_MUTATION_VMEM_KB:-8000000}" ;; esac
+  case "$m" in src/hostgap/readers/*) vmem="${HOSTGAP_MUTATION_VMEM_KB:-8000000}" ;; esac
   (ulimit -v "$vmem"; exec .venv/bin/python "$tool" "$m" --strong -n "$n" --seed "$seed" --timeout "$timeout" --tests "$tests" --json "$j" \
     > "$out/log" 2>&1) || true
   .venv/bin/python - "$m" "$j" "$out/log" <<'PY'

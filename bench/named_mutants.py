@@ -149,14 +149,14 @@ MUTANTS = [
         "by-class TaxBreak subtracts the launch path",
     ),
     (
-        "capture/differencing.py",
+        "stats/differencing.py",
         "[50 * (1 - level), 50 * (1 + level)]",
         "[50 * (1 + level), 50 * (1 + level)]",
         "tests/test_capture_differencing.py::test_percentile_interval_by_hand",
         "bootstrap interval of zero width",
     ),
     (
-        "load/kineto_events.py",
+        "readers/kineto_events.py",
         "if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63:",
         "if isinstance(v, int) or not isinstance(v, bool) or -(2**63) <= v < 2**63:",
         "tests/test_load_pins_ints.py::test_int_or_none_reads_only_int64_integers",

@@ -1,4 +1,4 @@
-"""Fit the run-noise model (:class:`hostgap.capture.noise.NoiseModel`) to this machine's own
+"""Fit the run-noise model (:class:`hostgap.stats.noise.NoiseModel`) to this machine's own
 untraced repeats of the default decode.
 
 Builds the default workload (``hostgap measure`` with no arguments: the tiny preset, HF eager, CPU,
@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--label", default="", help="conditions in words, e.g. 'quiet machine'")
     ap.add_argument("-o", "--output", default=str(ROOT / "bench/results/noise-model.json"))
     a = ap.parse_args(argv)
-    from hostgap.capture import noise
-    from hostgap.capture.engine import load_engine
-    from hostgap.capture.protocol import MeasureConfig, make_arch, make_workload, resolve
+    from hostgap.capture.protocol.engine import load_engine
+    from hostgap.capture.protocol.orchestrate import MeasureConfig, make_arch, make_workload, resolve
+    from hostgap.stats import noise
 
     cfg = resolve(MeasureConfig())
     assert cfg.sweep is not None  # resolve fills it
@@ -91,7 +91,7 @@ def fitted(walls: list[int], threads: list[int], order: list[int], label: str, c
     machine's own noise, other processes' preemption taken out) and to their wall
     (``model_wall``: everything the runs saw, contention included), the conditions and the raw
     runs."""
-    from hostgap.capture import noise
+    from hostgap.stats import noise
 
     dev = deviations(walls, order)
     pre = [bool(w - t > 0.05 * w) for w, t in zip(walls, threads)]

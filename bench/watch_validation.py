@@ -4,7 +4,7 @@ Protocol (issue: "calibrate with one attach at batch B1, then watch at another l
 attach once during it"):
 
 1. calibrate: ``hostgap attach URL --steps N --load B`` for each calibration batch B (stored runs);
-2. watch at load B2 (``hostgap.server.loadgen`` keeps B2 streaming requests in flight) with
+2. watch at load B2 (``hostgap.server.attach.loadgen`` keeps B2 streaming requests in flight) with
    ``--calibration`` those runs, for ``--duration`` seconds at ``--interval``;
 3. half-way, ``hostgap attach URL --steps N`` (no load of its own: it profiles the B2 traffic);
    its measured host fraction is Σ host-exposed / Σ wall over its decode steps;
@@ -83,7 +83,7 @@ def main() -> None:
 
 
 def validate(url: str, a: argparse.Namespace, db: str, tmp: Path) -> dict:
-    from hostgap.server.loadgen import LoadGenerator, LoadSpec
+    from hostgap.server.attach.loadgen import LoadGenerator, LoadSpec
 
     cal_runs = []
     for b in a.cal:

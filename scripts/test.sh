@@ -16,9 +16,9 @@ if [ "${HOSTGAP_LINT:-1}" != 0 ]; then
   bash scripts/lint.sh || status=$?
 fi
 .venv/bin/python -m pytest -p no:cacheprovider -m "not vllm" "$@" || status=$?
-# The suite above reads Kineto JSON with the compiled decoder (hostgap.load._kcolumns) when it is
+# The suite above reads Kineto JSON with the compiled decoder (hostgap.readers._kcolumns) when it is
 # built; the loader tests run again on the pure-Python decoder, the path of a machine without one.
-if .venv/bin/python -c 'import hostgap.load._kcolumns' 2>/dev/null; then
+if .venv/bin/python -c 'import hostgap.readers._kcolumns' 2>/dev/null; then
   HOSTGAP_PURE_PYTHON=1 .venv/bin/python -m pytest -p no:cacheprovider -q -m "not slow and not vllm" \
     tests/test_load_kineto.py tests/test_load_streaming.py tests/test_load_hostile.py tests/test_load_timestamps.py \
     tests/test_load_pins_decimal.py tests/test_kineto_fuzz.py tests/test_fuzz_loaders.py \

@@ -23,7 +23,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 US = 1000
 HOST_PID = 100

@@ -60,12 +60,12 @@ def traces_dir() -> Path:
 
 @pytest.fixture
 def quiet_machine(monkeypatch, tmp_path_factory):
-    """The machine's noise readings (:func:`hostgap.capture.noise.snapshot`) taken from a quiet
+    """The machine's noise readings (:func:`hostgap.stats.noise.snapshot`) taken from a quiet
     stand-in ``/proc`` instead of the real one: tests that measure a stand-in engine and expect a
     valid result must not turn invalid because the shared test machine's hypervisor stole CPU
     time (steal share) while they ran. Only the default root is replaced; a test that passes its
     own fixture root still reads that."""
-    from hostgap.capture import noise
+    from hostgap.stats import noise
 
     root = tmp_path_factory.mktemp("quiet-proc")
     (root / "proc").mkdir()

@@ -14,7 +14,7 @@ KILL_BATCH = 2
 
 
 def fake_measure(cfg) -> dict:
-    from hostgap.capture.protocol import cell_key
+    from hostgap.capture.protocol.orchestrate import cell_key
 
     run = Path(cfg.run_dir)
     run.mkdir(parents=True)

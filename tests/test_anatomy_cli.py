@@ -16,7 +16,7 @@ from hostgap.anatomy.markers import find_markers
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 from hostgap.cli import cli
 from hostgap.events import Kind
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 

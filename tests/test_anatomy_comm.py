@@ -17,7 +17,7 @@ from hostgap.anatomy.kernels import kernel_rows
 from hostgap.anatomy.overview import overview
 from hostgap.anatomy.steps import AnatomyConfig, analyze
 from hostgap.cli import cli
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 from test_ranks_real import raw_kineto_steps, union
 
 FLOOR = AnatomyConfig(launch_floor_ns=4500.0)
@@ -215,7 +215,7 @@ def test_launch_classes_per_launch_row_in_any_order(kineto_trace):
     cudaMemcpyAsync and its copy (compute). Rows asked in any order, one twice."""
     from conftest import kernel, launch, memcpy, runtime
     from hostgap.anatomy.collectives import CLASSES, launch_classes
-    from hostgap.link import link
+    from hostgap.anatomy.link import link
 
     events = [
         launch(ts=0, dur=1, corr=1, name="cudaGraphLaunch"),

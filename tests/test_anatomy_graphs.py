@@ -6,7 +6,7 @@ from __future__ import annotations
 from conftest import annotation, corpus_path, kernel, launch
 from hostgap.anatomy.graphs import GRAPH_UNTRUSTED, guard_verdict, step_flags
 from hostgap.anatomy.steps import analyze
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 
 def step(i, *, graphs=1, kernels=10, start=None, wall=100, marker_end=None, gpu_end=None) -> dict:

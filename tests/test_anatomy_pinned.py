@@ -261,9 +261,9 @@ def test_gap_after_the_work_was_launched_is_not_host(tmp_path):
 def test_tie_idle_gap_exactly_at_the_threshold_is_other(tmp_path):
     """k1 [0, 10], k2 [40, 45] on one stream, k2 launched [1, 2] (before the gap began: not
     host-wait). The 30 µs gap equals the threshold: kernel-wait needs < threshold, so "other"."""
+    from hostgap.anatomy.link import link
     from hostgap.anatomy.timeline import idle_gaps
     from hostgap.events import GPU_OP_KINDS
-    from hostgap.link import link
 
     t = Timeline(props=H100)
     t.launch_kernel(0, 0, "k", 0, 10)

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hostgap.anatomy.link import link
 from hostgap.anatomy.steps import analyze
 from hostgap.events import Kind
-from hostgap.link import link
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 

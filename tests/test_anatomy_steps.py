@@ -440,7 +440,7 @@ def test_partial_last_step_when_a_launch_has_no_gpu_op(tmp_path):
 def test_capture_annotation_round_trips_through_the_parser():
     """The capture engine's annotation and the anatomy's parser agree on the format."""
     from hostgap.anatomy.markers import composition
-    from hostgap.capture.engine import step_name
+    from hostgap.capture.protocol.engine import step_name
 
     assert step_name(3, "decode", 2, 1, 131) == hostgap_step_name(3, "decode", 2, 1, 131)
     kind, f = composition(step_name(3, "decode", 2, 1, 131))

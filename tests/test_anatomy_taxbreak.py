@@ -461,8 +461,8 @@ def zero_length_child() -> Timeline:
 
 
 def test_launch_after_a_zero_length_child_op_keeps_its_op(tmp_path):
+    from hostgap.anatomy.link import link
     from hostgap.events import Kind
-    from hostgap.link import link
 
     trace = zero_length_child().load(tmp_path)
     links = link(trace)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from anatomy_builders import H100, US, Timeline
+from hostgap.anatomy.link import link
 from hostgap.anatomy.markers import step_markers
 from hostgap.anatomy.timeline import activity_rows
 from hostgap.anatomy.windows import INT_MAX, device_ops, host_api_steps, marker_windows, step_of, with_wall_end
 from hostgap.events import NONE
-from hostgap.link import link
 
 
 def test_step_of_boundaries():

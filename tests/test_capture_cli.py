@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from hostgap.cli import cli
 from hostgap.model.arch import PRESETS
-from hostgap.store import RunsDB
+from hostgap.store.database import RunsDB
 
 PUBLISHED = {"llama-3.2-1b": 1_235_814_400, "llama-3.1-8b": 8_030_261_248, "llama-3.2-3b": 3_212_749_824}
 
@@ -121,7 +121,7 @@ def test_runs_and_show_from_db(tmp_path):
 
 def test_show_gpu_run_has_hdbi_and_taxbreak(tmp_path):
     """The table of a CUDA run shows HDBI, copies and the TaxBreak split (a stored result)."""
-    from hostgap.capture.summary import check_rows, step_rows
+    from hostgap.report.run_rows import check_rows, step_rows
 
     r = {
         "run_id": "gpu-1",

@@ -1,5 +1,5 @@
-"""Measuring until the checks pass, within a budget (:mod:`hostgap.capture.converge`), and the
-machine's own noise readings (:mod:`hostgap.capture.noise`). Simulated sequences and a fake
+"""Measuring until the checks pass, within a budget (:mod:`hostgap.capture.protocol.converge`), and the
+machine's own noise readings (:mod:`hostgap.stats.noise`). Simulated sequences and a fake
 clock: nothing here depends on real timing."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hostgap.capture import converge as cv
-from hostgap.capture import noise
-from hostgap.capture.differencing import Series, difference, sweep_points
+from hostgap.capture.protocol import converge as cv
+from hostgap.stats import noise
+from hostgap.stats.differencing import Series, difference, sweep_points
 
 SWEEP = sweep_points(1, 128)
 
@@ -178,7 +178,7 @@ def test_nothing_exposed_reads_as_none(tmp_path):
 
 
 def test_steal_makes_the_measurement_contended():
-    from hostgap.capture.protocol import MeasureConfig, contention_of, resolve
+    from hostgap.capture.protocol.orchestrate import MeasureConfig, contention_of, resolve
 
     cfg = resolve(MeasureConfig(device="cpu"))
     raw = {
@@ -229,7 +229,7 @@ def test_a_busy_machine_gets_no_rounds():
 def slow_stand(monkeypatch, quiet_machine):
     """A stand-in engine (exact walls) whose runs at N=4 are 30 % slow in the first 3 rounds; the
     machine's noise readings are quiet (the test machine's own steal must not decide validity)."""
-    from hostgap.capture import engine as engine_mod
+    from hostgap.capture.protocol import engine as engine_mod
     from test_capture_interleave import LOG, StandA
 
     class SlowAtFour(StandA):
@@ -245,13 +245,13 @@ def slow_stand(monkeypatch, quiet_machine):
             return w
 
     monkeypatch.setitem(engine_mod.ENGINES, "slow4", SlowAtFour)
-    monkeypatch.setattr("hostgap.capture.interleave.time.sleep", lambda s: None)
+    monkeypatch.setattr("hostgap.capture.protocol.interleave.time.sleep", lambda s: None)
     LOG.clear()
     yield SlowAtFour
 
 
 def _cfg(tmp_path, **kw):
-    from hostgap.capture.protocol import MeasureConfig
+    from hostgap.capture.protocol.orchestrate import MeasureConfig
 
     base: dict = dict(
         preset="tiny",
@@ -273,7 +273,7 @@ def _cfg(tmp_path, **kw):
 
 
 def test_a_slow_n_is_measured_again_until_the_line_is_a_line(slow_stand, tmp_path):
-    from hostgap.capture.protocol import measure
+    from hostgap.capture.protocol.orchestrate import measure
 
     r = measure(_cfg(tmp_path))
     conv = r["differencing"]["convergence"]
@@ -286,12 +286,12 @@ def test_a_slow_n_is_measured_again_until_the_line_is_a_line(slow_stand, tmp_pat
     assert r["differencing"]["t_step_ns"] == pytest.approx(300_000, rel=1e-6)  # exact once repaired
     timings = json.loads((Path(r["run_dir"]) / "timings.json").read_text())
     assert sorted({k for v in timings["untraced_rounds"].values() for k in v}) == list(range(7))
-    rows = dict((x[0], x[1]) for x in __import__("hostgap.capture.summary", fromlist=["x"]).check_rows(r))
+    rows = dict((x[0], x[1]) for x in __import__("hostgap.report.run_rows", fromlist=["x"]).check_rows(r))
     assert rows["measured more"] == "4 + 0 round(s)"
 
 
 def test_a_spent_budget_makes_it_invalid_with_advice(slow_stand, tmp_path):
-    from hostgap.capture.protocol import measure
+    from hostgap.capture.protocol.orchestrate import measure
 
     r = measure(_cfg(tmp_path, budget=0.001))
     assert not r["valid"]
@@ -301,7 +301,7 @@ def test_a_spent_budget_makes_it_invalid_with_advice(slow_stand, tmp_path):
 
 
 def test_bad_budget_is_bad_input():
-    from hostgap.capture.protocol import MeasureConfig, validate
+    from hostgap.capture.protocol.orchestrate import MeasureConfig, validate
     from hostgap.errors import HostgapError
 
     with pytest.raises(HostgapError, match="--budget"):
@@ -311,8 +311,8 @@ def test_bad_budget_is_bad_input():
 def test_two_engines_get_each_round_together(slow_stand, tmp_path):
     """--engine A,B: a round is measured when either engine needs it, for both, interleaved; the
     difference then carries its MOVER interval."""
-    from hostgap.capture import engine as engine_mod
-    from hostgap.capture.protocol import measure_together
+    from hostgap.capture.protocol import engine as engine_mod
+    from hostgap.capture.protocol.orchestrate import measure_together
     from test_capture_interleave import StandB
 
     engine_mod.ENGINES["stand_b"] = StandB
@@ -352,7 +352,7 @@ def test_lack_of_fit_p_by_hand():
     on (1, 3) degrees of freedom."""
     from scipy.stats import f
 
-    from hostgap.capture.differencing import lack_of_fit_p
+    from hostgap.stats.differencing import lack_of_fit_p
 
     p = lack_of_fit_p({1: [9, 11], 2: [12, 12], 3: [9, 11]})
     assert p == pytest.approx(float(f.sf(4.0, 1, 3)), rel=1e-9)
@@ -370,7 +370,7 @@ def test_a_noisy_line_passes_and_a_bend_fails_at_their_rates():
     linearity check passes a true line about 99 % of the time (the limits alone: ~89 %) and
     refuses a bend that doubles the slope by N2 (~97 %); at 10 % with three runs the limits alone
     pass a true line ~14 % of the time, a noisy line ~78 % (docs/measure.md)."""
-    from hostgap.capture.differencing import _fit, linear_enough
+    from hostgap.stats.differencing import _fit, linear_enough
 
     rng = np.random.default_rng(5)
     ns = [1, 13, 23, 41, 72, 128]
@@ -429,7 +429,7 @@ def noisy_stand(monkeypatch, quiet_machine):
     (exact otherwise): any three or more in a row have their median 12 % off the line, with a
     spread that explains it;
     ``bent``: every run at N=8 12 % slow, no spread."""
-    from hostgap.capture import engine as engine_mod
+    from hostgap.capture.protocol import engine as engine_mod
     from test_capture_interleave import LOG, StandA
 
     class Noisy(StandA):
@@ -445,15 +445,15 @@ def noisy_stand(monkeypatch, quiet_machine):
             return w
 
     monkeypatch.setitem(engine_mod.ENGINES, "noisy8", Noisy)
-    monkeypatch.setattr("hostgap.capture.interleave.time.sleep", lambda s: None)
+    monkeypatch.setattr("hostgap.capture.protocol.interleave.time.sleep", lambda s: None)
     LOG.clear()
     yield Noisy
 
 
 @pytest.mark.parametrize("budget", [0.001, 600.0])
 def test_a_noisy_line_is_measured_again_then_valid_with_its_note(noisy_stand, tmp_path, budget):
-    from hostgap.capture.protocol import measure
-    from hostgap.capture.summary import check_rows
+    from hostgap.capture.protocol.orchestrate import measure
+    from hostgap.report.run_rows import check_rows
 
     r = measure(_cfg(tmp_path, engine="noisy8", budget=budget))
     conv = r["differencing"]["convergence"]
@@ -470,8 +470,8 @@ def test_a_noisy_line_is_measured_again_then_valid_with_its_note(noisy_stand, tm
 
 
 def test_a_bent_line_stays_invalid(noisy_stand, tmp_path):
-    from hostgap.capture.protocol import measure
-    from hostgap.capture.summary import check_rows
+    from hostgap.capture.protocol.orchestrate import measure
+    from hostgap.report.run_rows import check_rows
 
     noisy_stand.paces = (1.12,)
     r = measure(_cfg(tmp_path, engine="noisy8", budget=0.001))
@@ -499,7 +499,7 @@ def test_status_of_reads_every_check_and_asks_rounds_by_the_limits():
     assert cv.status_of({"fit_wall": line, "fit_gpu": line}, None).why == ()
     assert cv.status_of({"fit_wall": line, "fit_gpu": line}, None).width is None
     # the linear-enough default is the valid-or-not rule, noisy lines included
-    from hostgap.capture.differencing import LinearFit, linear_enough
+    from hostgap.stats.differencing import LinearFit, linear_enough
 
     f = LinearFit(**noisy)
     assert linear_enough(f) and not linear_enough(f, strict=True)
@@ -510,7 +510,7 @@ def test_lack_of_fit_p_weights_by_the_sloped_line():
     from unweighted): the weights follow the line, not the data."""
     from scipy.stats import f
 
-    from hostgap.capture.differencing import lack_of_fit_p
+    from hostgap.stats.differencing import lack_of_fit_p
 
     s = {1: [9.0, 11.0], 5: [52.0, 47.0], 9: [95.0, 86.0], 13: [120.0, 131.0]}
     x = np.array([n for n in s for _ in s[n]], float)
@@ -529,7 +529,7 @@ def test_lack_of_fit_p_weights_by_the_sloped_line():
 def test_jitter_at_a_clocks_resolution_is_no_spread():
     """Runs that differ below a part per million (a stand-in's rounding, a clock's tick) carry no
     spread to test against: a line is a line (1.0), however the dust falls."""
-    from hostgap.capture.differencing import lack_of_fit_p
+    from hostgap.stats.differencing import lack_of_fit_p
 
     rng = np.random.default_rng(3)
     s = {n: list(1e6 * (n + 1) * (1 + 3e-7 * rng.standard_normal(2))) for n in (1, 2, 4, 6, 8, 10)}

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hostgap.capture.differencing import Series, difference, sweep_points
-from hostgap.capture.protocol import MeasureConfig
+from hostgap.capture.protocol.orchestrate import MeasureConfig
+from hostgap.stats.differencing import Series, difference, sweep_points
 
 N1, N2 = 1, 128
 SWEEP = sweep_points(N1, N2)

@@ -1,6 +1,6 @@
 """Interval coverage under realistic run noise: heavy tails and slow periods spanning consecutive
 runs, including the noise model fitted to this machine's own untraced repeats
-(bench/results/noise-model.json, :func:`hostgap.capture.noise.fit_noise`).
+(bench/results/noise-model.json, :func:`hostgap.stats.noise.fit_noise`).
 
 The draws follow the default protocol's shape and order: 5 untraced rounds (each a run of every
 N of the sweep, shuffled), then the 8 traced runs in a shuffled order; one noise sequence in run
@@ -20,8 +20,8 @@ from typing import cast
 import numpy as np
 import pytest
 
-from hostgap.capture.differencing import Series, difference, sweep_points
-from hostgap.capture.noise import NoiseModel
+from hostgap.stats.differencing import Series, difference, sweep_points
+from hostgap.stats.noise import NoiseModel
 
 N1, N2 = 1, 128
 SWEEP = sweep_points(N1, N2)
@@ -152,7 +152,7 @@ def test_cpu_share_interval_widens_with_noise_of_its_own(own_sd):
 def test_the_paired_share_interval_is_narrower_than_treating_the_slopes_as_independent():
     """The same draws: the paired interval is the one reported, and it is narrower than the MOVER
     ratio of the two slopes' own intervals (which covered 99-100 %)."""
-    from hostgap.capture.differencing import Slope, mover_ratio, theil_sen
+    from hostgap.stats.differencing import Slope, mover_ratio, theil_sen
 
     rng = np.random.default_rng(5)
     for i in range(20):

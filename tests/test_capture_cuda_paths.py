@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import cpu_op, kernel, launch
-from hostgap.capture.floor import null_kernel_delays, summarise
-from hostgap.load import load_trace
+from hostgap.capture.protocol.null_kernel import null_kernel_delays, summarise
+from hostgap.readers import load_trace
 
 
 def test_floor_join_on_a_cupti_style_trace(kineto_trace):
@@ -49,8 +49,8 @@ class _FakeGraph:
 
 
 def test_graph_mode_control_flow_with_fake_cuda(monkeypatch):
-    from hostgap.capture.engine import Workload
-    from hostgap.capture.hf import HFEngine
+    from hostgap.capture.engines.hf import HFEngine
+    from hostgap.capture.protocol.engine import Workload
     from hostgap.model.arch import get_preset
 
     captured = []
@@ -82,7 +82,7 @@ def test_graph_mode_control_flow_with_fake_cuda(monkeypatch):
 
 
 def test_gpu_memory_check_uses_free_gpu_memory(monkeypatch):
-    from hostgap.capture.workload import check_fits
+    from hostgap.capture.protocol.workload import check_fits
     from hostgap.errors import HostgapError
     from hostgap.model.arch import get_preset
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from budget import examples
-from hostgap.capture.differencing import (
+from hostgap.stats.differencing import (
     Series,
     bootstrap_slopes,
     difference,
@@ -139,7 +139,7 @@ def test_split_invariants(t, gshare, base, n2, repeats):
 
 
 def test_thread_time_cross_check_and_preemption():
-    from hostgap.capture.protocol import disturbed, preempted_share
+    from hostgap.capture.protocol.orchestrate import disturbed, preempted_share
 
     ns = [1, 8, 16, 32]
     base = _series(ns, lambda n: 1_000_000 * n, lambda n: 100_000 * n, noisy=False)
@@ -180,7 +180,7 @@ def test_default_estimator_is_theil_sen_over_every_run():
 
 
 def test_slope_uses_only_runs_between_n1_and_n2():
-    from hostgap.capture.differencing import slope_with_interval
+    from hostgap.stats.differencing import slope_with_interval
 
     runs = {1: [0.0, 0.0], 5: [40.0, 40.0], 9: [80.0, 80.0], 50: [0.0, 0.0]}
     s = slope_with_interval(runs, 1, 9, "theil-sen")
@@ -191,7 +191,7 @@ def test_slope_uses_only_runs_between_n1_and_n2():
 
 
 def test_cpu_split_needs_a_traced_wall_and_reports_its_share_interval():
-    from hostgap.capture.differencing import Slope, split
+    from hostgap.stats.differencing import Slope, split
 
     t, g = Slope(1.0, 0.9, 1.1), Slope(0.5, 0.45, 0.55)
     with pytest.raises(ValueError):
@@ -212,7 +212,7 @@ def test_intervals_are_cut_to_the_possible_range():
     """A wide wall interval makes the MOVER bounds of h and the host fraction impossible
     (h below 0, a fraction below 0 or above 1); the reported interval is cut to the range,
     its other bound unchanged."""
-    from hostgap.capture.differencing import Slope, _interval, complement, mover_difference, mover_ratio, split
+    from hostgap.stats.differencing import Slope, _interval, complement, mover_difference, mover_ratio, split
 
     t, g = Slope(1.0, 0.2, 1.8), Slope(0.9, 0.8, 1.0)
     raw_h = mover_difference(t, g)
@@ -261,7 +261,7 @@ def test_paired_ratio_is_the_set_kendall_accepts():
     """The interval's ends are the outermost ratios the test accepts (a fine scan agrees), the
     runs' shared noise cancels (a run stretched 20 % in both moves nothing), and num/den and
     den/num give reciprocal intervals."""
-    from hostgap.capture.differencing import paired_ratio
+    from hostgap.stats.differencing import paired_ratio
 
     rng = np.random.default_rng(4)
     ns = [1, 1, 13, 23, 41, 72, 128, 128]
@@ -284,7 +284,7 @@ def test_paired_ratio_is_the_set_kendall_accepts():
 
 
 def test_paired_ratio_needs_paired_runs_and_a_bounded_answer():
-    from hostgap.capture.differencing import paired_ratio
+    from hostgap.stats.differencing import paired_ratio
 
     assert paired_ratio({1: [1.0, 2.0], 2: [3.0]}, {1: [1.0], 2: [3.0]}, 1.0) is None  # unpaired
     assert paired_ratio({1: [1.0], 2: [3.0]}, {1: [1.0], 2: [3.0]}, 1.0) is None  # two runs
@@ -296,7 +296,7 @@ def test_paired_ratio_needs_paired_runs_and_a_bounded_answer():
 def test_cpu_difference_reports_the_paired_share_and_falls_back_when_unpaired():
     """The traced runs' compute and wall paired: the share interval is the paired one; a series
     whose traced wall lacks a run falls back to the MOVER ratio, said in the method."""
-    from hostgap.capture.differencing import paired_ratio
+    from hostgap.stats.differencing import paired_ratio
 
     ns = [1, 2, 4, 8]
     s = _series(ns, lambda n: 1_000_000 + 400_000 * n, lambda n: 500_000 + 100_000 * n)
@@ -351,7 +351,7 @@ def test_rounds_interval_only_with_theil_sen():
 def test_series_from_raw_keeps_only_known_thread_times():
     """A thread time of 0 means unknown (an engine in other processes): such an N, or an empty
     one, has no thread-time series; the others are read as they are."""
-    from hostgap.capture.differencing import series_from_raw
+    from hostgap.stats.differencing import series_from_raw
 
     stat = {k: 1 for k in ("wall_ns", "busy_ns", "kernel_sum_ns", "kernel_union_ns", "kernel_count")}
     stat.update(copies=0, copy_ns=0, h2d_bytes=0, d2h_bytes=0)

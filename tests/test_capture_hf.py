@@ -7,9 +7,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hostgap.capture.engine import ENGINES, Workload, load_engine, step_name  # noqa: E402
-from hostgap.capture.hf import HFEngine, cache_keyword  # noqa: E402
-from hostgap.capture.workload import (  # noqa: E402
+from hostgap.capture.engines.hf import HFEngine, cache_keyword  # noqa: E402
+from hostgap.capture.protocol.engine import ENGINES, Workload, load_engine, step_name  # noqa: E402
+from hostgap.capture.protocol.workload import (  # noqa: E402
     arch_from_checkpoint,
     build_model,
     check_fits,
@@ -17,8 +17,8 @@ from hostgap.capture.workload import (  # noqa: E402
 )
 from hostgap.errors import HostgapError  # noqa: E402
 from hostgap.events import Kind  # noqa: E402
-from hostgap.load import load_trace  # noqa: E402
 from hostgap.model.arch import get_preset  # noqa: E402
+from hostgap.readers import load_trace  # noqa: E402
 
 
 def _work(preset="tiny", **kw) -> Workload:

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hostgap.capture import engine as engine_mod
-from hostgap.capture.differencing import mover_difference, slope_with_interval, sweep_points
-from hostgap.capture.engine import Engine
-from hostgap.capture.engine_diff import difference_line, engine_difference
-from hostgap.capture.interleave import pair_order
-from hostgap.capture.protocol import MeasureConfig, measure_together
+from hostgap.capture.protocol import engine as engine_mod
+from hostgap.capture.protocol.engine import Engine
+from hostgap.capture.protocol.engine_diff import difference_line, engine_difference
+from hostgap.capture.protocol.interleave import pair_order
+from hostgap.capture.protocol.orchestrate import MeasureConfig, measure_together
+from hostgap.stats.differencing import mover_difference, slope_with_interval, sweep_points
 
 LOG: list[tuple] = []
 US = 1000
@@ -105,7 +105,7 @@ class StandB(_Stand):
 def stands(monkeypatch, quiet_machine):
     monkeypatch.setitem(engine_mod.ENGINES, "stand_a", StandA)
     monkeypatch.setitem(engine_mod.ENGINES, "stand_b", StandB)
-    monkeypatch.setattr("hostgap.capture.interleave.time.sleep", lambda s: None)
+    monkeypatch.setattr("hostgap.capture.protocol.interleave.time.sleep", lambda s: None)
     LOG.clear()
     yield
     StandA.busy = StandB.busy = ()

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hostgap.capture.differencing import linear_fit  # noqa: E402
 from hostgap.cli import cli  # noqa: E402
-from hostgap.store import RunsDB  # noqa: E402
+from hostgap.stats.differencing import linear_fit  # noqa: E402
+from hostgap.store.database import RunsDB  # noqa: E402
 
 N2 = 64
 

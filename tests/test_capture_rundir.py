@@ -8,11 +8,11 @@ import stat
 
 import pytest
 
-from hostgap.capture import manifest
-from hostgap.capture.protocol import MeasureConfig, cell_key, plan
-from hostgap.capture.rundir import RunDir, check_writable, read_json, write_json
-from hostgap.capture.sweep import Eta, cells_from_file, grid
+from hostgap.capture.protocol.orchestrate import MeasureConfig, cell_key, plan
+from hostgap.capture.protocol.sweep import Eta, cells_from_file, grid
 from hostgap.errors import HostgapError
+from hostgap.store import manifest
+from hostgap.store.rundir import RunDir, check_writable, read_json, write_json
 
 
 def test_atomic_json_and_permissions(tmp_path):
@@ -109,7 +109,7 @@ def test_run_killed_by_sigkill_is_removed_by_the_next_run(tmp_path, capsys):
 
     victim = tmp_path / "20261201-victim"
     code = (
-        "import sys, time; from pathlib import Path; from hostgap.capture.rundir import RunDir; "
+        "import sys, time; from pathlib import Path; from hostgap.store.rundir import RunDir; "
         "r = RunDir.create(Path(sys.argv[1])); (r.path / 'traces' / 'big.json').write_bytes(b'x' * 100000); "
         "print('ready', flush=True); time.sleep(60)"
     )
@@ -148,7 +148,7 @@ def test_file_mode_follows_the_umask_without_setting_it(tmp_path, monkeypatch):
     import os
     import stat
 
-    from hostgap.capture import rundir
+    from hostgap.store import rundir
 
     old = os.umask(0o027)
     try:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from hostgap.capture.stacks import classify, find_pyspy, parse_raw, sample_during, summarise
+from hostgap.capture.protocol.stacks import classify, find_pyspy, parse_raw, sample_during, summarise
 
 RAW = """\
 process 1:"python x.py";thread (1): MainThread;main (x.py:1);forward (m.py:2);at::native::cpublas::gemm (libtorch_cpu.so) 30

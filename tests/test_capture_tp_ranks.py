@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hostgap.capture import engine as engine_mod
-from hostgap.capture.protocol import MeasureConfig, cell_key, measure
-from hostgap.capture.vllm_engine import VllmOptions  # noqa: F401 (imports vllm_runtime in its order)
-from hostgap.capture.vllm_runtime import rank_cores
+from hostgap.capture.engines.vllm_engine import VllmOptions  # noqa: F401 (imports vllm_runtime in its order)
+from hostgap.capture.engines.vllm_runtime import rank_cores
+from hostgap.capture.protocol import engine as engine_mod
+from hostgap.capture.protocol.orchestrate import MeasureConfig, cell_key, measure
 from hostgap.cli import cli
 from test_capture_interleave import LOG, StandA
 
@@ -42,7 +42,7 @@ class StandTP(StandA):
 @pytest.fixture
 def stand_tp(monkeypatch, quiet_machine):
     monkeypatch.setitem(engine_mod.ENGINES, "stand_tp", StandTP)
-    monkeypatch.setattr("hostgap.capture.interleave.time.sleep", lambda s: None)
+    monkeypatch.setattr("hostgap.capture.protocol.interleave.time.sleep", lambda s: None)
     LOG.clear()
 
 

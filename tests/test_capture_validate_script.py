@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hostgap.capture.stacks import find_pyspy  # noqa: E402
+from hostgap.capture.protocol.stacks import find_pyspy  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "validate.sh"
 

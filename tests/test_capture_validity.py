@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hostgap.capture import validity as v
-from hostgap.capture.differencing import (
+from hostgap.capture.protocol import validity as v
+from hostgap.stats.differencing import (
     Series,
     Slope,
     complement,
@@ -230,7 +230,7 @@ def _result(run_id: str, valid: bool, **diff) -> dict:
 
 
 def test_summary_of_an_invalid_run_shows_no_verdict_and_no_impossible_value():
-    from hostgap.capture.summary import step_rows
+    from hostgap.report.run_rows import step_rows
 
     r = _result("bad", False, host_fraction=-1.41, h_step_ns=-1.085e6, g_step_ns=1.855e6, t_step_ns=0.77e6)
     rows = {label: (value, basis) for label, value, basis in step_rows(r)}
@@ -242,7 +242,7 @@ def test_summary_of_an_invalid_run_shows_no_verdict_and_no_impossible_value():
 
 
 def test_store_keeps_validity_and_migrates_version_1(tmp_path):
-    from hostgap.store import RunsDB
+    from hostgap.store.database import RunsDB
 
     path = tmp_path / "runs.sqlite"
     con = sqlite3.connect(path)  # a version-1 database as the previous release wrote it
@@ -276,7 +276,7 @@ def test_store_keeps_validity_and_migrates_version_1(tmp_path):
 
 def test_runs_table_and_measure_exit_status(tmp_path, monkeypatch):
     from hostgap.cli import cli
-    from hostgap.store import RunsDB
+    from hostgap.store.database import RunsDB
 
     db = tmp_path / "runs.sqlite"
     with RunsDB(db) as d:
@@ -293,7 +293,7 @@ def test_runs_table_and_measure_exit_status(tmp_path, monkeypatch):
     assert _verdict_cell(rows["bad-1"]).startswith("invalid: machine busy")
     assert _verdict_cell(rows["good-1"]) == "host-bound"
     # measure: an invalid result exits with EXIT_INVALID (3), never 2 (bad input)
-    import hostgap.capture.protocol as protocol
+    import hostgap.capture.protocol.orchestrate as protocol
 
     for valid, code in ((False, v.EXIT_INVALID), (True, 0)):
         monkeypatch.setattr(protocol, "measure", lambda cfg, valid=valid, **kw: _result(f"m-{valid}", valid))
@@ -337,7 +337,7 @@ def test_regimes_leave_out_invalid_runs_and_mark_busy_cells(tmp_path):
 
 
 def test_report_verdict_card_of_an_invalid_run():
-    from hostgap.capture.results import judge
+    from hostgap.capture.protocol.results import judge
     from hostgap.report.html import key_numbers
     from hostgap.report.inputs import Input, anatomy_from_results
 

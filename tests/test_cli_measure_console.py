@@ -63,7 +63,7 @@ def test_on_a_terminal_a_bar_of_tokens_and_one_of_cells(stderr_as):
 
 
 def test_render_prints_the_table_the_note_and_the_run_directory(monkeypatch):
-    from hostgap.capture import summary as s
+    from hostgap.report import run_rows as s
 
     monkeypatch.setattr(s, "title", lambda r: "tiny [cpu]")
     monkeypatch.setattr(s, "step_rows", lambda r: [("wall", "1.000 ms", "[0.9, 1.1]")])

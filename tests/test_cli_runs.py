@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from hostgap.cli import cli
-from hostgap.store import RunsDB
+from hostgap.store.database import RunsDB
 from test_capture_validity import _result
 
 

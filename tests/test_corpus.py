@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from conftest import TRACES
+from hostgap.anatomy.link import link
 from hostgap.anatomy.overview import overview
 from hostgap.events import NONE, Kind, Trace
-from hostgap.link import link
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 KINETO = sorted(str(p.relative_to(TRACES)) for p in TRACES.glob("*/*.json.gz")) if TRACES.is_dir() else []
 NSYS = sorted(str(p.relative_to(TRACES)) for p in TRACES.glob("nsys/*.sqlite")) if TRACES.is_dir() else []

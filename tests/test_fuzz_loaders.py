@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from budget import examples
 from hostgap.errors import HostgapError
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 _spec = importlib.util.spec_from_file_location(
     "hostgap_bench_fuzz", Path(__file__).resolve().parents[1] / "bench" / "fuzz.py"

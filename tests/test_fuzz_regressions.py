@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hostgap.anatomy.timeline import CPU_KERNEL_OPS, CPU_NON_COMPUTE, cpu_compute_mask
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 NAMES = ["aten::linear", "aten::addmm", "aten::copy_", "aten::add", "aten::empty", "aten::matmul", "aten::mm"]
 

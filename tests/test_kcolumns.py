@@ -1,4 +1,4 @@
-"""The compiled Kineto decoder (hostgap.load._kcolumns + kineto_columns) against the msgspec path:
+"""The compiled Kineto decoder (hostgap.readers._kcolumns + kineto_columns) against the msgspec path:
 every column, name, skip count and metadata value equal on every corpus trace and fixture, and
 the C number parser against the exact decimal one on generated number texts."""
 
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from budget import examples
 from conftest import TRACES, cpu_op, kernel, launch, process_name, write_kineto
 from hostgap.events import COLUMNS
-from hostgap.load import kineto, kineto_columns, kineto_stream
-from hostgap.load.decimal_ns import OK, ns_from_text
+from hostgap.readers import kineto, kineto_columns, kineto_stream
+from hostgap.readers.decimal_ns import OK, ns_from_text
 
 ROOT = Path(__file__).resolve().parents[1]
 ext = kineto_columns._NATIVE
@@ -230,7 +230,7 @@ def test_decoder_refuses_what_it_does_not_take():
 
 def test_pure_python_note_once_on_stderr(tmp_path):
     path = write_kineto(tmp_path / "t.json", [kernel("k", ts=1, dur=1), kernel("k", ts=3, dur=1)])
-    code = f"from hostgap.load import load_trace\nfor _ in range(3): load_trace({str(path)!r})\n"
+    code = f"from hostgap.readers import load_trace\nfor _ in range(3): load_trace({str(path)!r})\n"
     env = {**os.environ, "HOSTGAP_PURE_PYTHON": "1"}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert r.stderr.count("hostgap: note:") == 1 and "HOSTGAP_PURE_PYTHON" in r.stderr
@@ -243,8 +243,8 @@ def test_without_the_extension_the_pure_path_runs_with_one_note(tmp_path):
     """As on a machine with no C compiler: the module cannot be imported."""
     path = write_kineto(tmp_path / "t.json", [kernel("k", ts=1, dur=1), launch(ts=0, dur=1, corr=1)])
     code = (
-        "import sys; sys.modules['hostgap.load._kcolumns'] = None\n"
-        "from hostgap.load import load_trace, kineto_columns\n"
+        "import sys; sys.modules['hostgap.readers._kcolumns'] = None\n"
+        "from hostgap.readers import load_trace, kineto_columns\n"
         "assert kineto_columns._NATIVE is None\n"
         f"for _ in range(2): print(len(load_trace({str(path)!r}).events))\n"
     )
@@ -261,7 +261,7 @@ def test_install_without_a_compiler_succeeds(tmp_path):
         (tmp_path / name).write_bytes((ROOT / name).read_bytes())
     src = tmp_path / "src" / "hostgap" / "load"
     src.mkdir(parents=True)
-    (src / "_kcolumns.c").write_bytes((ROOT / "src/hostgap/load/_kcolumns.c").read_bytes())
+    (src / "_kcolumns.c").write_bytes((ROOT / "src/hostgap/readers/_kcolumns.c").read_bytes())
     env = {**os.environ, "CC": "false", "LDSHARED": "false"}
     r = subprocess.run(
         [

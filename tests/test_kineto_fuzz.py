@@ -15,7 +15,7 @@ from budget import examples
 from conftest import annotation, cpu_op, gpu_annotation, kernel, launch, memcpy, memset, python_frame, runtime
 from hostgap.anatomy.overview import overview
 from hostgap.errors import HostgapError
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 FUZZ = settings(**examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from conftest import cpu_op, kernel, launch, memcpy, python_frame, runtime
+from hostgap.anatomy.link import Nesting, link
 from hostgap.events import NONE, Kind
-from hostgap.link import Nesting, link
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 
 def row(trace, name, kind=None):
@@ -160,7 +160,7 @@ def test_nesting_deep_and_many_threads():
 
 
 def test_row_links_are_int32_below_two_to_the_31_rows(kineto_trace):
-    from hostgap.link import row_dtype
+    from hostgap.anatomy.link import row_dtype
 
     assert row_dtype(0) == np.int32 and row_dtype(2**31 - 1) == np.int32
     assert row_dtype(2**31) == np.int64  # a row index past int32, and NONE, still fit

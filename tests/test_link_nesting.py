@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hostgap.anatomy.link import Nesting, link
 from hostgap.events import COLUMNS, NONE, EventTable, Kind, Trace, TraceMeta
-from hostgap.link import Nesting, link
 
 
 def table(rows: list[dict]) -> Trace:

@@ -13,8 +13,8 @@ import pytest
 
 from conftest import kernel, launch
 from hostgap.errors import HostgapError
-from hostgap.load import load_trace, sniff
-from hostgap.load.text import MAX_INFLATE_RATIO
+from hostgap.readers import load_trace, sniff
+from hostgap.readers.text import MAX_INFLATE_RATIO
 
 
 def write(tmp_path, data: bytes, name: str = "t.json") -> str:

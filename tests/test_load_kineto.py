@@ -24,9 +24,9 @@ from conftest import (
 )
 from hostgap.errors import HostgapError
 from hostgap.events import NONE, CopyKind, Kind
-from hostgap.load import load_trace, sniff
-from hostgap.load.apis import base_api_name, classify_api, copy_kind_from_name
-from hostgap.load.kineto import load_kineto
+from hostgap.readers import load_trace, sniff
+from hostgap.readers.apis import base_api_name, classify_api, copy_kind_from_name
+from hostgap.readers.kineto import load_kineto
 
 
 def rows_of(trace, kind):
@@ -529,7 +529,7 @@ def test_sniff_from_content_not_name(tmp_path, kineto_trace):
 
 
 def test_batches_share_names_and_counts(kineto_trace, monkeypatch):
-    import hostgap.load.kineto as kineto_mod
+    import hostgap.readers.kineto as kineto_mod
 
     events = []
     for i in range(50):

@@ -14,8 +14,8 @@ import pytest
 
 from hostgap.errors import HostgapError
 from hostgap.events import NONE, CopyKind, Kind
-from hostgap.load import load_trace
-from hostgap.load.nsys import NO_CUDA_TABLES, api_base_name, classify_api, load_nsys
+from hostgap.readers import load_trace
+from hostgap.readers.nsys import NO_CUDA_TABLES, api_base_name, classify_api, load_nsys
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "nsys"
 HW = 1 << 48  # nsys puts hardware/VM ids above the pid bits

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hostgap.anatomy.link import link
 from hostgap.events import NONE, Kind
-from hostgap.link import link
-from hostgap.load.nsys import load_nsys
+from hostgap.readers.nsys import load_nsys
 from test_load_nsys import Export, gpid, gtid, rows_of
 
 NO_GPID_SCHEMA = """

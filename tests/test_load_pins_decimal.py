@@ -1,9 +1,9 @@
-"""Timestamp text -> ns (load/decimal_ns.py): zeros and tiny values by hand (mutation audit,
+"""Timestamp text -> ns (readers/decimal_ns.py): zeros and tiny values by hand (mutation audit,
 bench/mutation.sh)."""
 
 from __future__ import annotations
 
-from hostgap.load.decimal_ns import OK, OUT_OF_RANGE, ns_from_text
+from hostgap.readers.decimal_ns import OK, OUT_OF_RANGE, ns_from_text
 
 
 def test_zero_with_a_large_exponent_is_zero_not_out_of_range():

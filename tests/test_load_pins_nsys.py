@@ -1,5 +1,5 @@
 """Nsight Systems loader facts a changed operator would get wrong (mutation audit of
-load/nsys.py, bench/mutation.sh): metadata read once and first-wins, integers parsed strictly,
+readers/nsys.py, bench/mutation.sh): metadata read once and first-wins, integers parsed strictly,
 device names found through the right table, processes adopted only when the GPU op has none.
 Each export is built by hand and each expected value follows from the rows written."""
 
@@ -10,7 +10,7 @@ import json
 import pytest
 
 from hostgap.events import Kind
-from hostgap.load.nsys import _int_or_none, load_nsys
+from hostgap.readers.nsys import _int_or_none, load_nsys
 from test_load_nsys import Export, gpid, gtid
 
 

@@ -1,4 +1,4 @@
-"""Bounded reading of a trace's bytes (load/text.py): the refusal message's numbers, pieces of
+"""Bounded reading of a trace's bytes (readers/text.py): the refusal message's numbers, pieces of
 plain and gzip files, inflation that ends inside a full output piece, and a gzip file inflated
 into one buffer sized from its trailer (mutation audit, bench/mutation.sh)."""
 
@@ -8,7 +8,7 @@ import gzip
 import random
 import tracemalloc
 
-from hostgap.load import text
+from hostgap.readers import text
 
 
 def test_too_big_message_states_both_sizes_in_gib():

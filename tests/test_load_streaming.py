@@ -1,4 +1,4 @@
-"""Streaming Kineto ingest (hostgap.load.kineto_stream) against the whole-text path.
+"""Streaming Kineto ingest (hostgap.readers.kineto_stream) against the whole-text path.
 
 The whole-text path (``kineto.STREAMING = False``) is the reference: every result must be
 identical, on the real corpus (full ``analyze --json``) and on hand-made documents that probe
@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import hostgap.load.kineto as kineto
-import hostgap.load.kineto_stream as kstream
-import hostgap.load.text as text_mod
+import hostgap.readers.kineto as kineto
+import hostgap.readers.kineto_stream as kstream
+import hostgap.readers.text as text_mod
 from hostgap.cli import cli
 from hostgap.errors import HostgapError
 from hostgap.events import COLUMNS
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 CORPUS = (

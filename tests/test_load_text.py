@@ -1,4 +1,4 @@
-"""Bounded reading of a trace's bytes (hostgap.load.text): the size limit's syntax, gzip
+"""Bounded reading of a trace's bytes (hostgap.readers.text): the size limit's syntax, gzip
 inflation within limits, BOM removal, and the fences that keep one bad value from failing
 the whole file."""
 
@@ -9,8 +9,8 @@ import gzip
 import pytest
 
 from hostgap.errors import HostgapError
-from hostgap.load import text
-from hostgap.load.text import fence_control_char, fence_lone_surrogates, gunzip, max_trace_bytes, read_trace_text
+from hostgap.readers import text
+from hostgap.readers.text import fence_control_char, fence_lone_surrogates, gunzip, max_trace_bytes, read_trace_text
 
 
 @pytest.mark.parametrize(

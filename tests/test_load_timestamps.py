@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from budget import examples
-from hostgap.load import load_trace
-from hostgap.load.decimal_ns import MALFORMED, MAX_ABS_NS, MISSING, OK, OUT_OF_RANGE, ns_from_text
+from hostgap.readers import load_trace
+from hostgap.readers.decimal_ns import MALFORMED, MAX_ABS_NS, MISSING, OK, OUT_OF_RANGE, ns_from_text
 
 
 def reference(text: str) -> int:

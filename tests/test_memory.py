@@ -63,8 +63,8 @@ def test_the_real_trim_where_glibc_is():
 
 def test_analysis_releases_after_link_and_overview(monkeypatch, kineto_trace):
     from conftest import kernel, launch
-    from hostgap.load import load_trace
-    from hostgap.ranks import traceset
+    from hostgap.analysis import traceset
+    from hostgap.readers import load_trace
 
     calls = []
     monkeypatch.setattr(traceset, "release_free_memory", lambda: calls.append(1) or True)

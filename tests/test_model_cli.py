@@ -93,7 +93,7 @@ def test_fit_table_shows_the_written_model(tmp_path):
 
 
 def test_fit_reads_the_default_database_only_when_given_nothing(tmp_path, monkeypatch):
-    from hostgap.store import RunsDB
+    from hostgap.store.database import RunsDB
 
     docs = _results(batches=(1, 2, 4), prompts=(128, 512))
     with RunsDB(tmp_path / "default.sqlite") as d:

@@ -206,7 +206,7 @@ def test_cli_account_prints_totals_and_json():
 
 
 def test_fit_and_regimes_from_the_runs_database(tmp_path):
-    store = pytest.importorskip("hostgap.store")
+    store = pytest.importorskip("hostgap.store.database")
     db_path = tmp_path / "runs.sqlite"
     db = store.RunsDB(db_path)
     for d in _results(batches=(1, 4, 16), prompts=(512,)):

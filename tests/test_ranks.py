@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import annotation, kernel, launch
+from hostgap.analysis.traceset import analyse
 from hostgap.anatomy.collectives import collective_type, is_comm
 from hostgap.cli import cli
 from hostgap.errors import HostgapError
-from hostgap.ranks.traceset import analyse
 
 US = 1000
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hostgap.analysis.align import RankSteps, collective_wait, cross_rank, match_steps, straggler, summary
 from hostgap.anatomy.collectives import TYPES
-from hostgap.ranks.align import RankSteps, collective_wait, cross_rank, match_steps, straggler, summary
 
 AR, SR = TYPES.index("allreduce"), TYPES.index("sendrecv")
 

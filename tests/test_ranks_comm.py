@@ -5,7 +5,7 @@ from __future__ import annotations
 from conftest import annotation, cpu_op, kernel, launch
 from hostgap.anatomy.collectives import TYPES
 from hostgap.anatomy.comm import step_comm
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 AR, SR = TYPES.index("allreduce"), TYPES.index("sendrecv")
 ALLREDUCE = "ncclKernel_AllReduce_RING_LL_Sum_bf16"

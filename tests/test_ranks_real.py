@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 
 from conftest import corpus_path
-from hostgap.ranks.traceset import analyse
+from hostgap.analysis.traceset import analyse
 
 SAMPLED = ("hta/sampled_rank-0.json.gz", "hta/sampled_rank-1.json.gz")
 

@@ -7,9 +7,9 @@ import json
 from click.testing import CliRunner
 
 from conftest import write_kineto
+from hostgap.analysis.traceset import analyse
 from hostgap.cli import cli
-from hostgap.ranks.report import heat_matrix, split_trace_sets
-from hostgap.ranks.traceset import analyse
+from hostgap.report.traceset_view import heat_matrix, split_trace_sets
 from test_ranks import rank_events
 
 

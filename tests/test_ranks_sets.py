@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import write_kineto
+from hostgap.analysis.traceset import analyse, expand
 from hostgap.errors import HostgapError
-from hostgap.ranks.traceset import analyse, expand
 from test_ranks import rank_events
 
 S = 1_000_000_000

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from hostgap.analysis.traceset import analyse
 from hostgap.cli import cli
-from hostgap.ranks.traceset import analyse
 from test_ranks_real import ns, union, waits
 
 FIXTURE = Path(__file__).parent / "data" / "vllm_tp2_tiny_cpu"

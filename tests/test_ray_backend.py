@@ -90,8 +90,8 @@ def cluster(tmp_path_factory):
 
 
 def _cells(out, batches):
-    from hostgap.capture.protocol import MeasureConfig
-    from hostgap.capture.sweep import grid
+    from hostgap.capture.protocol.orchestrate import MeasureConfig
+    from hostgap.capture.protocol.sweep import grid
 
     base = MeasureConfig(preset="tiny", device="cpu", threads=1, out=str(out))
     return grid(base, batches=batches)
@@ -99,9 +99,9 @@ def _cells(out, batches):
 
 def test_sweep_survives_a_killed_worker_and_lands_each_cell_once(cluster, tmp_path):
     import ray_cells
-    from hostgap.capture.protocol import cell_key, resolve
-    from hostgap.capture.ray_backend import run_sweep_ray
-    from hostgap.store import RunsDB
+    from hostgap.capture.protocol.orchestrate import cell_key, resolve
+    from hostgap.capture.protocol.ray_backend import run_sweep_ray
+    from hostgap.store.database import RunsDB
 
     out = tmp_path / "runs"
     cells = _cells(out, (1, 2, 3, 4))
@@ -137,8 +137,8 @@ def test_sweep_survives_a_killed_worker_and_lands_each_cell_once(cluster, tmp_pa
 
 def test_a_cell_whose_worker_always_dies_is_reported_not_lost(cluster, tmp_path):
     import ray_cells
-    from hostgap.capture.ray_backend import run_sweep_ray
-    from hostgap.store import RunsDB
+    from hostgap.capture.protocol.ray_backend import run_sweep_ray
+    from hostgap.store.database import RunsDB
 
     out = tmp_path / "runs"
     with RunsDB(tmp_path / "runs.db") as db:
@@ -149,7 +149,7 @@ def test_a_cell_whose_worker_always_dies_is_reported_not_lost(cluster, tmp_path)
 
 
 def test_analyze_on_ray_equals_local(cluster, kineto_trace):
-    from hostgap.ranks.traceset import analyse
+    from hostgap.analysis.traceset import analyse
     from test_ranks import two_ranks
 
     paths = list(two_ranks(kineto_trace))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hostgap.capture.differencing import Series, difference
+from hostgap.stats.differencing import Series, difference
 
 EVIL_KERNEL = "<script>document.title='pwned'</script>"
 EVIL_OP = "aten::<img src=x onerror=\"document.title='pwned2'\">"

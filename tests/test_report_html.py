@@ -215,7 +215,7 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
 
 
 def test_run_id_from_the_runs_db_and_results_json(tmp_path):
-    from hostgap.store import RunsDB
+    from hostgap.store.database import RunsDB
 
     run = make_run_dir(tmp_path)
     results = json.loads((run / "results.json").read_text())

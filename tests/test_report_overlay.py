@@ -16,7 +16,7 @@ from hostgap.anatomy.kernels import kernel_rows
 from hostgap.anatomy.steps import analyze
 from hostgap.cli import cli
 from hostgap.events import Kind
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 from hostgap.report.overlay import free_pid, us
 from test_report_fixtures import decode_events, write_trace
 

@@ -18,7 +18,7 @@ from test_report_fixtures import make_run_dir
 def test_a_run_found_from_another_folder(tmp_path, monkeypatch):
     """A run measured in one folder (its run_dir stored relative, as older databases hold it)
     is found by id from another folder; a run whose folder is gone is reported on stderr."""
-    from hostgap.store import RunsDB
+    from hostgap.store.database import RunsDB
 
     home = tmp_path / "project"
     home.mkdir()
@@ -69,7 +69,7 @@ def test_runs_prints_the_database_location(tmp_path):
 def test_a_relative_run_dir_is_resolved_against_the_database_folder(tmp_path, monkeypatch):
     """A project-local database ($HOSTGAP_DB=project/runs.sqlite) with an old relative row finds
     project/runs/<id> from any folder; an absolute path that is gone resolves to nothing."""
-    from hostgap.store import RunsDB, resolve_run_dir
+    from hostgap.store.database import RunsDB, resolve_run_dir
 
     project = tmp_path / "project"
     run = make_run_dir(project / "runs")

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from hostgap.server.loadgen import LoadGenerator, LoadSpec, chunk_tokens, request_body
+from hostgap.server.attach.loadgen import LoadGenerator, LoadSpec, chunk_tokens, request_body
 from test_server_attach import standin  # noqa: F401  (the stand-in server fixture)
 
 

@@ -9,7 +9,7 @@ import gzip
 import pytest
 
 from conftest import annotation, cpu_op, python_frame
-from hostgap.server.result import (
+from hostgap.server.attach.steps_seen import (
     batches_seen,
     frontend_time,
     load_turnover_notes,
@@ -17,8 +17,8 @@ from hostgap.server.result import (
     step_medians,
     step_period_s,
 )
-from hostgap.server.tracefiles import is_complete, is_complete_gzip
-from hostgap.server.vllm_client import VllmClient, VllmTimedClient, client_for_version, trace_dir_of_config
+from hostgap.server.attach.tracefiles import is_complete, is_complete_gzip
+from hostgap.server.attach.vllm_routes import VllmClient, VllmTimedClient, client_for_version, trace_dir_of_config
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ def test_protocol_from_version(version, cls):
 
 
 def test_bounded_request_and_timed_request():
-    from hostgap.server.client import ProfileRequest
+    from hostgap.server.attach.client import ProfileRequest
 
     req = ProfileRequest(steps=8, skip=3, prefix="hostgap-x")
     assert VllmClient("http://h:1", "0.32.0").start_request(req) == (
@@ -184,7 +184,7 @@ def test_step_medians_over_the_steady_steps():
 
 def test_no_trace_reason_says_what_the_folder_holds(tmp_path):
     """Each way a profile's engine trace can be missing gets its own reason."""
-    from hostgap.server.attach import no_trace_reason
+    from hostgap.server.attach.profile import no_trace_reason
 
     client = VllmClient("http://h:1", "0.32.0")
     pre = "hostgap-20261204-000000-attach-abc123"

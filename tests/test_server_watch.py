@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from hostgap.cli import cli
 from hostgap.errors import HostgapError
-from hostgap.server import estimate as est
-from hostgap.server import watch as w
 from hostgap.server.metrics import Scrape, delta, parse, step_stats
+from hostgap.server.watch import estimate as est
+from hostgap.server.watch import loop as w
 from metrics_standin import MetricsStandIn, SglangState, sglang_text
 
 STEP = {
@@ -308,7 +308,7 @@ def test_cli_bad_inputs_exit_2():
 
 
 def test_calibration_inputs(tmp_path):
-    from hostgap.server.calibration import load_calibration
+    from hostgap.server.watch.calibration import load_calibration
 
     steps = calibration_steps()
     (tmp_path / "steps.json").write_text(json.dumps({"steps": steps}))  # `hostgap steps --json` form
@@ -338,7 +338,7 @@ def test_serve_exports_the_estimate(tmp_path):
     t = texts(8)
     got: dict[str, str] = {}
     with MetricsStandIn(t) as srv:
-        from hostgap.server.exporter import Exporter, engine_labels
+        from hostgap.server.watch.exporter import Exporter, engine_labels
 
         first = w.first_scrape(w.WatchConfig(srv.url, interval_s=0.15))
         exp = Exporter(0, engine_labels(first))
@@ -444,7 +444,7 @@ def test_serve_port_in_use_is_bad_input():
 def test_exporter_labels_of_a_recorded_vllm_server():
     from pathlib import Path
 
-    from hostgap.server.exporter import engine_labels
+    from hostgap.server.watch.exporter import engine_labels
 
     text = (Path(__file__).parent / "data" / "watch" / "vllm_c4_a.txt").read_text()
     counters, gauges, hist = parse(text)

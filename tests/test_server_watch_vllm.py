@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from hostgap.cli import cli
-from hostgap.server.loadgen import LoadGenerator, LoadSpec
+from hostgap.server.attach.loadgen import LoadGenerator, LoadSpec
 from hostgap.server.metrics import scrape
 
 pytestmark = pytest.mark.vllm

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from hostgap.errors import HostgapError
-from hostgap.store import SCHEMA_VERSION, RunsDB, default_path
+from hostgap.store.database import SCHEMA_VERSION, RunsDB, default_path
 
 
 def _result(run_id: str, preset="tiny", batch=1, t=4e6, g=0.5e6, created="2026-11-30T10:00:00Z"):

@@ -26,7 +26,7 @@ from hostgap.anatomy.intervals import clip, gaps, merge, overlap_ns, union_ns
 from hostgap.anatomy.overview import overview
 from hostgap.anatomy.timeline import GpuTimes, gpu_times, windows
 from hostgap.events import GPU_OP_KINDS
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 US = 1000
 

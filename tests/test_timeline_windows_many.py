@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from budget import examples
 from conftest import annotation, cpu_op, gpu_annotation, kernel, memcpy, memset
+from hostgap.anatomy.link import link
 from hostgap.anatomy.timeline import _choose_ranges, classify_gaps, gpu_times, lane_prev_end, totals, windows
 from hostgap.events import GPU_OP_KINDS
-from hostgap.link import link
-from hostgap.load import load_trace
+from hostgap.readers import load_trace
 
 op = st.tuples(
     st.sampled_from(["k", "c", "s"]), st.integers(0, 60), st.integers(0, 15), st.integers(0, 1), st.integers(0, 4096)

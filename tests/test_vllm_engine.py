@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from hostgap.capture import vllm_engine as ve
-from hostgap.capture.engine import ENGINES, Workload, load_engine
+from hostgap.capture.engines import vllm_engine as ve
+from hostgap.capture.protocol.engine import ENGINES, Workload, load_engine
 from hostgap.errors import HostgapError
 from hostgap.model.arch import PRESETS, get_preset
 
@@ -18,9 +18,9 @@ TINY = get_preset("tiny")
 
 
 def test_registered_under_vllm_and_importable_without_vllm():
-    assert ENGINES["vllm"] in ("hostgap.capture.vllm_engine:VllmEngine", ve.VllmEngine)
+    assert ENGINES["vllm"] in ("hostgap.capture.engines.vllm_engine:VllmEngine", ve.VllmEngine)
     assert load_engine("vllm") is ve.VllmEngine
-    code = "import sys, hostgap.capture.vllm_engine; print('vllm' in sys.modules)"
+    code = "import sys, hostgap.capture.engines.vllm_engine; print('vllm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False"
 
@@ -215,7 +215,7 @@ def test_contention_counts_untraced_calls_only():
     assert c["other_cpu_share"] == pytest.approx((10 + 60 + 100) / 4000)
     assert c["preempted_share"] == pytest.approx(1 / 3)  # 60 > 5 % of 1000; 100 is not > 100
     assert ve.contention([{"wall_ns": 5, "other_cpu_ns": None}]) is None
-    rows = __import__("hostgap.capture.vllm_split", fromlist=["x"]).engine_rows({"contention": c})
+    rows = __import__("hostgap.analysis.vllm_split", fromlist=["x"]).engine_rows({"contention": c})
     assert rows == [
         ("other work during runs", "4 % of a core", "33 % of 3 runs over 5 % (CPU time of other processes)")
     ]
@@ -238,7 +238,7 @@ class _StuckCore:
 
 
 def _fake_runtime(tmp_path, core):
-    from hostgap.capture import vllm_watch as vw
+    from hostgap.capture.engines import vllm_watchdog as vw
 
     rt = ve.VllmRuntime(TINY, ve.VllmOptions(max_model_len=256), tmp_path / "vllm")
     rt.run_dir.mkdir(parents=True)

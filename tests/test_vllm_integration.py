@@ -53,7 +53,7 @@ def engine(tmp_path_factory):
 
 
 def test_measure_over_the_v1_engine(engine, tmp_path):
-    from hostgap.capture.protocol import MeasureConfig, measure
+    from hostgap.capture.protocol.orchestrate import MeasureConfig, measure
 
     rt, _ = engine
     assert rt.startup_ns > 0 and len(rt.pids) >= 2  # EngineCore and Worker are separate processes

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hostgap.capture import vllm_split as vs
+from hostgap.analysis import vllm_split as vs
 
 FIXTURE = Path(__file__).parent / "data" / "vllm_worker_tiny_cpu.json.gz"
 
@@ -109,7 +109,7 @@ def test_parts_tile_every_step_of_a_real_worker_trace():
     add up to the anatomy's step wall, the compute part is the anatomy's device-active time,
     and the annotation part is read independently from the raw trace events."""
     from hostgap.anatomy.steps import AnatomyConfig, analyze
-    from hostgap.load import load_trace
+    from hostgap.readers import load_trace
 
     trace = load_trace(str(FIXTURE))
     steps = analyze(trace, AnatomyConfig()).to_dict()["steps"]

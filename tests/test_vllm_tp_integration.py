@@ -24,8 +24,8 @@ from hostgap.capture import vllm_engine as ve  # noqa: E402
 
 
 def test_two_rank_measure_and_trace_set(tmp_path):
-    from hostgap.capture.protocol import MeasureConfig, measure
-    from hostgap.ranks.traceset import analyse
+    from hostgap.analysis.traceset import analyse
+    from hostgap.capture.protocol.orchestrate import MeasureConfig, measure
 
     cfg = MeasureConfig(
         preset="tiny",

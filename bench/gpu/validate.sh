@@ -103,7 +103,7 @@ set -e
 
 # -- 3. host stacks (py-spy), when it is installed and the budget allows ------------------------
 left=$(( budget_s - ($(date +%s) - t_start) ))
-if [ "$rc" = 0 ] && [ "$left" -ge 60 ] && "$python" -c "import sys; from hostgap.capture.stacks import find_pyspy; sys.exit(find_pyspy() is None)"; then
+if [ "$rc" = 0 ] && [ "$left" -ge 60 ] && "$python" -c "import sys; from hostgap.capture.protocol.stacks import find_pyspy; sys.exit(find_pyspy() is None)"; then
   log "py-spy stacks with ${left}s left"
   set +e
   timeout --signal=INT --kill-after=20 "$left" \

@@ -2,8 +2,8 @@
 inflation over its differencing numbers (docs/measure.md, "Validity").
 
 Pure functions of the results dict's ``differencing`` part (and a contention dict), no I/O. They
-sit low in the layers because the runs database (:mod:`hostgap.store`) judges results written
-before validity was stored with them; the measuring side (:mod:`hostgap.capture.validity`) adds
+sit low in the layers because the runs database (:mod:`hostgap.store.database`) judges results written
+before validity was stored with them; the measuring side (:mod:`hostgap.capture.protocol.validity`) adds
 the contention checks and uses the same rules.
 """
 
@@ -94,3 +94,10 @@ def reasons(d: dict, cont: dict | None = None) -> list[str]:
     if cont and cont.get("contended"):
         out.append("machine busy: " + "; ".join(cont["flags"]))
     return out
+
+
+def is_valid(r: dict) -> bool:
+    """A run recorded before validity existed counts as valid unless its numbers say otherwise."""
+    if "valid" in r:
+        return bool(r["valid"])
+    return not reasons(r.get("differencing") or {})

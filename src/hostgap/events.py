@@ -1,6 +1,6 @@
 """The event table: one representation of every trace hostgap reads.
 
-Every loader (``hostgap.load.kineto``, ``hostgap.load.nsys``) turns a file into a
+Every loader (``hostgap.readers.kineto``, ``hostgap.readers.nsys``) turns a file into a
 :class:`Trace`: an :class:`EventTable` of columns (numpy arrays, one row per event), the
 event names, and :class:`TraceMeta`. Events are classified once, at load, into a
 :class:`Kind`; nothing downstream looks at category strings again.

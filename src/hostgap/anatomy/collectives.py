@@ -9,7 +9,7 @@ device op is *compute* (memcpy and memset included: they keep the copy engines, 
 network, busy).
 
 The classifier works on names only; the per-step compute / communication split built on it is
-:mod:`hostgap.anatomy.comm`, and trace sets (:mod:`hostgap.ranks`) use both.
+:mod:`hostgap.anatomy.comm`, and trace sets (:mod:`hostgap.analysis.traceset`) use both.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import re
 
 import numpy as np
 
+from hostgap.anatomy.link import Links
 from hostgap.events import Trace
-from hostgap.link import Links
 
 COMM_PATTERN = re.compile(
     r"nccl|rccl|msccl|gloo|c10d::|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce",

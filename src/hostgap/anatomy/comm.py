@@ -10,7 +10,7 @@ Per step (the step of the op's launch call, as everywhere in hostgap):
 
 Each communication op also gets a *collective type* (``allreduce``, ``sendrecv`` ...) and an
 ordinal among the ops of that type in its step: ``(step, type, ordinal)`` is how the same
-collective is found on the other ranks (:mod:`hostgap.ranks.align`).
+collective is found on the other ranks (:mod:`hostgap.analysis.align`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import numpy as np
 
 from hostgap.anatomy.collectives import TYPES, op_classes
 from hostgap.anatomy.intervals import grouped_union
+from hostgap.anatomy.link import Links, link
 from hostgap.anatomy.markers import step_markers
 from hostgap.anatomy.timeline import activity_rows
 from hostgap.anatomy.windows import DeviceOps, device_ops, marker_windows
 from hostgap.events import Trace
-from hostgap.link import Links, link
 
 
 @dataclass(frozen=True)

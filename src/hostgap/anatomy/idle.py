@@ -35,9 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hostgap.anatomy.intervals import covered_each, merge
+from hostgap.anatomy.link import Links
 from hostgap.anatomy.windows import INT_MIN, DeviceOps, StepWindows
 from hostgap.events import HOST_API_KINDS, NONE, CopyKind, Kind, Trace
-from hostgap.link import Links
 
 CAUSES = ("host", "dependency", "outside", "unexplained")
 BUSY, HOST, DEPENDENCY, OUTSIDE, UNEXPLAINED = range(5)

@@ -13,6 +13,7 @@ import numpy as np
 from hostgap import SCHEMA_VERSION
 from hostgap.anatomy.collectives import comm_of_name
 from hostgap.anatomy.intervals import union_ns
+from hostgap.anatomy.link import Links, link
 from hostgap.anatomy.timeline import (
     DEFAULT_GAP_THRESHOLD_NS,
     gpu_times,
@@ -22,7 +23,6 @@ from hostgap.anatomy.timeline import (
     windows,
 )
 from hostgap.events import GPU_OP_KINDS, Kind, Trace
-from hostgap.link import Links, link
 
 
 def overview(

@@ -31,6 +31,7 @@ from hostgap.anatomy.graphs import guard_verdict
 from hostgap.anatomy.graphs import step_flags as graph_step_flags
 from hostgap.anatomy.idle import BUSY, CAUSES, HOST, IdleAttribution, attribute
 from hostgap.anatomy.intervals import covered_each, grouped_merge, grouped_union, merge
+from hostgap.anatomy.link import Links, link
 from hostgap.anatomy.markers import COMPOSITION_FIELDS, composition, step_markers
 from hostgap.anatomy.summary import step_summary, top_host, top_host_cpu, trace_taxbreak
 from hostgap.anatomy.timeline import DEFAULT_GAP_THRESHOLD_NS, activity_rows
@@ -46,7 +47,6 @@ from hostgap.anatomy.windows import (
     with_wall_end,
 )
 from hostgap.events import HOST_API_KINDS, NONE, CopyKind, Kind, Trace
-from hostgap.link import Links, link
 
 SYNC_API = tb.SYNC_API
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hostgap.anatomy.intervals import covered_each, merge
+from hostgap.anatomy.link import Links, Nesting
 from hostgap.anatomy.timeline import lane_prev_end
 from hostgap.events import HOST_API_KINDS, NONE, Kind, Trace
-from hostgap.link import Links, Nesting
 
 INT_MIN = np.iinfo(np.int64).min
 

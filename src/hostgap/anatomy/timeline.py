@@ -20,8 +20,8 @@ import numpy as np
 
 from hostgap.anatomy.collectives import is_comm
 from hostgap.anatomy.intervals import clip, grouped_running_max, grouped_union, union_ns
+from hostgap.anatomy.link import Links, Nesting
 from hostgap.events import GPU_OP_KINDS, Kind, Trace
-from hostgap.link import Links, Nesting
 
 DEFAULT_GAP_THRESHOLD_NS = 30_000
 """Idle gaps shorter than this that are not host-wait are kernel-wait (METHOD.md §5)."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from hostgap.anatomy.link import Links, link
 from hostgap.anatomy.markers import NO_MARKERS, find_markers
 from hostgap.errors import HostgapError
 from hostgap.events import GPU_OP_KINDS, Kind, Trace
-from hostgap.link import Links, link
 
 
 def parse_range(text: str, n_steps: int) -> tuple[int, int]:

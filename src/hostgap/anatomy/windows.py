@@ -22,8 +22,8 @@ from functools import cached_property
 
 import numpy as np
 
+from hostgap.anatomy.link import Links, row_dtype
 from hostgap.events import HOST_API_KINDS, NONE, Kind, Trace
-from hostgap.link import Links, row_dtype
 
 INT_MIN = np.iinfo(np.int64).min
 INT_MAX = np.iinfo(np.int64).max

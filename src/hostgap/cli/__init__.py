@@ -131,14 +131,14 @@ class _Group(click.Group):
 
 def _end_engine_leftovers() -> None:
     """With the vLLM engine loaded, end what a failed engine left behind (vllm_watch)."""
-    if "hostgap.capture.vllm_watch" in sys.modules:
-        sys.modules["hostgap.capture.vllm_watch"].end_leftovers_if_engine_loaded()
+    if "hostgap.capture.engines.vllm_watchdog" in sys.modules:
+        sys.modules["hostgap.capture.engines.vllm_watchdog"].end_leftovers_if_engine_loaded()
 
 
 def _exit_now(status: int) -> None:
     """With the vLLM engine loaded, skip the interpreter's slow teardown (vllm_watch)."""
-    if "hostgap.capture.vllm_watch" in sys.modules:
-        sys.modules["hostgap.capture.vllm_watch"].exit_now_if_engine_loaded(status)
+    if "hostgap.capture.engines.vllm_watchdog" in sys.modules:
+        sys.modules["hostgap.capture.engines.vllm_watchdog"].exit_now_if_engine_loaded(status)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -158,7 +158,7 @@ def cli(max_trace_bytes: str | None = None) -> None:
       hostgap analyze trace.json.gz        # GPU timeline of a profiler trace
       hostgap steps trace.json.gz --csv    # one row per engine step
     """
-    if max_trace_bytes is not None:  # read by hostgap.load.text.max_trace_bytes
+    if max_trace_bytes is not None:  # read by hostgap.readers.text.max_trace_bytes
         os.environ["HOSTGAP_MAX_TRACE_BYTES"] = max_trace_bytes
 
 

@@ -59,7 +59,7 @@ def anatomy_config(step_marker, launch_floor_us, floor_file, **kw):
 
 
 def load_all(paths, quiet):
-    from hostgap.load import load_trace
+    from hostgap.readers import load_trace
 
     for p in paths:
         with status(f"loading {p}", quiet):
@@ -121,7 +121,7 @@ def register(cli: click.Group) -> None:
           hostgap analyze rank0.json.gz rank1.json.gz --json > timeline.json
           hostgap analyze profile.sqlite --csv
         """
-        from hostgap.ranks.traceset import Options, analyse
+        from hostgap.analysis.traceset import Options, analyse
 
         if address and backend != "ray":
             raise click.UsageError("--address needs --backend ray")
@@ -133,7 +133,7 @@ def register(cli: click.Group) -> None:
         with status(f"analysing {len(traces)} input(s)", quiet):
             result = analyse(list(traces), opts, jobs=jobs, backend=backend, address=address)
         if isinstance(result, dict) and result.get("kind") == "trace_set":
-            from hostgap.ranks.report import cross_rank_csv_rows, render_trace_set
+            from hostgap.report.traceset_view import cross_rank_csv_rows, render_trace_set
 
             if as_json:
                 click.echo(dumps_json(result))

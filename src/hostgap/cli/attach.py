@@ -110,10 +110,10 @@ def register(cli: click.Group) -> None:
           hostgap attach http://gpu-host:30000 --steps 32 --trace-dir /mnt/traces --json
           hostgap attach http://127.0.0.1:8000 --load 8 --compare base-run --fail-if 'host_fraction>+2pp'
         """
-        from hostgap.server.attach import AttachConfig
-        from hostgap.server.attach import attach as run_attach
-        from hostgap.server.loadgen import LoadSpec
-        from hostgap.server.render import json_document, render
+        from hostgap.report.attach_view import json_document, render
+        from hostgap.server.attach.loadgen import LoadSpec
+        from hostgap.server.attach.profile import AttachConfig
+        from hostgap.server.attach.profile import attach as run_attach
 
         if fail_if and not compare_to:
             raise click.UsageError("--fail-if needs --compare RUN")
@@ -144,7 +144,7 @@ def register(cli: click.Group) -> None:
             click.echo(dumps_json(json_document(result)))
         elif as_csv:
             from hostgap.report.terminal import step_csv_rows, write_csv
-            from hostgap.server.result import first_rank
+            from hostgap.server.attach.steps_seen import first_rank
 
             write_csv(step_csv_rows(first_rank(result["analysis"])))
         else:

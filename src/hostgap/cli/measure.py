@@ -31,7 +31,7 @@ def _strs(text: str | None) -> tuple[str, ...] | None:
 
 
 def _config_from(opts: dict):
-    from hostgap.capture.protocol import MeasureConfig
+    from hostgap.capture.protocol.orchestrate import MeasureConfig
 
     return MeasureConfig(
         preset=opts.get("preset"),
@@ -139,7 +139,7 @@ def _common(f):
 
 
 def _db(path):
-    from hostgap.store import RunsDB
+    from hostgap.store.database import RunsDB
 
     return RunsDB(path)
 
@@ -190,8 +190,8 @@ def register(cli: click.Group) -> None:
         if len(engines) > 2 or len(set(engines)) != len(engines):
             raise HostgapError("--engine", f"one engine or two different ones (hf,vllm), got {opts['engine']!r}")
         base = _config_from(opts)
-        from hostgap.capture import protocol
-        from hostgap.capture.engine import load_engine
+        from hostgap.capture.protocol import orchestrate as protocol
+        from hostgap.capture.protocol.engine import load_engine
 
         cfgs = [replace(base, engine=name) for name in engines]
         for cfg in cfgs:  # every engine must load before the first one runs
@@ -213,14 +213,14 @@ def register(cli: click.Group) -> None:
             for r in results:
                 render(r)
             if len(results) == 2:
-                from hostgap.capture.engine_diff import difference_line
+                from hostgap.capture.protocol.engine_diff import difference_line
 
                 diff = results[0]["engine_difference"]
                 out_console().print(
                     "\n" + difference_line(diff), markup=False, style=None if diff["valid"] else "bold yellow"
                 )
         if not all(r.get("valid", True) for r in results):
-            from hostgap.capture.validity import EXIT_INVALID
+            from hostgap.capture.protocol.validity import EXIT_INVALID
 
             click.get_current_context().exit(EXIT_INVALID)
 
@@ -306,11 +306,11 @@ def register(cli: click.Group) -> None:
           hostgap floor                       # -> floor-cuda.json on a GPU machine
           hostgap analyze trace.json.gz --floor-file floor-cuda.json
         """
-        from hostgap.capture.floor import measure_floor, write_floor
+        from hostgap.capture.protocol.null_kernel import measure_floor, write_floor
 
         out = out_old or out
         if out:
-            from hostgap.capture.rundir import check_writable
+            from hostgap.store.rundir import check_writable
 
             check_writable(Path(out).parent if str(Path(out).parent) else Path("."))
         f = measure_floor(device, samples, warmup)
@@ -364,7 +364,7 @@ def register(cli: click.Group) -> None:
           hostgap sweep --cells bench/gpu/cells.json -o bench/results/h200/runs
           hostgap sweep -p tiny -b 1,4,16 --backend ray --address HEAD:6379
         """
-        from hostgap.capture import sweep as sw
+        from hostgap.capture.protocol import sweep as sw
 
         if opts["address"] and opts["backend"] != "ray":
             raise click.UsageError("--address needs --backend ray")
@@ -389,7 +389,7 @@ def register(cli: click.Group) -> None:
 
 
 def _run_sweep(grid, opts) -> None:
-    from hostgap.capture import sweep as sw
+    from hostgap.capture.protocol import sweep as sw
 
     console = err_console()
     model_cache: dict = {}
@@ -414,7 +414,7 @@ def _run_sweep(grid, opts) -> None:
     kw = lambda cfg: {"model_cache": model_cache} if cfg.engine == "hf" else None  # noqa: E731
     with _db(opts["db"]) as db:
         if opts.get("backend") == "ray":  # cells run on the workers: no token bar here
-            from hostgap.capture.ray_backend import run_sweep_ray
+            from hostgap.capture.protocol.ray_backend import run_sweep_ray
 
             outcome = run_sweep_ray(grid, db, address=opts["address"], retries=opts["ray_retries"], on_cell=on_cell)
         else:

@@ -107,7 +107,7 @@ def render(r: dict, console=None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from hostgap.capture import summary as s
+    from hostgap.report import run_rows as s
 
     console = console or out_console()
     t = Table(

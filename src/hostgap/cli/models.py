@@ -228,7 +228,7 @@ def regimes_cmd(results, db, predict, model_path, paper_cells, published, as_jso
 def _validity(docs: list[dict]) -> tuple[dict, set]:
     """({run_id: reasons} of invalid measurements, {run_id} measured on a busy machine); a
     result from before validity existed is judged by its numbers."""
-    from hostgap.capture.validity import reasons
+    from hostgap.capture.protocol.validity import reasons
 
     invalid: dict[str, list[str]] = {}
     busy: set[str] = set()

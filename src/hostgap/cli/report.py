@@ -56,7 +56,7 @@ def _config(step_marker, launch_floor_us, floor_file, db):
 def write_text_atomic(path: str, text: str) -> None:
     import tempfile
 
-    from hostgap.capture.rundir import file_mode
+    from hostgap.store.rundir import file_mode
 
     folder = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(folder):
@@ -106,8 +106,8 @@ def register(cli: click.Group) -> None:
         if max_bars < 10:
             raise HostgapError("--max-bars", "must be at least 10")
         say = _progress(quiet)
-        from hostgap.ranks.report import report_trace_sets, split_trace_sets
-        from hostgap.server.report import split_watch_runs, watch_sections
+        from hostgap.report.traceset_view import report_trace_sets, split_trace_sets
+        from hostgap.report.watch_section import split_watch_runs, watch_sections
 
         sets, inputs = split_trace_sets(inputs)
         watched, inputs = split_watch_runs(inputs, db)
@@ -219,9 +219,9 @@ def register(cli: click.Group) -> None:
           hostgap overlay trace.json.gz -o trace.hostgap.json.gz
           hostgap overlay profile.sqlite -o profile.hostgap.json.gz
         """
+        from hostgap.anatomy.link import link
         from hostgap.anatomy.steps import AnatomyConfig, analyze
-        from hostgap.link import link
-        from hostgap.load import load_trace
+        from hostgap.readers import load_trace
         from hostgap.report.kineto_writer import write_json_gz
         from hostgap.report.overlay import PROCESS_NAME, build
 
@@ -240,7 +240,7 @@ def register(cli: click.Group) -> None:
         an = analyze(t, cfg, links)
         doc = build(trace, t, an)
         write_json_gz(doc, output)
-        from hostgap.capture.rundir import file_mode
+        from hostgap.store.rundir import file_mode
 
         os.chmod(output, file_mode())  # the temp file it was renamed from is private
         if not quiet:

@@ -31,7 +31,7 @@ def register(cli: click.Group) -> None:
         Example:
           hostgap runs --preset tiny --csv > runs.csv
         """
-        from hostgap.store import RunsDB
+        from hostgap.store.database import RunsDB
 
         with RunsDB(db) as d:
             rows = d.rows(limit=limit, preset=preset, device=device)
@@ -121,7 +121,7 @@ def register(cli: click.Group) -> None:
         if as_json:
             click.echo(json.dumps(r, indent=2, default=str))
         elif r.get("mode") == "attach":
-            from hostgap.server.render import render as render_attach
+            from hostgap.report.attach_view import render as render_attach
 
             render_attach(r, out_console())
         elif r.get("mode") == "watch":
@@ -145,10 +145,10 @@ def _find_run(run: str, db_path) -> dict:
     if p.is_dir() and (p / "results.json").is_file():
         p = p / "results.json"
     if p.is_file():
-        from hostgap.capture.rundir import read_json
+        from hostgap.store.rundir import read_json
 
         return read_json(p)
-    from hostgap.store import RunsDB
+    from hostgap.store.database import RunsDB
 
     with RunsDB(db_path) as db:
         r = db.get(run)

@@ -128,7 +128,7 @@ def harvest(
       hostgap harvest --concurrency 2,8 --chunked on --csv -o steps.csv
       hostgap harvest ../shared/traces/tracelens/mi300x_vllm_decode_fullgraph.json.gz -o mi300x.parquet
     """
-    from hostgap.capture import harvest as hv
+    from hostgap.capture.engines import harvest as hv
 
     path = Path(out_old or out)
     if as_csv and path.suffix != ".csv":
@@ -152,7 +152,7 @@ def harvest(
             seed=seed,
         )
         hv.validate(cfg)
-        from hostgap.capture.vllm_common import vllm_version
+        from hostgap.capture.engines.vllm_common import vllm_version
 
         vllm_version()
         summary = hv.harvest_live(cfg, path, Path(keep_traces) if keep_traces else None, _say)

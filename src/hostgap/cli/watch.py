@@ -1,5 +1,5 @@
 """``hostgap watch URL``: a running server's decode telemetry and host-exposed share, per
-interval, from its own Prometheus metrics (no profiler). Library: :mod:`hostgap.server.watch`."""
+interval, from its own Prometheus metrics (no profiler). Library: :mod:`hostgap.server.watch.loop`."""
 
 from __future__ import annotations
 
@@ -91,8 +91,8 @@ def render_stored(r: dict) -> None:
 
 def store_run(doc: dict, output: str, db: str | None) -> str:
     """Write the run directory (results.json, watch.jsonl) and the database row; its path."""
-    from hostgap.capture.rundir import RunDir
-    from hostgap.store import RunsDB
+    from hostgap.store.database import RunsDB
+    from hostgap.store.rundir import RunDir
 
     run = RunDir.create(Path(output) / doc["run_id"])
     doc["run_dir"] = str(run.path.resolve())
@@ -185,9 +185,9 @@ def register(cli: click.Group) -> None:
           hostgap watch http://127.0.0.1:30000 --serve 9400          # Grafana beside SGLang's panels
           hostgap watch $URL --duration 300 --fail-if 'host_share>0.3' --json > watch.json
         """
-        from hostgap.server import watch as w
-        from hostgap.server.calibration import load_calibration
         from hostgap.server.metrics import metrics_url
+        from hostgap.server.watch import loop as w
+        from hostgap.server.watch.calibration import load_calibration
 
         if interval_s <= 0 or interval_s > 3600:
             raise HostgapError("--interval", f"{interval_s:g}: give seconds in (0, 3600]")
@@ -207,7 +207,7 @@ def register(cli: click.Group) -> None:
             sink = stack.enter_context(_open_jsonl(jsonl)) if jsonl else None
             exporter = None
             if serve_port is not None:
-                from hostgap.server.exporter import Exporter, engine_labels
+                from hostgap.server.watch.exporter import Exporter, engine_labels
 
                 exporter = Exporter(serve_port, engine_labels(first))
                 stack.callback(exporter.close)

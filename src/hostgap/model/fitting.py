@@ -181,7 +181,7 @@ def load_results(paths=(), db: str | None = None) -> list[dict]:
             docs.append(item)
     if db is not None:
         try:
-            from hostgap.store import RunsDB
+            from hostgap.store.database import RunsDB
         except ImportError:
             raise HostgapError(
                 "--db", "the runs database is not available in this build; pass --results FILE"
@@ -200,7 +200,7 @@ def load_results(paths=(), db: str | None = None) -> list[dict]:
 def default_db() -> str | None:
     """The runs database's default location when it exists (and the store is installed)."""
     try:
-        from hostgap.store import default_path
+        from hostgap.store.database import default_path
     except ImportError:
         return None
     p = default_path()

@@ -1,8 +1,8 @@
 """Parallel execution over independent items: a local process pool, or Ray tasks.
 
 The lowest layer but one (it imports only :mod:`hostgap.errors`): it knows nothing of what it
-runs. Trace sets (:mod:`hostgap.ranks.traceset`) map the analysis of one file over the files of
-a set with it; the measurement sweep (:mod:`hostgap.capture.ray_backend`) runs its cells as Ray
+runs. Trace sets (:mod:`hostgap.analysis.traceset`) map the analysis of one file over the files of
+a set with it; the measurement sweep (:mod:`hostgap.capture.protocol.ray_backend`) runs its cells as Ray
 tasks on a cluster joined with :func:`connect`.
 """
 

@@ -177,9 +177,9 @@ CI_KEYS = {
 def change_interval(metric: str, a: Input, b: Input) -> list[float] | None:
     """The interval of B − A for a differencing metric: MOVER over the two runs' own intervals
     (each side's half-widths added in quadrature, as for two engines measured together,
-    :func:`hostgap.capture.differencing.mover_difference`); None without both intervals or
+    :func:`hostgap.stats.differencing.mover_difference`); None without both intervals or
     when either run is invalid."""
-    from hostgap.capture.differencing import Slope, mover_difference
+    from hostgap.stats.differencing import Slope, mover_difference
 
     key = CI_KEYS.get(metric)
     sides = []

@@ -395,8 +395,8 @@ C_PROC = {"compute_ns": C_GPU, "worker_host_ns": C_HOST, "between_ns": "#8C8C8C"
 
 def processes_figure(inp: Input, fid: str) -> Figure:
     """vLLM runs: the traced decode step split across the engine's processes, one stacked bar
-    (``engine_facts.process_split``; hostgap.capture.vllm_split)."""
-    from hostgap.capture.vllm_split import DETAIL, LABELS, PARTS
+    (``engine_facts.process_split``; hostgap.analysis.vllm_split)."""
+    from hostgap.analysis.vllm_split import DETAIL, LABELS, PARTS
 
     title = "Where the engine step goes across vLLM's processes"
     split = ((inp.results or {}).get("engine_facts") or {}).get("process_split") or {}

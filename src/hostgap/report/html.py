@@ -181,7 +181,7 @@ def render(
     extra: Sequence[tuple[str, str, Any]] = (),
 ) -> tuple[str, dict]:
     """(HTML text, report document). ``extra``: ``(section HTML, data key, data entry)`` of
-    further sections (trace sets: :mod:`hostgap.ranks.report`), placed after the inputs."""
+    further sections (trace sets: :mod:`hostgap.report.traceset_view`), placed after the inputs."""
     data = report_data(inputs)
     for _, key, entry in extra:
         data.setdefault(key, []).append(entry)

@@ -84,7 +84,7 @@ def resolve(arg: str, config: InputConfig = InputConfig(), progress=None) -> Inp
     results, db_path = _lookup_db(arg, config.db)
     if results is None:
         raise HostgapError(arg, "not a run directory, results JSON, trace file or run id in the runs database")
-    from hostgap.store import resolve_run_dir
+    from hostgap.store.database import resolve_run_dir
 
     run_dir = resolve_run_dir(results.get("run_dir"), db_path)
     notes: tuple[str, ...] = ()
@@ -123,10 +123,10 @@ def from_trace(
     source: str | None = None,
 ) -> Input:
     """Load and analyse one trace file."""
+    from hostgap.anatomy.link import link
     from hostgap.anatomy.overview import overview
     from hostgap.anatomy.steps import AnatomyConfig, analyze
-    from hostgap.link import link
-    from hostgap.load import load_trace
+    from hostgap.readers import load_trace
 
     _say(progress, f"loading {path}")
     trace = load_trace(path)
@@ -239,7 +239,7 @@ def anatomy_from_results(results: dict) -> dict:
 def sweep_points(results: dict, timings: dict) -> dict:
     """Differencing points per N: untraced wall W(N) and traced device-active G(N), each the
     run's estimator (min/median/mean) over its repeats -- the values the fitted lines use."""
-    from hostgap.capture.differencing import estimate
+    from hostgap.stats.differencing import estimate
 
     est = (results.get("differencing") or {}).get("estimator") or "min"
     wall = {int(n): v for n, v in (timings.get("untraced_wall_ns") or {}).items() if v}
@@ -290,7 +290,7 @@ def _read_json(p: Path) -> dict:
 
 
 def _lookup_db(arg: str, db: str | None) -> tuple[dict | None, Path]:
-    from hostgap.store import RunsDB, default_path
+    from hostgap.store.database import RunsDB, default_path
 
     path = Path(db) if db else default_path()
     if not path.is_file():

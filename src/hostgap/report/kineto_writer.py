@@ -14,9 +14,9 @@ import tempfile
 import msgspec
 import numpy as np
 
-from hostgap.capture.rundir import file_mode
 from hostgap.errors import HostgapError
 from hostgap.events import NONE, Kind, Trace
+from hostgap.store.rundir import file_mode
 
 CATEGORY = {
     Kind.KERNEL: "kernel",

@@ -1,0 +1,1 @@
+"""hostgap's Python API (the functions ``import hostgap`` exposes; docs/api.md)."""

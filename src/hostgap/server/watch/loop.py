@@ -1,0 +1,378 @@
+"""``hostgap watch``: scrape a server's metrics every interval and estimate, per interval, its
+decode telemetry and host-exposed share (:mod:`hostgap.server.watch.estimate`), without a profiler.
+
+:func:`watch` is the loop: one scrape per ``interval_s`` (each bounded by ``timeout_s``), the
+difference with the last good scrape, one :func:`interval_row` per interval handed to
+``on_row``, a one-line ``on_note`` for what changed (a failed scrape, the server back, a counter
+reset, a new label set) and a :func:`summary` at the end (``duration_s`` elapsed, ``stop`` set,
+or Ctrl-C in the caller). A scrape that fails mid-watch leaves a row with ``status``
+``"no-scrape"`` and the last good scrape as the baseline; the interval that spans a server
+restart is marked ``"reset"`` and shows no rates.
+
+Row fields (JSON; times in seconds, shares in [0, 1], None where the metrics cannot say):
+``t_start``/``t_end`` (Unix time), ``t_rel_s`` (from the first scrape), ``interval_s``,
+``status``, ``steps``, ``steps_per_s``, ``tokens_per_step``, ``seqs_per_step``,
+``step_period_s`` (+ ``_p90_s``), ``busy_share``, ``prefill_tokens``, ``decode_tokens``,
+``prefill_share``, ``running``, ``waiting``, ``host_share`` with ``host_share_low``/``_high``
+and ``host_share_basis``, ``gpu_s_per_step``, ``host_s_per_step``, ``model_period_s``,
+``host_breakdown``, ``notes``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from hostgap.errors import HostgapError
+from hostgap.server.metrics import (
+    SGLANG_HINT,
+    VLLM_HINT,
+    Delta,
+    MetricsUnavailable,
+    Scrape,
+    ScrapeFailed,
+    delta,
+    scrape,
+    step_stats,
+)
+from hostgap.server.watch import estimate as est
+
+SCHEMA_VERSION = 1
+OK, RESET, NO_SCRAPE, IDLE = "ok", "reset", "no-scrape", "idle"
+CONDITION_METRICS = (
+    "host_share",
+    "step_period_s",
+    "steps_per_s",
+    "tokens_per_step",
+    "seqs_per_step",
+    "busy_share",
+    "prefill_share",
+)
+OPENING_TIMEOUT_S = 15.0
+_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+_CONDITION = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*([-+]?[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(%|ms|s)?\s*$")
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    """One watch: where, how often, for how long, with which calibration."""
+
+    url: str
+    interval_s: float = 5.0
+    duration_s: float | None = None
+    timeout_s: float | None = None
+    calibration: est.Calibration | None = None
+    max_intervals: int | None = None  # stop after this many rows (the library's callers and tests)
+
+    @property
+    def scrape_timeout_s(self) -> float:
+        """Each scrape's bound: the given timeout, else the interval (at least 5 s, at most 10 s:
+        a busy server's /metrics can take seconds to answer; a late scrape skips ticks)."""
+        return self.timeout_s if self.timeout_s is not None else min(max(self.interval_s, 5.0), 10.0)
+
+    @property
+    def opening_timeout_s(self) -> float:
+        """The opening scrape's bound: it decides whether the watch runs at all, so it waits at
+        least OPENING_TIMEOUT_S."""
+        return max(self.scrape_timeout_s, OPENING_TIMEOUT_S)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``METRIC OP NUMBER[UNIT]`` of ``--fail-if``: holds when the window's value of METRIC
+    (its step-weighted mean over the intervals that have it) compares true."""
+
+    text: str
+    metric: str
+    op: str
+    value: float
+
+    def holds(self, x: float | None) -> bool:
+        return x is not None and _OPS[self.op](x, self.value)
+
+
+def parse_conditions(expr: str) -> list[Condition]:
+    """Comma-separated conditions; HostgapError (exit 2) naming the bad part."""
+    out = []
+    for part in expr.split(","):
+        m = _CONDITION.match(part)
+        if not m:
+            raise HostgapError(
+                "--fail-if",
+                f"cannot parse {part.strip()!r}: expected METRIC OP NUMBER[UNIT], "
+                f"e.g. 'host_share>0.3' (OP one of > >= < <=)",
+            )
+        metric, op, number, unit = m.groups()
+        if metric not in CONDITION_METRICS:
+            raise HostgapError("--fail-if", f"unknown metric {metric!r}; known: {', '.join(CONDITION_METRICS)}")
+        value = float(number)
+        if unit == "%":
+            value /= 100.0
+        elif unit == "ms":
+            value /= 1000.0
+        if unit in ("ms", "s") and not metric.endswith("_s"):
+            raise HostgapError("--fail-if", f"{part.strip()!r}: a time unit needs a *_s metric")
+        out.append(Condition(part.strip(), metric, op, value))
+    if not out:
+        raise HostgapError("--fail-if", "no condition given")
+    return out
+
+
+# --------------------------------------------------------------------------- one interval
+
+
+def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None) -> dict:
+    """The row of one interval: step telemetry, host-share estimate, notes."""
+    stats = step_stats(d)
+    engine = stats.engine
+    if engine == "sglang":
+        e = est.sglang_device_timer(d, stats)
+    elif engine == "vllm":
+        e = est.vllm_model(stats, calibration)
+    else:
+        e = est.no_estimate("no vllm: or sglang: metrics")
+    status = RESET if d.reset else (OK if stats.steps else IDLE)
+    notes = list(stats.notes)
+    if e.note:
+        notes.append(e.note)
+    return {
+        "t_start": d.a.t_wall_s,
+        "t_end": d.b.t_wall_s,
+        "t_rel_s": d.a.t_mono_s - t_origin,
+        "interval_s": d.interval_s,
+        "engine": engine,
+        "status": status,
+        "steps": stats.steps,
+        "steps_per_s": stats.steps_per_s,
+        "tokens_per_step": stats.tokens_per_step,
+        "seqs_per_step": stats.seqs_per_step,
+        "step_period_s": stats.step_period_s,
+        "step_period_p90_s": stats.step_period_p90_s,
+        "step_period_basis": stats.step_period_basis,
+        "busy_share": stats.busy_share,
+        "prefill_tokens": stats.prefill_tokens,
+        "decode_tokens": stats.decode_tokens,
+        "prefill_share": stats.prefill_share,
+        "running": stats.running,
+        "waiting": stats.waiting,
+        "host_share": e.host_share,
+        "host_share_low": e.low,
+        "host_share_high": e.high,
+        "host_share_basis": e.basis,
+        "gpu_s_per_step": e.gpu_s_per_step,
+        "host_s_per_step": e.host_s_per_step,
+        "model_period_s": e.model_period_s,
+        "host_breakdown": e.breakdown,
+        "notes": notes,
+    }
+
+
+def failed_row(last: Scrape, now_wall: float, now_mono: float, t_origin: float, why: str, engine: str | None) -> dict:
+    """The row of an interval whose closing scrape failed (no numbers)."""
+    row = dict.fromkeys(
+        (
+            "steps",
+            "steps_per_s",
+            "tokens_per_step",
+            "seqs_per_step",
+            "step_period_s",
+            "step_period_p90_s",
+            "busy_share",
+            "prefill_tokens",
+            "decode_tokens",
+            "prefill_share",
+            "running",
+            "waiting",
+            "host_share",
+            "host_share_low",
+            "host_share_high",
+            "gpu_s_per_step",
+            "host_s_per_step",
+            "model_period_s",
+        )
+    )
+    row.update(
+        {
+            "t_start": last.t_wall_s,
+            "t_end": now_wall,
+            "t_rel_s": last.t_mono_s - t_origin,
+            "interval_s": now_mono - last.t_mono_s,
+            "engine": engine or "unknown",
+            "status": NO_SCRAPE,
+            "step_period_basis": "none",
+            "host_share_basis": est.NONE,
+            "host_breakdown": {},
+            "notes": [why],
+        }
+    )
+    return row
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def first_scrape(config: WatchConfig) -> Scrape:
+    """The opening scrape: a server that cannot be read, or exports neither engine's metrics,
+    is a user error (HostgapError, exit 2) naming the flag that enables them."""
+    try:
+        s = scrape(config.url, config.opening_timeout_s)
+    except ScrapeFailed as exc:
+        raise HostgapError(config.url, f"no metrics from the server: {exc.problem}") from None
+    except MetricsUnavailable as exc:
+        raise HostgapError(config.url, exc.problem) from None
+    if s.engine is None:
+        raise HostgapError(s.url, f"no vllm: or sglang: metrics ({SGLANG_HINT}; {VLLM_HINT})")
+    return s
+
+
+def opening_notes(s: Scrape, config: WatchConfig) -> list[str]:
+    """What the first scrape says about the estimate to come (one line each)."""
+    notes = []
+    if s.engine == "sglang" and est.FORWARD not in s.counters:
+        notes.append(
+            "SGLang without the device timer: host_share needs SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 "
+            "in the server's environment; showing the telemetry only"
+        )
+    if s.engine == "sglang" and est.STAGES not in s.counters:
+        notes.append("SGLang exports no scheduler stage seconds (sglang < 0.5.20): busy time from idle time")
+    if s.engine == "vllm" and config.calibration is None:
+        notes.append(
+            "vLLM exports no GPU time: host_share needs --calibration RUN (a `hostgap attach URL --load C` "
+            "run on this server); showing the telemetry only"
+        )
+    return notes
+
+
+def watch(
+    config: WatchConfig,
+    on_row: Callable[[dict], None],
+    on_note: Callable[[str], None],
+    stop: threading.Event | None = None,
+    first: Scrape | None = None,
+) -> list[dict]:
+    """Run the loop until ``duration_s`` (or ``stop``); returns the rows."""
+    stop = stop or threading.Event()
+    base = first or first_scrape(config)
+    for note in opening_notes(base, config):
+        on_note(note)
+    engine = base.engine
+    t_origin = base.t_mono_s
+    rows: list[dict] = []
+    failing = False
+    tick = 1
+    while not stop.is_set():
+        if config.max_intervals is not None and len(rows) >= config.max_intervals:
+            break
+        due = t_origin + tick * config.interval_s
+        if config.duration_s is not None and due > t_origin + config.duration_s + 1e-9:
+            break
+        if stop.wait(max(0.0, due - time.monotonic())):
+            break
+        tick += 1
+        try:
+            now = scrape(config.url, config.scrape_timeout_s)
+        except (ScrapeFailed, MetricsUnavailable) as exc:
+            if not failing:
+                on_note(f"scrape failed: {exc.problem}; retrying every {config.interval_s:g} s")
+            failing = True
+            row = failed_row(base, time.time(), time.monotonic(), t_origin, exc.problem, engine)
+            rows.append(row)
+            on_row(row)
+            continue
+        if failing:
+            on_note("server answering again")
+            failing = False
+        if now.t_mono_s <= base.t_mono_s:
+            continue
+        d = delta(base, now)
+        if d.reset:
+            on_note("counters went back: the server restarted; this interval shows no rates")
+        if d.appeared:
+            on_note(
+                f"new series ({len(d.appeared)}): {', '.join(d.appeared[:2])}"
+                f"{' …' if len(d.appeared) > 2 else ''}; counted from the next interval"
+            )
+        row = interval_row(d, t_origin, config.calibration)
+        rows.append(row)
+        on_row(row)
+        base = now
+        engine = now.engine or engine
+        # a tick that fell far behind (a slow scrape, a stopped process) restarts the schedule
+        behind = int((time.monotonic() - t_origin) / config.interval_s) + 1
+        tick = max(tick, behind)
+    return rows
+
+
+# --------------------------------------------------------------------------- the window
+
+
+def summary(rows: Sequence[dict], conditions: Sequence[Condition] = ()) -> dict:
+    """The window's numbers: counts of intervals by status, step-weighted means of the per-step
+    quantities, the host share's mean/min/max and basis, and each ``--fail-if`` condition."""
+    good = [r for r in rows if r["status"] in (OK, IDLE) and r["steps"]]
+    steps = math.fsum(r["steps"] for r in good)
+    span = math.fsum(r["interval_s"] for r in rows if r["status"] in (OK, IDLE))
+    shares = [r for r in good if r["host_share"] is not None]
+    bases = sorted({r["host_share_basis"] for r in shares})
+    out = {
+        "intervals": len(rows),
+        "by_status": {s: sum(1 for r in rows if r["status"] == s) for s in (OK, IDLE, RESET, NO_SCRAPE)},
+        "duration_s": math.fsum(r["interval_s"] for r in rows),
+        "steps": steps,
+        "steps_per_s": steps / span if span > 0 else None,
+        "host_share_basis": bases[0] if len(bases) == 1 else ("+".join(bases) if bases else est.NONE),
+        "host_share_intervals": len(shares),
+        "host_share_min": min((r["host_share"] for r in shares), default=None),
+        "host_share_max": max((r["host_share"] for r in shares), default=None),
+    }
+    for key in (
+        "tokens_per_step",
+        "seqs_per_step",
+        "step_period_s",
+        "host_share",
+        "host_share_low",
+        "host_share_high",
+        "busy_share",
+        "prefill_share",
+        "gpu_s_per_step",
+        "host_s_per_step",
+    ):
+        out[key] = _weighted(good, key)
+    out["host_breakdown"] = _weighted_breakdown(good)
+    out["fail_if"] = [
+        {
+            "condition": c.text,
+            "metric": c.metric,
+            "value": window_value(out, c.metric),
+            "holds": c.holds(window_value(out, c.metric)),
+        }
+        for c in conditions
+    ]
+    return out
+
+
+def window_value(summary_doc: dict, metric: str) -> float | None:
+    value = summary_doc.get(metric)
+    return value if isinstance(value, int | float) else None
+
+
+def _weighted(rows: Sequence[dict], key: str) -> float | None:
+    pairs = [(r[key], r["steps"]) for r in rows if r.get(key) is not None and r["steps"]]
+    total = math.fsum(w for _, w in pairs)
+    return math.fsum(v * w for v, w in pairs) / total if total > 0 else None
+
+
+def _weighted_breakdown(rows: Sequence[dict]) -> dict[str, float]:
+    """The step-weighted mean of each stage's share of the busy loop (SGLang), over the
+    intervals that have a breakdown."""
+    pairs = [(r["host_breakdown"], r["steps"]) for r in rows if r.get("host_breakdown") and r["steps"]]
+    total = math.fsum(w for _, w in pairs)
+    if total <= 0:
+        return {}
+    keys = sorted({k for b, _ in pairs for k in b})
+    return {k: math.fsum(b.get(k, 0.0) * w for b, w in pairs) / total for k in keys}

@@ -1,0 +1,2 @@
+"""Where runs live: run directories written atomically (:mod:`.rundir`), their environment
+manifest (:mod:`.manifest`) and the runs database (:mod:`.database`)."""
