@@ -31,7 +31,7 @@ import numpy as np
 from hostgap import __version__
 from hostgap.anatomy import taxbreak as tb
 from hostgap.anatomy.link import link
-from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.anatomy.steps import AnalysisOptions, analyze
 from hostgap.readers import load_trace
 
 DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "hta" / "a100_deep_queue_rank0.json.gz"
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     load_ms = (time.perf_counter_ns() - t0) / 1e6
     n = len(trace.events)
     links = link(trace)
-    cfg = AnatomyConfig()
+    cfg = AnalysisOptions()
     a = analyze(trace, cfg, links)  # warm-up, and the shape of what is timed
 
     stages = {"link": lambda: link(trace)}

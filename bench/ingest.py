@@ -248,7 +248,7 @@ t = clock(); trace = load_trace(path); load = since(t)
 out["decode + columns"] = {k: load[k] - out["text (read + inflate)"][k] for k in load}
 from hostgap.anatomy.link import link
 from hostgap.anatomy.overview import overview
-from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.anatomy.steps import AnalysisOptions, analyze
 enter("link")
 from hostgap.memory import release_free_memory  # as the command does after each of the two
 t = clock(); links = link(trace); release_free_memory(); out["link"] = since(t)
@@ -256,7 +256,7 @@ enter("anatomy: overview")
 t = clock()
 doc = overview(trace, links, gap_threshold_ns=30_000, top=10); release_free_memory()
 enter("anatomy: steps")
-analyze(trace, AnatomyConfig(gap_threshold_ns=30_000, top=10), links).to_dict()
+analyze(trace, AnalysisOptions(gap_threshold_ns=30_000, top=10), links).to_dict()
 out["anatomy (overview + steps)"] = since(t)
 enter("end")
 time.sleep(0.01)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from anatomy_builders import H100, US, Timeline
 from hostgap import SCHEMA_VERSION
 from hostgap.anatomy.markers import find_markers
-from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.anatomy.steps import AnalysisOptions, analyze
 from hostgap.cli import cli
 from hostgap.events import Kind
 from hostgap.readers import load_trace
@@ -215,7 +215,7 @@ def test_trim_round_trip(trace4, tmp_path):
     kernels = sorted(set(small.names_of(small.events.kind == Kind.KERNEL)))
     assert kernels == ["s1a", "s1b", "s2a", "s2b"]
     assert int((small.events.kind == Kind.KERNEL).sum()) == 3 + 2  # step 1 replays s1b twice
-    cfg = AnatomyConfig(launch_floor_ns=4500.0)
+    cfg = AnalysisOptions(launch_floor_ns=4500.0)
     before = analyze(load_trace(trace4), cfg).steps[1:3]
     after = analyze(small, cfg).steps
     for key in ("kernel_count", "kernel_sum_ns", "gpu_active_ns", "launches", "graph_launches", "h2d_bytes"):

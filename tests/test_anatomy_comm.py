@@ -15,12 +15,12 @@ from anatomy_builders import US, Timeline
 from conftest import corpus_path
 from hostgap.anatomy.kernels import kernel_rows
 from hostgap.anatomy.overview import overview
-from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.anatomy.steps import AnalysisOptions, analyze
 from hostgap.cli import cli
 from hostgap.readers import load_trace
 from test_ranks_real import raw_kineto_steps, union
 
-FLOOR = AnatomyConfig(launch_floor_ns=4500.0)
+FLOOR = AnalysisOptions(launch_floor_ns=4500.0)
 ALLREDUCE = "ncclKernel_AllReduce_RING_LL_Sum_bf16(ncclDevComm*, unsigned long, ncclWork*)"
 SENDRECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 CUSTOM_AR = "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 2>(vllm::RankData*, vllm::RankSignals)"

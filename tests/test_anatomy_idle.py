@@ -11,13 +11,13 @@ from __future__ import annotations
 import pytest
 
 from anatomy_builders import H100, US, Timeline
-from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.anatomy.steps import AnalysisOptions, analyze
 
-FLOOR = AnatomyConfig(launch_floor_ns=4500.0)
+FLOOR = AnalysisOptions(launch_floor_ns=4500.0)
 VLLM_DECODE = "execute_2_context_0(sq0sk0sqsq0sqsk0)_generation_2(sq2sk20sqsq2sqsk20)"
 
 
-def run(t: Timeline, tmp_path, config: AnatomyConfig = FLOOR) -> dict:
+def run(t: Timeline, tmp_path, config: AnalysisOptions = FLOOR) -> dict:
     return analyze(t.load(tmp_path), config).to_dict()
 
 
@@ -149,7 +149,7 @@ def test_full_graph_wait_is_outside_not_host(tmp_path):
 
 def test_full_graph_wait_below_the_tolerance_is_host_and_latency(tmp_path):
     """With a 200 µs tolerance the leading gap is split: [0, 3) host, [3, 100) unexplained."""
-    doc = run(full_graph_step(), tmp_path, AnatomyConfig(launch_floor_ns=4500.0, gap_threshold_ns=200_000))
+    doc = run(full_graph_step(), tmp_path, AnalysisOptions(launch_floor_ns=4500.0, gap_threshold_ns=200_000))
     assert doc["steps"][0]["idle_causes"] == causes(host=3, unexplained=97)
     assert doc["taxbreak"]["kt_fw_samples"] == 1  # no evidence of a wait: a launch-path sample
 
@@ -276,7 +276,7 @@ def test_legacy_operator_profiler_steps_are_step_markers(tmp_path):
     assert [s["kernel_count"] for s in a.steps] == [1, 1]
     assert list(a.kernels.t_dispatch_ns) == [3 * US, 3 * US]
     assert [r["name"] for r in a.top_ops] == ["aten::mm"]
-    custom = analyze(legacy_steps().load(tmp_path), AnatomyConfig(step_marker="^ProfilerStep#"))
+    custom = analyze(legacy_steps().load(tmp_path), AnalysisOptions(step_marker="^ProfilerStep#"))
     assert custom.marker_family == "custom" and len(custom.steps) == 2
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from anatomy_builders import H100, US, Timeline
 from hostgap.anatomy.kernels import kernel_rows
-from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.anatomy.steps import AnalysisOptions, analyze
 
-FLOOR = AnatomyConfig(launch_floor_ns=4500.0)
+FLOOR = AnalysisOptions(launch_floor_ns=4500.0)
 
 
 def one_step() -> Timeline:

@@ -11,12 +11,12 @@ import pytest
 
 from anatomy_builders import H100, US, Timeline
 from hostgap.anatomy.markers import hostgap_step_name
-from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.anatomy.steps import AnalysisOptions, analyze
 
-FLOOR = AnatomyConfig(launch_floor_ns=4500.0)
+FLOOR = AnalysisOptions(launch_floor_ns=4500.0)
 
 
-def run(t: Timeline, tmp_path, config: AnatomyConfig = FLOOR) -> dict:
+def run(t: Timeline, tmp_path, config: AnalysisOptions = FLOOR) -> dict:
     return analyze(t.load(tmp_path), config).to_dict()
 
 

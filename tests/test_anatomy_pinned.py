@@ -11,13 +11,13 @@ from __future__ import annotations
 import pytest
 
 from anatomy_builders import H100, US, Timeline
-from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.anatomy.steps import AnalysisOptions, analyze
 from hostgap.errors import HostgapError
 
-FLOOR = AnatomyConfig(launch_floor_ns=4500.0)
+FLOOR = AnalysisOptions(launch_floor_ns=4500.0)
 
 
-def run(t: Timeline, tmp_path, config: AnatomyConfig = FLOOR) -> dict:
+def run(t: Timeline, tmp_path, config: AnalysisOptions = FLOOR) -> dict:
     return analyze(t.load(tmp_path), config).to_dict()
 
 
@@ -113,7 +113,7 @@ def test_cpu_top_frames_exact_table(tmp_path):
 
 
 def test_cpu_top_ops_limit(tmp_path):
-    a = analyze(cpu_two_steps().load(tmp_path), AnatomyConfig(top=2))
+    a = analyze(cpu_two_steps().load(tmp_path), AnalysisOptions(top=2))
     assert [r["name"] for r in a.top_ops] == ["aten::linear", "aten::mul"]
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from anatomy_builders import H100, Timeline
 from budget import examples
-from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.anatomy.steps import AnalysisOptions, analyze
 from hostgap.events import GPU_OP_KINDS, Kind
 
 SETTINGS = settings(**examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -117,7 +117,7 @@ def timelines(draw) -> Timeline:
 
 def analysed(t: Timeline):
     trace = t.load(FOLDER)
-    a = analyze(trace, AnatomyConfig(launch_floor_ns=4500.0))
+    a = analyze(trace, AnalysisOptions(launch_floor_ns=4500.0))
     return trace, a, a.to_dict()
 
 

@@ -11,15 +11,15 @@ import pytest
 
 from anatomy_builders import H100, US, Timeline
 from hostgap.anatomy.markers import hostgap_step_name
-from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.anatomy.steps import AnalysisOptions, analyze
 from hostgap.errors import HostgapError
 
-FLOOR = AnatomyConfig(launch_floor_ns=4500.0)
+FLOOR = AnalysisOptions(launch_floor_ns=4500.0)
 
 VLLM_DECODE = "execute_2_context_0(sq0sk0sqsq0sqsk0)_generation_2(sq2sk20sqsq2sqsk20)"
 
 
-def run(t: Timeline, tmp_path, config: AnatomyConfig = FLOOR, **top) -> dict:
+def run(t: Timeline, tmp_path, config: AnalysisOptions = FLOOR, **top) -> dict:
     return analyze(t.load(tmp_path, **top), config).to_dict()
 
 
@@ -358,7 +358,7 @@ def test_custom_step_marker_regex(tmp_path):
     t.annotation("decode_step 1", 10, 20)
     t.annotation("decode_step 2", 40, 20)
     t.annotation("sample", 12, 2)
-    doc = run(t, tmp_path, AnatomyConfig(step_marker=r"^decode_step"))
+    doc = run(t, tmp_path, AnalysisOptions(step_marker=r"^decode_step"))
     assert doc["marker_family"] == "custom"
     assert [s["name"] for s in doc["steps"]] == ["decode_step 1", "decode_step 2"]
     assert doc["steps"][0]["wall_ns"] == 30 * US
@@ -369,7 +369,7 @@ def test_bad_step_marker(tmp_path, pattern, words):
     t = Timeline()
     t.annotation("ProfilerStep#1", 0, 10)
     with pytest.raises(HostgapError) as e:
-        analyze(t.load(tmp_path), AnatomyConfig(step_marker=pattern))
+        analyze(t.load(tmp_path), AnalysisOptions(step_marker=pattern))
     assert words in str(e.value)
 
 

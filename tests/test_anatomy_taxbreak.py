@@ -12,11 +12,11 @@ import pytest
 
 from anatomy_builders import A100, H100, H200, US, Timeline
 from hostgap.anatomy.floor import GENERIC_FLOOR_NS, launch_floor
-from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.anatomy.steps import AnalysisOptions, analyze
 from hostgap.anatomy.taxbreak import base_name, is_library_kernel
 from hostgap.errors import HostgapError
 
-FLOOR = AnatomyConfig(launch_floor_ns=4500.0)
+FLOOR = AnalysisOptions(launch_floor_ns=4500.0)
 
 FLASH = (
     "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<128, 64, 64, 4, false, "
@@ -368,7 +368,7 @@ def test_floor_default_from_trace_device(tmp_path, props, ns, word):
 
 def test_floor_file_used_by_analyze(tmp_path):
     f = floor_file(tmp_path, kind="launch_floor", device="cuda", mean_ns=6000)
-    tb = analyze(library_mix().load(tmp_path), AnatomyConfig(floor_file=f)).taxbreak
+    tb = analyze(library_mix().load(tmp_path), AnalysisOptions(floor_file=f)).taxbreak
     assert tb["launch_floor_ns"] == 6000 and tb["floor_source"] == f"file:{f}"
     assert tb["kt_ns"] == 7 * 6000
 
@@ -483,7 +483,7 @@ def test_top_ten_by_default(tmp_path):
         t.launch_kernel(base + 10 + j + 1, 1, "k", base + 40, 1)
     a = analyze(t.load(tmp_path), FLOOR)
     assert [r["name"] for r in a.top_ops] == [f"aten::op{j}" for j in range(11, 1, -1)]
-    few = analyze(t.load(tmp_path), AnatomyConfig(launch_floor_ns=4500.0, top=3))
+    few = analyze(t.load(tmp_path), AnalysisOptions(launch_floor_ns=4500.0, top=3))
     assert len(few.top_ops) == 3
 
 

@@ -288,7 +288,7 @@ def test_runs_table_and_measure_exit_status(tmp_path, monkeypatch):
     rows = {r["run_id"]: r for r in json.loads(CliRunner().invoke(cli, ["runs", "--db", str(db), "--json"]).output)}
     assert rows["bad-1"]["valid"] == 0 and rows["bad-1"]["contended"] == 1
     assert rows["good-1"]["valid"] == 1 and rows["good-1"]["contended"] == 0
-    from hostgap.cli.runs import _verdict_cell
+    from hostgap.report.run_view import verdict_cell as _verdict_cell
 
     assert _verdict_cell(rows["bad-1"]).startswith("invalid: machine busy")
     assert _verdict_cell(rows["good-1"]) == "host-bound"

@@ -133,4 +133,4 @@ def test_a_command_imports_only_its_module():
         "print(sorted(m for m in sys.modules if m.startswith('hostgap.cli.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['hostgap.cli.analyze']"
+    assert out.strip() == "['hostgap.cli.analyze', 'hostgap.cli.output']"  # output: helpers, no command

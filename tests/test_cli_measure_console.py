@@ -64,6 +64,7 @@ def test_on_a_terminal_a_bar_of_tokens_and_one_of_cells(stderr_as):
 
 def test_render_prints_the_table_the_note_and_the_run_directory(monkeypatch):
     from hostgap.report import run_rows as s
+    from hostgap.report.run_view import render_measured
 
     monkeypatch.setattr(s, "title", lambda r: "tiny [cpu]")
     monkeypatch.setattr(s, "step_rows", lambda r: [("wall", "1.000 ms", "[0.9, 1.1]")])
@@ -72,14 +73,14 @@ def test_render_prints_the_table_the_note_and_the_run_directory(monkeypatch):
     buf = io.StringIO()
     con = Console(file=buf, width=120)
     monkeypatch.setattr(s, "agreement_note", lambda r: "the two disagree [trust anatomy]")
-    mc.render({"run_dir": "runs/x"}, con)
+    render_measured({"run_dir": "runs/x"}, con)
     out = buf.getvalue()
     assert out.index("tiny [cpu]") < out.index("wall") < out.index("checks") < out.index("machine busy")
     assert "[0.9, 1.1]" in out and "the two disagree [trust anatomy]" in out
     assert out.rstrip().splitlines()[-1] == "run directory: runs/x"
     buf.truncate(0), buf.seek(0)
     monkeypatch.setattr(s, "agreement_note", lambda r: None)
-    mc.render({}, con)
+    render_measured({}, con)
     out = buf.getvalue()
     assert "disagree" not in out and "run directory" not in out
     assert out.rstrip().splitlines()[-1] == "per decode step: N1=1"
@@ -92,5 +93,7 @@ def test_the_consoles(monkeypatch):
     monkeypatch.setattr(mc, "_ERR", None)
     monkeypatch.setattr(mc.os, "dup", lambda fd: (_ for _ in ()).throw(OSError("no fd")))
     assert mc.err_console().file is mc.sys.stderr
-    out = mc.out_console()  # not a terminal under pytest: a wide table, no soft wrap
+    from hostgap.report.terminal import run_console
+
+    out = run_console()  # not a terminal under pytest: a wide table, no soft wrap
     assert out.width == 160 and not out.soft_wrap

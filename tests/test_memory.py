@@ -63,11 +63,14 @@ def test_the_real_trim_where_glibc_is():
 
 def test_analysis_releases_after_link_and_overview(monkeypatch, kineto_trace):
     from conftest import kernel, launch
+    from hostgap.analysis import trace as one
     from hostgap.analysis import traceset
-    from hostgap.readers import load_trace
+    from hostgap.anatomy.steps import AnalysisOptions
 
     calls = []
-    monkeypatch.setattr(traceset, "release_free_memory", lambda: calls.append(1) or True)
-    trace = load_trace(kineto_trace([launch(ts=0, dur=2, corr=1), kernel("k", ts=5, dur=1, corr=1)]))
-    doc = traceset.part_document(trace, traceset.Options())
+    monkeypatch.setattr(one, "release_free_memory", lambda: calls.append(1) or True)
+    analysis = one.analyse_trace(
+        kineto_trace([launch(ts=0, dur=2, corr=1), kernel("k", ts=5, dur=1, corr=1)]), AnalysisOptions()
+    )
+    doc = traceset.part_document(analysis)
     assert len(calls) == 2 and doc["devices"]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from anatomy_builders import US, Timeline
-from hostgap.anatomy.steps import AnatomyConfig, analyze
+from hostgap.anatomy.steps import AnalysisOptions, analyze
 
 
-def run(t: Timeline, tmp_path, config: AnatomyConfig = AnatomyConfig()) -> dict:
+def run(t: Timeline, tmp_path, config: AnalysisOptions = AnalysisOptions()) -> dict:
     return analyze(t.load(tmp_path), config).to_dict()
 
 
@@ -52,7 +52,7 @@ def test_taxbreak_launch_before_the_first_step_has_no_python_time(tmp_path):
     t.launch_kernel(2, 2, "k", 5, 1)
     t.op("aten::mul", 20, 10)
     t.launch_kernel(22, 2, "k", 30, 3)
-    a = analyze(t.load(tmp_path), AnatomyConfig(launch_floor_ns=1000.0))
+    a = analyze(t.load(tmp_path), AnalysisOptions(launch_floor_ns=1000.0))
     k = a.kernels
     order = k.launch_row.argsort()
     assert k.step[order].tolist() == [-1, 0]

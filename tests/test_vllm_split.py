@@ -108,11 +108,11 @@ def test_parts_tile_every_step_of_a_real_worker_trace():
     """A vLLM Worker trace harvested on CPU (trimmed): for every decode step the three parts
     add up to the anatomy's step wall, the compute part is the anatomy's device-active time,
     and the annotation part is read independently from the raw trace events."""
-    from hostgap.anatomy.steps import AnatomyConfig, analyze
+    from hostgap.anatomy.steps import AnalysisOptions, analyze
     from hostgap.readers import load_trace
 
     trace = load_trace(str(FIXTURE))
-    steps = analyze(trace, AnatomyConfig()).to_dict()["steps"]
+    steps = analyze(trace, AnalysisOptions()).to_dict()["steps"]
     dec = [s for s in steps if s["kind"] == "decode"]
     assert len(dec) >= 5
     seg_s, seg_e = vs.active_segments(trace)

@@ -1,6 +1,111 @@
-"""hostgap: where every millisecond of an LLM decode step goes."""
+"""hostgap: where every millisecond of an LLM decode step goes.
+
+The Python API (docs/api.md): each command of the command line as one function with the
+command's option names and defaults, returning a result object; importing hostgap imports
+nothing heavy, each name loads its part on first use::
+
+    import hostgap
+    result = hostgap.analyze("trace.json.gz")
+    result.verdict["label"], result.steps.to_pandas()
+
+Errors the command line reports as one line are :class:`HostgapError` with the same message.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from hostgap.errors import HostgapError
 
 __version__ = "0.1.0"
+"""The one version source: ``pyproject.toml`` reads it (``[tool.setuptools.dynamic]``)."""
 
 SCHEMA_VERSION = 1
 """Version of every JSON document hostgap writes; bumped on incompatible change."""
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AttachResult",
+    "Comparison",
+    "HostgapError",
+    "KernelsResult",
+    "MeasureResult",
+    "MeasureResults",
+    "PresetsResult",
+    "Report",
+    "Result",
+    "RunResult",
+    "RunsTable",
+    "StepsResult",
+    "Trace",
+    "TraceResult",
+    "TraceResults",
+    "TraceSetResult",
+    "Watch",
+    "__version__",
+    "analyze",
+    "attach",
+    "attribution",
+    "compare",
+    "kernels",
+    "load",
+    "measure",
+    "presets",
+    "run",
+    "runs",
+    "steps",
+    "watch",
+    "write_report",
+]
+
+_API = frozenset(__all__) - {"SCHEMA_VERSION", "HostgapError", "__version__", "attribution"}
+
+if TYPE_CHECKING:
+    from hostgap.api import (
+        AttachResult,
+        Comparison,
+        KernelsResult,
+        MeasureResult,
+        MeasureResults,
+        PresetsResult,
+        Report,
+        Result,
+        RunResult,
+        RunsTable,
+        StepsResult,
+        Trace,
+        TraceResult,
+        TraceResults,
+        TraceSetResult,
+        Watch,
+        analyze,
+        attach,
+        compare,
+        kernels,
+        load,
+        measure,
+        presets,
+        run,
+        runs,
+        steps,
+        watch,
+        write_report,
+    )
+    from hostgap.model import attribution
+
+
+def __getattr__(name: str):
+    """The API's names, imported on first use (``import hostgap`` stays light)."""
+    if name in _API:  # imported by name: the root stays below every layer (import-linter)
+        value = getattr(importlib.import_module("hostgap.api"), name)
+    elif name == "attribution":
+        value = importlib.import_module("hostgap.model.attribution")
+    else:
+        raise AttributeError(f"module 'hostgap' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

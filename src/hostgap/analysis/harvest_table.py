@@ -202,10 +202,9 @@ def table_meta(kind: str, **kw) -> dict:
 
 
 def analyze_trace(path: Path) -> dict:
-    from hostgap.anatomy.steps import AnatomyConfig, analyze
-    from hostgap.readers import load_trace
+    from hostgap.analysis.trace import analyse_trace
 
-    return analyze(load_trace(str(path)), AnatomyConfig()).to_dict()
+    return analyse_trace(path).anatomy().to_dict()
 
 
 def harvest_traces(paths: list[str], out: Path, progress: Progress | None = None) -> dict:

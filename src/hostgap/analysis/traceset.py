@@ -19,29 +19,22 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hostgap import SCHEMA_VERSION
+from hostgap.anatomy.steps import AnalysisOptions
 from hostgap.errors import HostgapError
 from hostgap.events import GPU_OP_KINDS, Trace
-from hostgap.memory import release_free_memory
 from hostgap.parallel import map_processes, map_tasks
+
+if TYPE_CHECKING:
+    from hostgap.analysis.trace import TraceAnalysis
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
 RANK_IN_NAME = re.compile(r"(?:rank|tp|worker)[-_.]?(\d+)", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Options:
-    """The analysis settings of every part (as ``hostgap analyze`` takes them)."""
-
-    step_marker: str | None = None
-    launch_floor_ns: float | None = None
-    floor_file: str | None = None
-    gap_threshold_ns: int = 30_000
-    top: int = 10
 
 
 def expand(paths: list[str]) -> tuple[list[str], bool]:
@@ -65,14 +58,14 @@ def expand(paths: list[str]) -> tuple[list[str], bool]:
 # -- one file (runs in a worker) -------------------------------------------------------------
 
 
-def analyse_file(path: str, opts: Options) -> list[dict] | tuple[str, str]:
+def analyse_file(path: str, opts: AnalysisOptions) -> list[dict] | tuple[str, str]:
     """The documents of one file's parts, or ``(source, problem)`` for a bad file (exceptions
     with two arguments do not cross a process boundary intact)."""
-    from hostgap.readers import load_trace
+    from hostgap.analysis.trace import TraceAnalysis, analyse_trace
 
     try:
-        trace = load_trace(path)
-        return [part_document(t, opts, pid) for pid, t in split_processes(trace)]
+        trace = analyse_trace(path, opts).trace
+        return [part_document(TraceAnalysis(t, opts), pid) for pid, t in split_processes(trace)]
     except HostgapError as e:
         return (e.source, e.problem)
 
@@ -100,26 +93,12 @@ def split_processes(trace: Trace) -> list[tuple[int | None, Trace]]:
     return parts
 
 
-def part_document(trace: Trace, opts: Options, pid: int | None = None) -> dict:
+def part_document(analysis: TraceAnalysis, pid: int | None = None) -> dict:
     """The single-trace ``hostgap analyze`` document (communication split included), plus the
     private ``_rank`` facts the trace set needs (removed before output)."""
-    from hostgap.anatomy.link import link
-    from hostgap.anatomy.overview import overview
-    from hostgap.anatomy.steps import AnatomyConfig, analyze
-
-    links = link(trace)
-    release_free_memory()  # the linker's temporaries, before the next stage stacks on them
-    doc = overview(trace, links, gap_threshold_ns=opts.gap_threshold_ns, top=opts.top)
-    release_free_memory()
-    cfg = AnatomyConfig(
-        step_marker=opts.step_marker,
-        launch_floor_ns=opts.launch_floor_ns,
-        floor_file=opts.floor_file,
-        gap_threshold_ns=opts.gap_threshold_ns,
-        top=opts.top,
-    )
-    anatomy = analyze(trace, cfg, links)
-    doc.update({k: v for k, v in anatomy.to_dict().items() if k not in ("schema_version", "trace")})
+    trace = analysis.trace
+    doc = analysis.document()
+    anatomy = analysis.anatomy()
     comm = anatomy.comm
     ev = trace.events
     doc["_rank"] = {
@@ -137,7 +116,7 @@ def part_document(trace: Trace, opts: Options, pid: int | None = None) -> dict:
 
 
 def analyse_files(
-    files: list[str], opts: Options, jobs: int | None = None, backend: str = "local", address: str | None = None
+    files: list[str], opts: AnalysisOptions, jobs: int | None = None, backend: str = "local", address: str | None = None
 ) -> list[tuple[str, list[dict]]]:
     """``[(file, its part documents)]`` in file order; raises the first bad file's error."""
     if backend == "ray":
@@ -254,7 +233,7 @@ def public(doc: dict) -> dict:
 
 def analyse(
     paths: list[str],
-    opts: Options = Options(),
+    opts: AnalysisOptions = AnalysisOptions(),
     jobs: int | None = None,
     backend: str = "local",
     address: str | None = None,

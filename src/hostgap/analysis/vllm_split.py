@@ -83,9 +83,9 @@ def split_of_trace(trace, steps: list[dict] | None = None, warmup: int = 1) -> d
 
     ``steps``: the anatomy's step rows of this trace (analysed here when not given)."""
     if steps is None:
-        from hostgap.anatomy.steps import AnatomyConfig, analyze
+        from hostgap.anatomy.steps import AnalysisOptions, analyze
 
-        steps = analyze(trace, AnatomyConfig()).to_dict()["steps"]
+        steps = analyze(trace, AnalysisOptions()).to_dict()["steps"]
     rows = decode_rows(steps, warmup)
     if not rows:
         return None

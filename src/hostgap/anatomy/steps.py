@@ -52,7 +52,12 @@ SYNC_API = tb.SYNC_API
 
 
 @dataclass(frozen=True)
-class AnatomyConfig:
+class AnalysisOptions:
+    """How a trace is analysed: the options of ``hostgap analyze`` / ``steps`` / ``kernels`` /
+    ``report`` / ``compare`` and of :func:`hostgap.analyze`, one type for every caller
+    (:func:`hostgap.analysis.trace.analyse_trace`). Times in ns here; the command line and the
+    library take ``launch_floor_us`` and ``gap_threshold_us`` and convert."""
+
     step_marker: str | None = None  # regex over host annotations; default: auto (markers.py)
     launch_floor_ns: float | None = None
     floor_file: str | None = None
@@ -110,7 +115,7 @@ class _StepParts:
     kernel_count: np.ndarray
 
 
-def analyze(trace: Trace, config: AnatomyConfig = AnatomyConfig(), links: Links | None = None) -> Anatomy:
+def analyze(trace: Trace, config: AnalysisOptions = AnalysisOptions(), links: Links | None = None) -> Anatomy:
     """Per-step split, idle causes, TaxBreak and verdict for one trace."""
     links = links if links is not None else link(trace)
     ev = trace.events

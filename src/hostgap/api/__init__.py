@@ -1,1 +1,53 @@
-"""hostgap's Python API (the functions ``import hostgap`` exposes; docs/api.md)."""
+"""hostgap's Python API: each capability of the command line as one function with the command's
+option names and defaults, returning a result whose ``to_dict()`` / ``to_json()`` are what the
+command prints with ``--json``, whose tables are Arrow (``.to_pandas()`` with pandas installed),
+which prints the command's terminal output (``print()``) and shows itself in a notebook.
+``import hostgap`` exposes the same names (docs/api.md)."""
+
+from hostgap.api._measure import MeasureResult, MeasureResults, PresetsResult, RunResult, measure, presets
+from hostgap.api._results import Result
+from hostgap.api._runs import Comparison, Report, RunsTable, compare, run, runs, write_report
+from hostgap.api._servers import AttachResult, Watch, attach, watch
+from hostgap.api._traces import (
+    KernelsResult,
+    StepsResult,
+    Trace,
+    TraceResult,
+    TraceResults,
+    TraceSetResult,
+    analyze,
+    kernels,
+    load,
+    steps,
+)
+
+__all__ = [
+    "AttachResult",
+    "Comparison",
+    "KernelsResult",
+    "MeasureResult",
+    "MeasureResults",
+    "PresetsResult",
+    "Report",
+    "Result",
+    "RunResult",
+    "RunsTable",
+    "StepsResult",
+    "Trace",
+    "TraceResult",
+    "TraceResults",
+    "TraceSetResult",
+    "Watch",
+    "analyze",
+    "attach",
+    "compare",
+    "kernels",
+    "load",
+    "measure",
+    "presets",
+    "run",
+    "runs",
+    "steps",
+    "watch",
+    "write_report",
+]

@@ -1,34 +1,12 @@
-"""Trace verbs: ``analyze``, ``steps``, ``kernels``, ``trim``."""
+"""Trace verbs: ``analyze``, ``steps``, ``kernels``, ``trim`` (:func:`hostgap.analyze`,
+:func:`hostgap.steps`, :func:`hostgap.kernels`)."""
 
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
-
 import click
 
-from hostgap.report.terminal import (
-    StderrConsole,
-    console,
-    dumps_json,
-    overview_csv_rows,
-    render_anatomy,
-    render_overview,
-    render_steps,
-    step_csv_rows,
-    write_csv,
-)
-
-_err = StderrConsole()
-
-
-@contextmanager
-def status(message: str, quiet: bool):
-    if quiet or not sys.stderr.isatty():
-        yield
-        return
-    with _err.status(message):
-        yield
+from hostgap import api
+from hostgap.cli.output import note, status
 
 
 def output_options(f):
@@ -47,23 +25,14 @@ def anatomy_options(f):
     return f
 
 
-def anatomy_config(step_marker, launch_floor_us, floor_file, **kw):
-    from hostgap.anatomy.steps import AnatomyConfig
-
-    return AnatomyConfig(
-        step_marker=step_marker,
-        launch_floor_ns=launch_floor_us * 1000 if launch_floor_us is not None else None,
-        floor_file=floor_file,
-        **kw,
-    )
-
-
-def load_all(paths, quiet):
-    from hostgap.readers import load_trace
-
-    for p in paths:
-        with status(f"loading {p}", quiet):
-            yield load_trace(p)
+def emit(result, as_json: bool, as_csv: bool) -> None:
+    """A result on stdout: its JSON, its CSV, or its terminal table."""
+    if as_json:
+        click.echo(result.to_json())
+    elif as_csv:
+        result.to_csv()
+    else:
+        result.print()
 
 
 def register(cli: click.Group) -> None:
@@ -121,37 +90,21 @@ def register(cli: click.Group) -> None:
           hostgap analyze rank0.json.gz rank1.json.gz --json > timeline.json
           hostgap analyze profile.sqlite --csv
         """
-        from hostgap.analysis.traceset import Options, analyse
-
         if address and backend != "ray":
             raise click.UsageError("--address needs --backend ray")
-        gap_ns = int(gap_threshold_us * 1000)
-        anatomy_config(step_marker, launch_floor_us, floor_file)  # validates the options early
-        opts = Options(
-            step_marker, launch_floor_us * 1000 if launch_floor_us is not None else None, floor_file, gap_ns, top
-        )
         with status(f"analysing {len(traces)} input(s)", quiet):
-            result = analyse(list(traces), opts, jobs=jobs, backend=backend, address=address)
-        if isinstance(result, dict) and result.get("kind") == "trace_set":
-            from hostgap.report.traceset_view import cross_rank_csv_rows, render_trace_set
-
-            if as_json:
-                click.echo(dumps_json(result))
-            elif as_csv:
-                write_csv(cross_rank_csv_rows(result))
-            else:
-                render_trace_set(result, console(quiet=False))
-            return
-        docs = result if isinstance(result, list) else [result]
-        if as_json:
-            click.echo(dumps_json(docs[0] if len(docs) == 1 else docs))
-        elif as_csv:
-            write_csv([r for d in docs for r in overview_csv_rows(d)])
-        else:
-            con = console(quiet=False)
-            for d in docs:
-                render_overview(d, con)
-                render_anatomy(d, con)
+            result = api.analyze(
+                traces,
+                step_marker=step_marker,
+                launch_floor_us=launch_floor_us,
+                floor_file=floor_file,
+                gap_threshold_us=gap_threshold_us,
+                top=top,
+                jobs=jobs,
+                backend=backend,
+                address=address,
+            )
+        emit(result, as_json, as_csv)
 
     @cli.command()
     @click.argument("trace", type=str)
@@ -167,16 +120,9 @@ def register(cli: click.Group) -> None:
           hostgap steps trace.json.gz --csv > steps.csv
           hostgap steps trace.json.gz --step-marker '^decode_step' --json
         """
-        from hostgap.anatomy.steps import analyze as anatomy
-
-        (t,) = load_all([trace], quiet)
-        a = anatomy(t, anatomy_config(step_marker, launch_floor_us, floor_file)).to_dict()
-        if as_json:
-            click.echo(dumps_json(a))
-        elif as_csv:
-            write_csv(step_csv_rows(a))
-        else:
-            render_steps(a, console())
+        with status(f"loading {trace}", quiet):
+            result = api.steps(trace, step_marker=step_marker, launch_floor_us=launch_floor_us, floor_file=floor_file)
+        emit(result, as_json, as_csv)
 
     @cli.command()
     @click.argument("trace", type=str)
@@ -193,20 +139,9 @@ def register(cli: click.Group) -> None:
           hostgap kernels trace.json.gz --csv > kernels.csv
           hostgap kernels trace.json.gz --launch-floor-us 4.5
         """
-        from hostgap.anatomy.kernels import kernel_rows
-        from hostgap.anatomy.steps import analyze as anatomy
-
-        (t,) = load_all([trace], quiet)
-        a = anatomy(t, anatomy_config(step_marker, launch_floor_us, floor_file))
-        rows = kernel_rows(t, a)
-        if as_json:
-            click.echo(dumps_json(rows))
-        elif as_csv:
-            write_csv(rows)
-        else:
-            from hostgap.report.terminal import render_kernels
-
-            render_kernels(rows, console(), t.meta.path)
+        with status(f"loading {trace}", quiet):
+            result = api.kernels(trace, step_marker=step_marker, launch_floor_us=launch_floor_us, floor_file=floor_file)
+        emit(result, as_json, as_csv)
 
     @cli.command()
     @click.argument("trace", type=str)
@@ -230,14 +165,9 @@ def register(cli: click.Group) -> None:
         Example:
           hostgap trim big.json.gz --steps 10:13 -o small.json.gz
         """
-        from hostgap.anatomy.markers import find_markers
-        from hostgap.anatomy.trim import parse_range, trim_rows
-        from hostgap.report.kineto_writer import trace_document, write_json_gz
+        from hostgap.report.kineto_writer import write_trimmed
 
-        (t,) = load_all([trace], quiet)
-        _, markers = find_markers(t, step_marker)
-        a, b = parse_range(step_range, max(len(markers), 1))
-        rows = trim_rows(t, a, b, step_marker)
-        write_json_gz(trace_document(t, rows), output)
+        with status(f"loading {trace}", quiet):
+            done = write_trimmed(trace, step_range, output, step_marker)
         if not quiet:
-            _err.print(f"wrote {output}: steps {a}:{b}, {len(rows):,} of {len(t.events):,} events")
+            note(f"wrote {output}: steps {done.first}:{done.end}, {done.kept:,} of {done.total:,} events")

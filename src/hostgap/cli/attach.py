@@ -1,4 +1,5 @@
-"""``hostgap attach URL``: profile a running vLLM or SGLang server (docs/attach.md)."""
+"""``hostgap attach URL``: profile a running vLLM or SGLang server (docs/attach.md;
+:func:`hostgap.attach`)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,8 @@ import sys
 
 import click
 
-from hostgap.report.terminal import StderrConsole
-
-_err = StderrConsole()
+from hostgap import api
+from hostgap.cli.output import note
 
 
 def register(cli: click.Group) -> None:
@@ -110,66 +110,46 @@ def register(cli: click.Group) -> None:
           hostgap attach http://gpu-host:30000 --steps 32 --trace-dir /mnt/traces --json
           hostgap attach http://127.0.0.1:8000 --load 8 --compare base-run --fail-if 'host_fraction>+2pp'
         """
-        from hostgap.report.attach_view import json_document, render
-        from hostgap.server.attach.loadgen import LoadSpec
-        from hostgap.server.attach.profile import AttachConfig
-        from hostgap.server.attach.profile import attach as run_attach
-
         if fail_if and not compare_to:
             raise click.UsageError("--fail-if needs --compare RUN")
-        conds = None
         if fail_if:
             from hostgap.report.compare import parse_conditions
 
-            conds = parse_conditions(fail_if)
-        load = LoadSpec(load_c, prompt_len, output_len, model=model) if load_c is not None else None
-        cfg = AttachConfig(
+            parse_conditions(fail_if)  # a bad condition is refused before the profile
+        result = api.attach(
             url,
             steps=steps,
             skip=skip,
-            load=load,
+            load=load_c,
+            prompt_len=prompt_len,
+            output_len=output_len,
+            model=model,
             trace_dir=trace_dir,
-            wait_s=wait_s,
-            idle_s=idle_s,
+            wait=wait_s,
+            idle=idle_s,
+            baseline=baseline_s,
             output=out,
             db=db,
             step_marker=step_marker,
-            baseline_s=baseline_s,
+            on_note=(lambda m: None) if quiet else (lambda m: note(m, style="dim")),
         )
-        say = (lambda m: None) if quiet else (lambda m: _err.print(m, style="dim", markup=False, soft_wrap=True))
-        result = run_attach(cfg, say)
         if as_json:
-            from hostgap.report.terminal import dumps_json
-
-            click.echo(dumps_json(json_document(result)))
+            click.echo(result.to_json())
         elif as_csv:
-            from hostgap.report.terminal import step_csv_rows, write_csv
-            from hostgap.server.attach.steps_seen import first_rank
-
-            write_csv(step_csv_rows(first_rank(result["analysis"])))
+            result.to_csv()
         else:
-            from hostgap.report.terminal import console
-
-            render(result, console())
+            result.print()
         if compare_to:
-            _gate(compare_to, result["run_dir"], conds, db, quiet)
+            _gate(compare_to, result.run_dir, fail_if, db, quiet)
 
 
-def _gate(base: str, run_dir: str, conds, db: str | None, quiet: bool) -> None:
+def _gate(base: str, run_dir: str | None, fail_if: str | None, db: str | None, quiet: bool) -> None:
     """``hostgap compare BASE RUN_DIR`` on stderr; exit 1 when a --fail-if condition holds."""
-    from hostgap.report.compare import compare, fail_lines
-    from hostgap.report.compare import render as render_compare
-    from hostgap.report.inputs import InputConfig, resolve
-
-    cfg = InputConfig(db=db)
-    doc = compare(resolve(base, cfg), resolve(run_dir, cfg), conditions=conds)
+    doc = api.compare(base, str(run_dir), fail_if=fail_if, db=db)
     if not quiet:
-        from rich.console import Console
-
-        render_compare(doc, Console(file=sys.stderr))
-    for line in fail_lines(doc):
+        doc.print(sys.stderr)
+    for line in doc.fail_lines():
         click.echo(line, err=True)
-    if doc["failed"]:
-        held = [r["condition"] for r in doc["fail_if"] if r["holds"]]
-        click.echo(f"hostgap: attach: failing: {', '.join(held)}", err=True)
+    if doc.failed:
+        click.echo(f"hostgap: attach: failing: {', '.join(doc.held)}", err=True)
         sys.exit(1)

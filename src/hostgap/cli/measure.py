@@ -1,17 +1,17 @@
-"""`hostgap measure`, `presets`, `floor`, `sweep`: the measuring instrument. What they show on the
-terminal is :mod:`hostgap.cli.measure_console`; reading recorded runs back (`runs`, `show`) is
-:mod:`hostgap.cli.runs`."""
+"""`hostgap measure`, `presets`, `floor`, `sweep`: the measuring instrument (:func:`hostgap.measure`,
+:func:`hostgap.presets`). The progress bar is :mod:`hostgap.cli.measure_console`; reading recorded
+runs back (`runs`, `show`) is :mod:`hostgap.cli.runs`."""
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from hostgap.cli.measure_console import ProgressBar, err_console, out_console, render
+from hostgap import api
+from hostgap.cli.measure_console import ProgressBar, err_console
 from hostgap.errors import HostgapError
 
 MODES = ("eager", "static", "graph")
@@ -61,6 +61,33 @@ def _config_from(opts: dict):
         budget=opts.get("budget"),
         tp=1 if opts.get("tp") is None else opts["tp"],
     )
+
+
+MEASURE_KEYS = (
+    "device",
+    "mode",
+    "batch",
+    "prompt_len",
+    "dtype",
+    "threads",
+    "n1",
+    "n2",
+    "repeats",
+    "traced_repeats",
+    "warmup",
+    "estimator",
+    "retries",
+    "budget",
+    "seed",
+    "keep_traces",
+    "gzip",
+    "floor_file",
+    "kv_cache_gib",
+    "tp",
+    "stacks",
+    "db",
+)
+"""Options of ``measure`` passed to :func:`hostgap.measure` under the same name."""
 
 
 def _common(f):
@@ -186,40 +213,24 @@ def register(cli: click.Group) -> None:
           hostgap measure -p llama-3.1-8b --context 2048 --mode graph --n2 64
           hostgap measure -p tiny --engine hf,vllm          # engine host cost side by side
         """
-        engines = _strs(opts["engine"]) or ("hf",)
-        if len(engines) > 2 or len(set(engines)) != len(engines):
-            raise HostgapError("--engine", f"one engine or two different ones (hf,vllm), got {opts['engine']!r}")
-        base = _config_from(opts)
-        from hostgap.capture.protocol import orchestrate as protocol
-        from hostgap.capture.protocol.engine import load_engine
-
-        cfgs = [replace(base, engine=name) for name in engines]
-        for cfg in cfgs:  # every engine must load before the first one runs
-            protocol.validate(cfg)
-            load_engine(cfg.engine)
-        what = base.preset or base.model_path or "default workload"
-        with ProgressBar(f"measure {what} [{','.join(engines)}]", opts["quiet"]) as bar:
-            if len(cfgs) == 1:
-                results = [protocol.measure(cfgs[0], progress=bar, argv=sys.argv[1:])]
-            else:  # both engines built first, then their runs interleaved
-                results = protocol.measure_together(cfgs, progress=bar, argv=sys.argv[1:])
-        if not opts["no_db"]:
-            with _db(opts["db"]) as db:
-                for r in results:
-                    db.add(r)
+        what = opts["preset"] or opts["model"] or "default workload"
+        engines = ",".join(_strs(opts["engine"]) or ("hf",))
+        with ProgressBar(f"measure {what} [{engines}]", opts["quiet"]) as bar:
+            result = api.measure(
+                opts["preset"],
+                model=opts["model"],
+                engine=opts["engine"] or "hf",
+                sweep=_ints(opts.get("sweep"), "--sweep"),
+                output=opts.get("out_old") or opts["out"],
+                store=not opts["no_db"],
+                progress=bar,
+                **{k: opts[k] for k in MEASURE_KEYS},
+            )
         if opts["as_json"]:
-            click.echo(json.dumps(results[0] if len(results) == 1 else results, indent=2, default=str))
+            click.echo(result.to_json())
         else:
-            for r in results:
-                render(r)
-            if len(results) == 2:
-                from hostgap.capture.protocol.engine_diff import difference_line
-
-                diff = results[0]["engine_difference"]
-                out_console().print(
-                    "\n" + difference_line(diff), markup=False, style=None if diff["valid"] else "bold yellow"
-                )
-        if not all(r.get("valid", True) for r in results):
+            result.print()
+        if not result.valid:
             from hostgap.capture.protocol.validity import EXIT_INVALID
 
             click.get_current_context().exit(EXIT_INVALID)
@@ -235,54 +246,13 @@ def register(cli: click.Group) -> None:
         Example:
           hostgap presets --json | jq '.[] | {name, params}'
         """
-        from hostgap.model.arch import PRESETS
-
-        rows = []
-        for a in PRESETS.values():
-            rows.append(
-                {
-                    "name": a.name,
-                    "family": a.family,
-                    "params": a.param_count(),
-                    "active_params": a.param_count(active=True),
-                    "weight_bytes": a.weight_bytes(dtype),
-                    "dtype": dtype,
-                    "layers": a.layers,
-                    "hidden": a.hidden,
-                    "heads": a.heads,
-                    "kv_heads": a.kv_heads,
-                    "vocab": a.vocab,
-                    "experts": a.experts,
-                    "top_k": a.top_k,
-                    "kv_bytes_per_token": a.kv_bytes_per_token(dtype),
-                    "description": a.description,
-                }
-            )
+        result = api.presets(dtype)
         if as_json:
-            click.echo(json.dumps(rows, indent=2))
-            return
-        if as_csv:
-            from hostgap.report.terminal import write_csv
-
-            write_csv(rows)
-            return
-        from rich.table import Table
-
-        t = Table(box=None, header_style="bold")
-        for c in ("preset", "family", "params", "active", f"weights ({dtype})", "layers", "hidden", "description"):
-            t.add_column(c, justify="right" if c not in ("preset", "family", "description") else "left")
-        for r in rows:
-            t.add_row(
-                r["name"],
-                r["family"],
-                f"{r['params']:,}",
-                f"{r['active_params']:,}" if r["experts"] else "",
-                f"{r['weight_bytes'] / 1e9:.2f} GB",
-                str(r["layers"]),
-                str(r["hidden"]),
-                r["description"],
-            )
-        out_console().print(t)
+            click.echo(result.to_json())
+        elif as_csv:
+            result.to_csv()
+        else:
+            result.print()
 
     @cli.command("floor")
     @click.option(
@@ -318,7 +288,7 @@ def register(cli: click.Group) -> None:
         if as_json:
             click.echo(json.dumps(f.to_dict(), indent=2))
         else:
-            out_console().print(
+            click.echo(
                 f"{'launch' if f.device == 'cuda' else 'dispatch'} floor on {f.device} ({f.device_name}): "
                 f"mean {f.mean_ns / 1e3:.3f} µs, p50 {f.p50_ns / 1e3:.3f} µs, p95 {f.p95_ns / 1e3:.3f} µs "
                 f"({f.samples} samples)"

@@ -1,6 +1,6 @@
-"""What the measuring commands show on the terminal (:mod:`hostgap.cli.measure` and
-:mod:`hostgap.cli.runs`): the stdout and stderr consoles, the progress bar of a measurement or a
-sweep (tokens generated, cells done, with ETA) and the short result table of one run.
+"""The progress the measuring commands show on stderr (:mod:`hostgap.cli.measure`): the bar of a
+measurement or a sweep (tokens generated, cells done, with ETA) on a console of its own. The
+result itself prints as :func:`hostgap.measure`'s result does (:mod:`hostgap.report.run_view`).
 """
 
 from __future__ import annotations
@@ -27,15 +27,6 @@ def err_console():
         except OSError:
             _ERR = sys.stderr
     return Console(file=_ERR, highlight=False)
-
-
-def out_console():
-    from rich.console import Console
-
-    from hostgap.report.terminal import stdout_console
-
-    probe = Console()
-    return stdout_console(highlight=False, soft_wrap=False, width=probe.width if probe.is_terminal else 160)
 
 
 class ProgressBar:
@@ -100,32 +91,3 @@ class ProgressBar:
     def __exit__(self, *exc):
         if self.progress is not None:
             self.progress.__exit__(*exc)
-
-
-def render(r: dict, console=None) -> None:
-    """The short table of one run (stdout)."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    from hostgap.report import run_rows as s
-
-    console = console or out_console()
-    t = Table(
-        title=escape(s.title(r)), title_justify="left", show_header=True, header_style="bold", box=None, pad_edge=False
-    )
-    t.add_column("per decode step")
-    t.add_column("value", justify="right")
-    t.add_column("95 % CI / basis")
-    for row in s.step_rows(r):
-        t.add_row(*map(escape, row))
-    t.add_section()
-    t.add_row("[bold]checks[/bold]", "", "")
-    for row in s.check_rows(r):
-        t.add_row(*map(escape, row))
-    console.print(t)
-    note = s.agreement_note(r)
-    if note:
-        console.print(note, style="bold yellow", markup=False)
-    console.print(s.footnote(r), style="dim", markup=False)
-    if r.get("run_dir"):
-        console.print(f"run directory: {r['run_dir']}", style="dim", markup=False)

@@ -1,33 +1,22 @@
-"""Report verbs: ``report`` (HTML with figures), ``compare`` (two inputs, regression gate),
-``overlay`` (Perfetto tracks)."""
+"""Report verbs: ``report`` (HTML with figures, :func:`hostgap.write_report`), ``compare`` (two
+inputs, regression gate, :func:`hostgap.compare`), ``overlay`` (Perfetto tracks)."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
 
-from hostgap.errors import HostgapError
-from hostgap.report.terminal import StderrConsole
-
-_err = StderrConsole()
+from hostgap import api
+from hostgap.cli.output import note, progress
 
 
-def _progress(quiet: bool):
-    if quiet:
-        return None
-    return lambda msg: _err.print(f"[dim]{msg}[/dim]", soft_wrap=True, highlight=False)
-
-
-def _warn_notes(inputs, quiet: bool) -> None:
+def warn_notes(notes, quiet: bool) -> None:
     """What each input lacks (a run directory not found, a missing trace or timings.json), on
     stderr: the page and the table say it too, but a weaker report must not be silent."""
-    if quiet:
-        return
-    for inp in inputs:
-        for note in inp.notes:
-            _err.print(f"note: {inp.source}: {note}", style="yellow", soft_wrap=True, highlight=False, markup=False)
+    if not quiet:
+        for source, text in notes:
+            note(f"note: {source}: {text}", style="yellow")
 
 
 def _input_options(f):
@@ -40,39 +29,6 @@ def _input_options(f):
         "--step-marker", metavar="REGEX", help="Annotation names that delimit steps (default: auto-detect)."
     )(f)
     return f
-
-
-def _config(step_marker, launch_floor_us, floor_file, db):
-    from hostgap.report.inputs import InputConfig
-
-    return InputConfig(
-        step_marker=step_marker,
-        launch_floor_ns=launch_floor_us * 1000 if launch_floor_us else None,
-        floor_file=floor_file,
-        db=db,
-    )
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    import tempfile
-
-    from hostgap.store.rundir import file_mode
-
-    folder = os.path.dirname(os.path.abspath(path)) or "."
-    if not os.path.isdir(folder):
-        raise HostgapError(path, "output folder does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".hostgap-", suffix=".tmp")
-    except OSError as e:
-        raise HostgapError(path, f"cannot write ({e.strerror})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, file_mode())
-        os.replace(tmp, path)
-    except OSError as e:
-        os.unlink(tmp)
-        raise HostgapError(path, f"cannot write ({e.strerror})") from None
 
 
 def register(cli: click.Group) -> None:
@@ -99,34 +55,22 @@ def register(cli: click.Group) -> None:
           hostgap report trace.json.gz -o trace.html
           hostgap report runs/* -o sweep.html --json > sweep.json
         """
-        from hostgap.report.html import render
-        from hostgap.report.inputs import resolve_all
-        from hostgap.report.terminal import dumps_json
-
-        if max_bars < 10:
-            raise HostgapError("--max-bars", "must be at least 10")
-        say = _progress(quiet)
-        from hostgap.report.traceset_view import report_trace_sets, split_trace_sets
-        from hostgap.report.watch_section import split_watch_runs, watch_sections
-
-        sets, inputs = split_trace_sets(inputs)
-        watched, inputs = split_watch_runs(inputs, db)
-        extra = report_trace_sets(sets, step_marker, launch_floor_us, floor_file, say) + watch_sections(watched)
-        docs = resolve_all(inputs, _config(step_marker, launch_floor_us, floor_file, db), say)
-        _warn_notes(docs, quiet)
-        others = sets + [a for a, _ in watched]
-        text, data = render(
-            docs,
-            title or (f"hostgap report: {', '.join(others)}" if others and not docs else None),
-            max_bars,
-            say,
-            extra,
+        page = api.write_report(
+            inputs,
+            output,
+            title=title,
+            max_bars=max_bars,
+            step_marker=step_marker,
+            launch_floor_us=launch_floor_us,
+            floor_file=floor_file,
+            db=db,
+            progress=progress(quiet),
         )
-        write_text_atomic(output, text)
+        warn_notes(page.notes, quiet)
         if not quiet:
-            _err.print(f"wrote {output} ({len(text.encode()) / 1e6:.2f} MB, {len(data['figures'])} figures)")
+            page.print(sys.stderr)
         if as_json:
-            click.echo(dumps_json(data))
+            click.echo(page.to_json())
 
     @cli.command()
     @click.argument("a", metavar="A")
@@ -174,30 +118,29 @@ def register(cli: click.Group) -> None:
           hostgap compare RUN_A RUN_B --json > diff.json
           hostgap compare RUN_A RUN_B --fail-if 'wall_ns>+5%' --outside-noise
         """
-        from hostgap.report.compare import compare as do_compare
-        from hostgap.report.compare import csv_rows, fail_lines, parse_conditions, render
-        from hostgap.report.inputs import resolve
-        from hostgap.report.terminal import console, dumps_json, write_csv
-
-        conds = parse_conditions(fail_if) if fail_if else None
-        cfg = _config(step_marker, launch_floor_us, floor_file, db)
-        say = _progress(quiet)
-        ia, ib = resolve(a, cfg, say), resolve(b, cfg, say)
-        _warn_notes((ia, ib), quiet)
-        if outside_noise and not fail_if:
-            raise HostgapError("--outside-noise", "applies to --fail-if conditions; give --fail-if too")
-        doc = do_compare(ia, ib, basis, conds, outside_noise)
+        result = api.compare(
+            a,
+            b,
+            fail_if=fail_if,
+            outside_noise=outside_noise,
+            basis=basis,
+            step_marker=step_marker,
+            launch_floor_us=launch_floor_us,
+            floor_file=floor_file,
+            db=db,
+            progress=progress(quiet),
+        )
+        warn_notes(result.notes, quiet)
         if as_json:
-            click.echo(dumps_json(doc))
+            click.echo(result.to_json())
         elif as_csv:
-            write_csv(csv_rows(doc))
+            result.to_csv()
         else:
-            render(doc, console())
-        for line in fail_lines(doc):
+            result.print()
+        for line in result.fail_lines():
             click.echo(line, err=True)
-        if doc["failed"]:
-            held = [r["condition"] for r in doc["fail_if"] if r["holds"]]
-            click.echo(f"hostgap: compare: failing: {', '.join(held)}", err=True)
+        if result.failed:
+            click.echo(f"hostgap: compare: failing: {', '.join(result.held)}", err=True)
             sys.exit(1)
 
     @cli.command()
@@ -219,32 +162,8 @@ def register(cli: click.Group) -> None:
           hostgap overlay trace.json.gz -o trace.hostgap.json.gz
           hostgap overlay profile.sqlite -o profile.hostgap.json.gz
         """
-        from hostgap.anatomy.link import link
-        from hostgap.anatomy.steps import AnatomyConfig, analyze
-        from hostgap.readers import load_trace
-        from hostgap.report.kineto_writer import write_json_gz
-        from hostgap.report.overlay import PROCESS_NAME, build
+        from hostgap.report.overlay import PROCESS_NAME, write_overlay
 
-        say = _progress(quiet)
-        if os.path.abspath(trace) == os.path.abspath(output):
-            raise HostgapError(output, "output would overwrite the input trace")
-        if say:
-            say(f"loading {trace}")
-        t = load_trace(trace)
-        links = link(t)
-        cfg = AnatomyConfig(
-            step_marker=step_marker,
-            launch_floor_ns=launch_floor_us * 1000 if launch_floor_us else None,
-            floor_file=floor_file,
-        )
-        an = analyze(t, cfg, links)
-        doc = build(trace, t, an)
-        write_json_gz(doc, output)
-        from hostgap.store.rundir import file_mode
-
-        os.chmod(output, file_mode())  # the temp file it was renamed from is private
+        added, n_steps = write_overlay(trace, output, step_marker, launch_floor_us, floor_file, progress(quiet))
         if not quiet:
-            added = sum(
-                1 for e in doc["traceEvents"] if isinstance(e, dict) and str(e.get("cat", "")).startswith("hostgap.")
-            )
-            _err.print(f"wrote {output}: {added:,} events on process '{PROCESS_NAME}' ({len(an.steps)} steps)")
+            note(f"wrote {output}: {added:,} events on process '{PROCESS_NAME}' ({n_steps} steps)")

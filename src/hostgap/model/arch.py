@@ -341,3 +341,28 @@ def get_preset(name: str) -> Arch:
 
 def with_overrides(arch: Arch, **kw) -> Arch:
     return replace(arch, **kw)
+
+
+def preset_rows(dtype: str = "bfloat16") -> list[dict]:
+    """One row per preset (``hostgap presets``): exact parameter counts and weight bytes in
+    ``dtype``; nothing is built."""
+    return [
+        {
+            "name": a.name,
+            "family": a.family,
+            "params": a.param_count(),
+            "active_params": a.param_count(active=True),
+            "weight_bytes": a.weight_bytes(dtype),
+            "dtype": dtype,
+            "layers": a.layers,
+            "hidden": a.hidden,
+            "heads": a.heads,
+            "kv_heads": a.kv_heads,
+            "vocab": a.vocab,
+            "experts": a.experts,
+            "top_k": a.top_k,
+            "kv_bytes_per_token": a.kv_bytes_per_token(dtype),
+            "description": a.description,
+        }
+        for a in PRESETS.values()
+    ]

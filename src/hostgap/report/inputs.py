@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hostgap.anatomy.steps import AnalysisOptions
 from hostgap.errors import HostgapError
 
 FRAME_POOL = 100_000
@@ -57,21 +58,9 @@ class Input:
         return d.get("activity") or "gpu"
 
 
-@dataclass(frozen=True)
-class InputConfig:
-    """How traces are analysed (the anatomy options of ``hostgap steps``)."""
-
-    step_marker: str | None = None
-    launch_floor_ns: float | None = None
-    floor_file: str | None = None
-    gap_threshold_ns: int = 30_000
-    top: int = 10
-    db: str | None = None
-
-
-def resolve(arg: str, config: InputConfig = InputConfig(), progress=None) -> Input:
+def resolve(arg: str, config: AnalysisOptions = AnalysisOptions(), progress=None, db: str | None = None) -> Input:
     """Turn one command-line argument into an :class:`Input` (HostgapError when it is none of
-    run directory, results JSON, trace file or run id)."""
+    run directory, results JSON, trace file or run id in the runs database ``db``)."""
     p = Path(arg)
     if p.is_dir():
         if not (p / "results.json").is_file():
@@ -81,7 +70,7 @@ def resolve(arg: str, config: InputConfig = InputConfig(), progress=None) -> Inp
         if _looks_like_results(p):
             return _from_results(arg, _read_json(p), p.parent, config, progress)
         return from_trace(arg, config, progress)
-    results, db_path = _lookup_db(arg, config.db)
+    results, db_path = _lookup_db(arg, db)
     if results is None:
         raise HostgapError(arg, "not a run directory, results JSON, trace file or run id in the runs database")
     from hostgap.store.database import resolve_run_dir
@@ -104,8 +93,8 @@ def resolve(arg: str, config: InputConfig = InputConfig(), progress=None) -> Inp
     return _from_results(arg, results, run_dir, config, progress, notes)
 
 
-def resolve_all(args, config: InputConfig = InputConfig(), progress=None) -> list[Input]:
-    return [resolve(a, config, progress) for a in args]
+def resolve_all(args, config: AnalysisOptions = AnalysisOptions(), progress=None, db: str | None = None) -> list[Input]:
+    return [resolve(a, config, progress, db) for a in args]
 
 
 # -- the three forms ---------------------------------------------------------------------
@@ -113,7 +102,7 @@ def resolve_all(args, config: InputConfig = InputConfig(), progress=None) -> lis
 
 def from_trace(
     path: str,
-    config: InputConfig = InputConfig(),
+    config: AnalysisOptions = AnalysisOptions(),
     progress=None,
     *,
     label: str | None = None,
@@ -123,29 +112,17 @@ def from_trace(
     source: str | None = None,
 ) -> Input:
     """Load and analyse one trace file."""
-    from hostgap.anatomy.link import link
-    from hostgap.anatomy.overview import overview
-    from hostgap.anatomy.steps import AnatomyConfig, analyze
-    from hostgap.readers import load_trace
+    from hostgap.analysis.trace import analyse_trace
 
-    _say(progress, f"loading {path}")
-    trace = load_trace(path)
+    analysis = analyse_trace(path, config, progress)
     _say(progress, f"analysing {path}")
-    links = link(trace)
     # every frame, not the top few: frames that differ only by an object address are merged
     # (report.words.merge_frames) before the top ones are taken
-    cfg = AnatomyConfig(
-        step_marker=config.step_marker,
-        launch_floor_ns=config.launch_floor_ns,
-        floor_file=config.floor_file,
-        gap_threshold_ns=config.gap_threshold_ns,
-        top=FRAME_POOL,
-    )
-    an = analyze(trace, cfg, links)
-    doc = an.to_dict()
+    doc = analysis.anatomy(top=FRAME_POOL).to_dict()
     doc["top_ops"] = doc["top_ops"][: config.top]
     doc["top_frames_max"] = config.top
-    ov = overview(trace, links, gap_threshold_ns=config.gap_threshold_ns, top=config.top)
+    ov = analysis.overview()
+    trace, links = analysis.trace, analysis.links
     return Input(
         source=source or path,
         kind=kind,
@@ -175,7 +152,7 @@ def gap_time(trace, links, threshold_ns: int) -> dict[str, list[int]]:
     }
 
 
-def _from_results(arg: str, results: dict, run_dir: Path | None, config: InputConfig, progress, notes=()) -> Input:
+def _from_results(arg: str, results: dict, run_dir: Path | None, config: AnalysisOptions, progress, notes=()) -> Input:
     if not isinstance(results, dict) or "differencing" not in results:
         raise HostgapError(arg, "not a hostgap results JSON (no 'differencing' key)")
     sweep = None
@@ -194,9 +171,7 @@ def _from_results(arg: str, results: dict, run_dir: Path | None, config: InputCo
     if trace_path:
         floor = results.get("floor_file")
         cfg = (
-            config
-            if config.floor_file or not floor or not os.path.isfile(floor)
-            else InputConfig(**{**config.__dict__, "floor_file": floor})
+            config if config.floor_file or not floor or not os.path.isfile(floor) else replace(config, floor_file=floor)
         )
         inp = from_trace(trace_path, cfg, progress, label=label, kind="run", results=results, sweep=sweep, source=arg)
         return replace(inp, notes=tuple(notes))

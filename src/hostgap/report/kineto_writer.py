@@ -1,7 +1,7 @@
 """Write an event table back out as a Kineto (Chrome trace) JSON file.
 
-Used by ``hostgap trim`` (a smaller valid trace for fixtures and bug reports) for both Kineto
-and Nsight Systems inputs. Timestamps are written as µs with three decimals, which loads back
+Used by ``hostgap trim`` (a smaller valid trace for fixtures and bug reports, :func:`write_trimmed`)
+for both Kineto and Nsight Systems inputs, and by ``hostgap overlay`` (:func:`write_overlay`). Timestamps are written as µs with three decimals, which loads back
 to the same integer nanoseconds.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import os
 import tempfile
+from dataclasses import dataclass
 
 import msgspec
 import numpy as np
@@ -110,3 +111,29 @@ def write_json_gz(doc: dict, path: str) -> None:
     except OSError as e:
         os.unlink(tmp)
         raise HostgapError(path, f"cannot write ({e.strerror})") from None
+
+
+@dataclass(frozen=True)
+class Trimmed:
+    """What ``hostgap trim`` wrote: steps ``first:end`` (end exclusive), ``kept`` of ``total`` events."""
+
+    first: int
+    end: int
+    kept: int
+    total: int
+
+
+def write_trimmed(trace_path: str, step_range: str, output: str, step_marker: str | None = None) -> Trimmed:
+    """``hostgap trim``: a smaller valid trace (Kineto JSON, whatever the input format) holding
+    only steps ``step_range`` (``A:B``, Python slice rules) and the GPU work that belongs to them
+    (:func:`hostgap.anatomy.trim.trim_rows`)."""
+    from hostgap.analysis.trace import analyse_trace
+    from hostgap.anatomy.markers import find_markers
+    from hostgap.anatomy.trim import parse_range, trim_rows
+
+    t = analyse_trace(trace_path).trace
+    _, markers = find_markers(t, step_marker)
+    a, b = parse_range(step_range, max(len(markers), 1))
+    rows = trim_rows(t, a, b, step_marker)
+    write_json_gz(trace_document(t, rows), output)
+    return Trimmed(a, b, len(rows), len(t.events))

@@ -18,12 +18,16 @@ Timestamps are written in the input's own µs clock with three decimals (exact n
 from __future__ import annotations
 
 import gzip
+import os
 
 import msgspec
 import numpy as np
 
+from hostgap.anatomy.steps import AnalysisOptions
 from hostgap.errors import HostgapError
 from hostgap.events import Trace
+from hostgap.report.kineto_writer import write_json_gz
+from hostgap.store.rundir import file_mode
 
 TRACK_STEPS = 1
 TRACK_GAPS = 2
@@ -235,3 +239,31 @@ def build(path: str, trace: Trace, anatomy_obj) -> dict:
     pid = free_pid(events)
     events.extend(overlay_events(trace, anatomy_obj, pid))
     return doc
+
+
+def write_overlay(
+    trace_path: str,
+    output: str,
+    step_marker: str | None = None,
+    launch_floor_us: float | None = None,
+    floor_file: str | None = None,
+    progress=None,
+) -> tuple[int, int]:
+    """``hostgap overlay``: ``trace_path`` plus hostgap's tracks (:mod:`hostgap.report.overlay`)
+    written to ``output``; (events added, steps)."""
+    from hostgap.analysis.trace import analyse_trace
+
+    if os.path.abspath(trace_path) == os.path.abspath(output):
+        raise HostgapError(output, "output would overwrite the input trace")
+    options = AnalysisOptions(
+        step_marker=step_marker,
+        launch_floor_ns=launch_floor_us * 1000 if launch_floor_us else None,
+        floor_file=floor_file,
+    )
+    analysis = analyse_trace(trace_path, options, progress)
+    anatomy = analysis.anatomy()
+    doc = build(trace_path, analysis.trace, anatomy)
+    write_json_gz(doc, output)
+    os.chmod(output, file_mode())  # the temp file it was renamed from is private
+    added = sum(1 for e in doc["traceEvents"] if isinstance(e, dict) and str(e.get("cat", "")).startswith("hostgap."))
+    return added, len(anatomy.steps)

@@ -525,3 +525,12 @@ def _pband(st) -> str:
 
 def _nband(st) -> str:
     return "—" if not st else f"{st['median']:.0f}"
+
+
+def run_console(file=None) -> RichConsole:
+    """The console the measuring commands and ``show`` print a run on: stdout (or ``file``),
+    the terminal's width, else 160 columns; no highlighting, no soft wrap."""
+    if file is not None:
+        return Console(file=TrimmedLines(file), highlight=False, soft_wrap=False, width=160)
+    probe = Console()
+    return stdout_console(highlight=False, soft_wrap=False, width=probe.width if probe.is_terminal else 160)

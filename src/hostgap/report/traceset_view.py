@@ -142,13 +142,18 @@ def report_trace_sets(
     dirs: list[str], step_marker=None, launch_floor_us=None, floor_file=None, progress=None
 ) -> list[tuple[str, str, dict]]:
     """``render``'s ``extra`` for the trace-set directories: (section, "trace_sets", entry)."""
-    from hostgap.analysis.traceset import Options, analyse
+    from hostgap.analysis.traceset import analyse
+    from hostgap.anatomy.steps import AnalysisOptions
 
     out = []
     for n, d in enumerate(dirs):
         if progress:
             progress(f"analysing trace set {d}")
-        opts = Options(step_marker, launch_floor_us * 1000 if launch_floor_us else None, floor_file)
+        opts = AnalysisOptions(
+            step_marker=step_marker,
+            launch_floor_ns=launch_floor_us * 1000 if launch_floor_us else None,
+            floor_file=floor_file,
+        )
         doc = cast(dict, analyse([d], opts))  # a trace-set directory: the trace-set document
         section, fig = trace_set_section(n, d, doc)
         entry = {

@@ -370,3 +370,21 @@ def _int_or_none(v) -> int | None:
 
 def _like_prefix(s: str) -> str:
     return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def find_run(ref: str, db: str | os.PathLike | None = None) -> dict:
+    """A stored run's results: ``ref`` a run directory or its ``results.json``, else a run id (or
+    unique prefix) in the runs database ``db``. HostgapError naming ``ref`` when it is neither."""
+    from hostgap.store.rundir import read_json
+
+    p = Path(ref)
+    if p.is_dir() and (p / "results.json").is_file():
+        p = p / "results.json"
+    if p.is_file():
+        return read_json(p)
+    with RunsDB(db) as rdb:
+        r = rdb.get(ref)
+        where = rdb.path
+    if r is None:
+        raise HostgapError(ref, f"no such run in {where} (and not a run directory)")
+    return r

@@ -261,11 +261,11 @@ def _states_of(raw_path: Path, roles: dict[int, str]) -> dict | None:
 def _split_of(trace_path: Path) -> dict | None:
     """The per-process split of a Worker trace (:mod:`hostgap.analysis.vllm_split`), or a dict
     saying why there is none (never fails the run: it is an addition to the measurement)."""
+    from hostgap.analysis.trace import analyse_trace
     from hostgap.analysis.vllm_split import split_of_trace
-    from hostgap.readers import load_trace
 
     try:
-        return split_of_trace(load_trace(str(trace_path)))
+        return split_of_trace(analyse_trace(trace_path).trace)
     except HostgapError as e:
         return {"unavailable": str(e)}
 

@@ -266,7 +266,7 @@ def _top_up(s: Side, tally) -> list[int]:
 
 
 def _traced(s: Side, n: int, r: int, tally) -> None:
-    from hostgap.readers import load_trace
+    from hostgap.analysis.trace import analyse_trace
 
     cfg, st, run = s.cfg, s.state, s.run
     wall, path = s.engine.generate_traced(n, run.path / "traces")
@@ -275,7 +275,7 @@ def _traced(s: Side, n: int, r: int, tally) -> None:
     path = run.rename_trace(Path(path), f"trace_n{n}_r{r}")
     if ranks is not None:
         ranks = _rename_ranks(Path(ranks), path.name.split(".")[0])
-    loaded = load_trace(str(path))
+    loaded = analyse_trace(path).trace
     stats = trace_stats(path, loaded)
     first_n2 = n == cfg.n2 and r == 0
     if first_n2:

@@ -129,7 +129,7 @@ def null_kernel_delays(trace, kernel_substring: str = "spin_kernel") -> np.ndarr
 
 
 def _cuda_samples(torch, samples: int, warmup: int):
-    from hostgap.readers import load_trace
+    from hostgap.analysis.trace import analyse_trace
 
     if not hasattr(torch.cuda, "_sleep"):
         raise HostgapError("hostgap floor", "this torch has no torch.cuda._sleep (empty-kernel launcher)")
@@ -146,7 +146,7 @@ def _cuda_samples(torch, samples: int, warmup: int):
     with tempfile.TemporaryDirectory(prefix="hostgap-floor-") as tmp:
         path = Path(tmp) / "floor.json"
         prof.export_chrome_trace(str(path))
-        trace = load_trace(str(path))
+        trace = analyse_trace(path).trace
     xs = null_kernel_delays(trace)
     if len(xs) < MIN_SAMPLES:
         raise HostgapError("hostgap floor", f"only {len(xs)} empty-kernel launches linked in the trace")

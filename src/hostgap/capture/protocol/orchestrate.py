@@ -43,6 +43,7 @@ from hostgap.errors import HostgapError
 from hostgap.model.arch import Arch, get_preset
 from hostgap.stats.differencing import ESTIMATORS, difference, series_from_raw, sweep_points
 from hostgap.store import rundir
+from hostgap.store.runs import save_run
 
 __all__ = [  # the run's pieces live in the modules they come from; these names are the API here
     "RESULTS_SCHEMA_VERSION",
@@ -100,10 +101,13 @@ class MeasureConfig:
     tp: int = 1  # vLLM engine: tensor-parallel ranks (one Worker and one trace per rank)
     retries: int = 2  # re-measurements when the machine was busy (contention)
     budget: float | None = None  # seconds for the runs, re-measurements included; None: per engine (capture.converge)
+    db: str | None = None  # runs database the run is recorded in (None: $HOSTGAP_DB or the default)
+    record: bool = False  # add the run to the runs database (a sweep records its cells itself)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["sweep"] = list(self.sweep) if self.sweep else None
+        del d["db"], d["record"]  # where it was recorded, not what was measured
         return d
 
 
@@ -299,9 +303,9 @@ def measure_together(
             for r in results:
                 r["engine_difference"] = diff
         for s, r in zip(sides, results):
-            s.run.write_json("results.json", r)
             if s.cfg.keep_traces == "none":
                 s.run.remove_traces()  # the N2 trace was kept only for the anatomy
+            save_run(r, s.run, s.cfg.db, to_db=s.cfg.record)
     except BaseException:
         for s in sides:
             s.run.remove_if_incomplete()  # a failed or interrupted run leaves no half-written directory

@@ -33,10 +33,10 @@ ACTIVITY_LABEL = {
 def trace_stats(path, trace=None) -> dict:
     """Whole-trace totals of one traced run (one row of G(N), K(N), copies); ``trace``: the
     already loaded trace of ``path``."""
+    from hostgap.analysis.trace import analyse_trace
     from hostgap.anatomy.timeline import activity_rows, totals
-    from hostgap.readers import load_trace
 
-    trace = trace if trace is not None else load_trace(str(path))
+    trace = trace if trace is not None else analyse_trace(path).trace
     tot = totals(trace)
     ev = trace.events
     _act, rows = activity_rows(trace)
@@ -62,15 +62,11 @@ def trace_stats(path, trace=None) -> dict:
 def anatomy_of(trace_path, floor_file: str | None = None, trace=None) -> dict | None:
     """The anatomy JSON of one trace (``hostgap.anatomy.steps.analyze``), or a dict saying
     why it is unavailable. ``trace``: the already loaded trace of ``trace_path``."""
-    try:
-        from hostgap.anatomy.steps import AnatomyConfig, analyze
-    except ImportError:
-        return {"unavailable": "hostgap.anatomy.steps is not installed in this version"}
-    from hostgap.readers import load_trace
+    from hostgap.analysis.trace import analyse_trace
+    from hostgap.anatomy.steps import AnalysisOptions
 
-    trace = trace if trace is not None else load_trace(str(trace_path))
-    cfg = AnatomyConfig(step_marker=None, launch_floor_ns=None, floor_file=floor_file)
-    return analyze(trace, cfg).to_dict()
+    cfg = AnalysisOptions(step_marker=None, launch_floor_ns=None, floor_file=floor_file)
+    return analyse_trace(trace if trace is not None else trace_path, cfg).anatomy().to_dict()
 
 
 def cell_key(cfg) -> str:

@@ -13,7 +13,7 @@ import os
 import time
 
 from hostgap import SCHEMA_VERSION
-from hostgap.analysis.traceset import Options
+from hostgap.anatomy.steps import AnalysisOptions
 from hostgap.errors import HostgapError
 from hostgap.server.attach.client import EXIT_NO_RESULT, AttachError, ProfileClient
 from hostgap.server.attach.config import AttachConfig, Session, config_dict
@@ -33,7 +33,7 @@ from hostgap.server.attach.steps_seen import (
 def build_result(cfg: AttachConfig, client: ProfileClient, session: Session, run_dir) -> dict:
     """Analyse the worker files (as ``hostgap analyze`` does) and assemble the result."""
     workers = [str(p) for p in session.files.workers]
-    opts = Options(step_marker=cfg.step_marker)
+    opts = AnalysisOptions(step_marker=cfg.step_marker)
     idle = (
         "the server ran no steps while profiled (no traffic): give --load C to drive it"
         if session.steps_counted == 0
@@ -188,21 +188,11 @@ def write_steps_table(result: dict, run_dir) -> None:
 
 
 def store(result: dict, run_dir, db: str | None) -> None:
-    """results.json and config/manifest in the run directory, then one row in the runs database."""
-    from hostgap.store.database import RunsDB
+    """The run stored (:func:`hostgap.store.runs.save_run`): the steps table and the environment
+    manifest in the run directory, results.json last, then one row in the runs database."""
     from hostgap.store.manifest import manifest
+    from hostgap.store.runs import save_run
 
-    run_dir.write_json(
-        "manifest.json",
-        manifest(
-            extra={
-                "server_url": result["server_url"],
-                "engine": result["engine"],
-                "engine_version": result["engine_version"],
-            }
-        ),
-    )
     write_steps_table(result, run_dir)
-    run_dir.write_json("results.json", result)
-    with RunsDB(db) as rdb:
-        rdb.add(result)
+    facts = {k: result[k] for k in ("server_url", "engine", "engine_version")}
+    save_run(result, run_dir, db, files={"manifest.json": manifest(extra=facts)})

@@ -13,10 +13,11 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from hostgap.analysis.traceset import Options, analyse
+from hostgap.analysis.traceset import analyse
+from hostgap.anatomy.steps import AnalysisOptions
 
 
-def analyse_paths(workers: list[str], opts: Options) -> dict:
+def analyse_paths(workers: list[str], opts: AnalysisOptions) -> dict:
     """The ``hostgap analyze --json`` document of the worker files: one trace's document, or
     the trace-set object of several ranks."""
     doc = analyse(workers, opts, jobs=1 if len(workers) == 1 else None)
@@ -166,11 +167,11 @@ def frontend_time(path: str, engine_steps: int) -> dict:
     what the frontend process spends while the engine steps, not a part of the step's wall."""
     import numpy as np
 
+    from hostgap.analysis.trace import analyse_trace
     from hostgap.anatomy.intervals import grouped_union
     from hostgap.events import GPU_OP_KINDS
-    from hostgap.readers import load_trace
 
-    ev = load_trace(path).events
+    ev = analyse_trace(path).trace.events
     host = np.flatnonzero(~ev.of_kind(*GPU_OP_KINDS) & (ev.dur_ns > 0))
     if not len(host):
         return {"trace": path, "busy_ns": 0, "span_ns": 0, "threads": 0, "per_step_ns": None}

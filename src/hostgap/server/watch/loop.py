@@ -25,7 +25,7 @@ import operator
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from hostgap.errors import HostgapError
@@ -256,17 +256,32 @@ def watch(
     first: Scrape | None = None,
 ) -> list[dict]:
     """Run the loop until ``duration_s`` (or ``stop``); returns the rows."""
+    rows = []
+    for row in intervals(config, on_note, stop, first):
+        rows.append(row)
+        on_row(row)
+    return rows
+
+
+def intervals(
+    config: WatchConfig,
+    on_note: Callable[[str], None],
+    stop: threading.Event | None = None,
+    first: Scrape | None = None,
+) -> Iterator[dict]:
+    """The loop as a generator: one row per interval until ``duration_s``, ``max_intervals`` or
+    ``stop``."""
     stop = stop or threading.Event()
     base = first or first_scrape(config)
     for note in opening_notes(base, config):
         on_note(note)
     engine = base.engine
     t_origin = base.t_mono_s
-    rows: list[dict] = []
+    count = 0
     failing = False
     tick = 1
     while not stop.is_set():
-        if config.max_intervals is not None and len(rows) >= config.max_intervals:
+        if config.max_intervals is not None and count >= config.max_intervals:
             break
         due = t_origin + tick * config.interval_s
         if config.duration_s is not None and due > t_origin + config.duration_s + 1e-9:
@@ -281,8 +296,8 @@ def watch(
                 on_note(f"scrape failed: {exc.problem}; retrying every {config.interval_s:g} s")
             failing = True
             row = failed_row(base, time.time(), time.monotonic(), t_origin, exc.problem, engine)
-            rows.append(row)
-            on_row(row)
+            count += 1
+            yield row
             continue
         if failing:
             on_note("server answering again")
@@ -298,14 +313,13 @@ def watch(
                 f"{' …' if len(d.appeared) > 2 else ''}; counted from the next interval"
             )
         row = interval_row(d, t_origin, config.calibration)
-        rows.append(row)
-        on_row(row)
+        count += 1
+        yield row
         base = now
         engine = now.engine or engine
         # a tick that fell far behind (a slow scrape, a stopped process) restarts the schedule
         behind = int((time.monotonic() - t_origin) / config.interval_s) + 1
         tick = max(tick, behind)
-    return rows
 
 
 # --------------------------------------------------------------------------- the window
