@@ -149,8 +149,9 @@ def choose_basis(a: Input, b: Input, requested: str = "auto") -> str:
     both_runs = all(bool((x.results or {}).get("differencing")) for x in (a, b))
     if requested == "differencing":
         if not both_runs:
-            src = a.source if a.results is None else b.source
-            raise HostgapError(src, "--basis differencing needs measured runs on both sides (this is a bare trace)")
+            side = a if not a.has_differencing else b
+            what = "a bare trace" if side.results is None else f"an {side.run_kind} run, no differencing"
+            raise HostgapError(side.source, f"--basis differencing needs measured runs on both sides (this is {what})")
         return "differencing"
     return "differencing" if both_runs else "steps"
 

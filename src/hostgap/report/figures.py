@@ -328,11 +328,18 @@ def taxbreak_figure(inp: Input, fid: str, max_bars: int = MAX_STEP_BARS) -> Figu
 def differencing_figure(inp: Input, fid: str) -> Figure:
     title = "Differencing fit: wall and device-active time against tokens generated"
     res = inp.results
-    if res is None:
+    if res is None or not inp.has_differencing:
+        what = (
+            "a bare trace has"
+            if res is None
+            else "an attached run is one traced window of the server's own traffic (docs/attach.md), with"
+            if inp.run_kind == "attached"
+            else "this run has"
+        )
         return Figure(
             fid,
             title,
-            "This figure needs a measured run (hostgap measure): a bare trace has no "
+            f"This figure needs a measured run (hostgap measure): {what} no "
             "untraced wall times W(N) or traced device-active times G(N) over a sweep of N.",
             None,
         )
@@ -367,7 +374,8 @@ def differencing_figure(inp: Input, fid: str) -> Figure:
                 )
         ax.set_xlabel("tokens generated N")
         ax.set_ylabel("ms per run")
-        ax.legend(loc="upper left", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left", fontsize=8)
         return fig
 
     est = sw.get("estimator") or d.get("estimator")

@@ -89,7 +89,8 @@ def gaps_figure(inp: Input, fid: str) -> Figure:
         ax.set_ylabel("idle time, ms (summed over streams)")
         ax2.set_ylabel("number of gaps")
         ax2.set_title("count (secondary view)", fontsize=9)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
         return fig
 
     n_streams = sum(int(d.get("streams") or 0) for d in (inp.overview or {}).get("devices") or [])
@@ -128,7 +129,7 @@ def regime_points(inputs: list[Input]) -> list[dict]:
     the differencing numbers, traces the median over their steady decode steps."""
     out = []
     for i, inp in enumerate(inputs):
-        basis = "differencing" if inp.results is not None else "steps"
+        basis = "differencing" if inp.has_differencing else "steps"
         v = metrics(inp, basis)["values"]
         out.append(
             {

@@ -82,7 +82,7 @@ esc = html.escape
 def key_numbers(inp: Input) -> dict:
     """The numbers of the verdict card: measured runs on their differencing numbers (with the
     run's checks), traces on the median over their steady decode steps."""
-    basis = "differencing" if inp.results is not None else "steps"
+    basis = "differencing" if inp.has_differencing else "steps"
     m = metrics(inp, basis)
     v = dict((inp.results or {}).get("verdict") or (inp.anatomy or {}).get("verdict") or {})
     out = {
@@ -94,8 +94,9 @@ def key_numbers(inp: Input) -> dict:
         "verdict_note": v.get("note") or "",
         "values": {k: m["values"].get(k) for k in KEY_METRICS},
     }
-    if inp.results is not None:
-        d = inp.results.get("differencing") or {}
+    out["run_kind"] = inp.run_kind
+    if inp.has_differencing:
+        d = (inp.results or {}).get("differencing") or {}
         out["checks"] = {
             k: d.get(k)
             for k in (
@@ -125,6 +126,7 @@ def report_data(inputs: list[Input]) -> dict:
                 "label": inp.label,
                 "source": inp.source,
                 "kind": inp.kind,
+                "run_kind": inp.run_kind,
                 "trace": inp.trace_path,
                 "activity": inp.activity,
                 "activity_label": F.activity_label(inp),
@@ -262,7 +264,7 @@ def _summary(data: dict) -> str:
         v = k["values"]
         rows.append(
             f"<tr data-input='{d['n']}'><td>{d['n']}</td><td class='name'>{esc(d['label'])}</td>"
-            f"<td>{esc(d['kind'])}</td><td>{_verdict_badge(k['verdict'])}</td>"
+            f"<td>{esc(d['run_kind'])}</td><td>{_verdict_badge(k['verdict'])}</td>"
             + "".join(
                 _num(m, v.get(m))
                 for m in ("wall_ns", "gpu_active_ns", "host_exposed_ns", "host_fraction", "kernel_count", "hdbi")
@@ -353,7 +355,12 @@ def _verdict_card(i: int, inp: Input, d: dict) -> str:
         "differencing: t_step = (W(N2) − W(N1)) / (N2 − N1) from untraced runs, g_step from traced runs, "
         "h_step = t_step − g_step"
         if k["basis"] == "differencing"
-        else f"median over {k['steps_used']} {k['steps']} of the trace"
+        else f"median over {k['steps_used']} {k['steps']} of the "
+        + (
+            "attached trace (one traced window of the server's own traffic, not a differencing measurement)"
+            if k.get("run_kind") == "attached"
+            else "trace"
+        )
     )
     if k["basis"] == "differencing" and k.get("kv_range"):
         basis += f"; the mean over KV lengths {k['kv_range'][0]}..{k['kv_range'][1]}"

@@ -51,6 +51,22 @@ class Input:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
+    def run_kind(self) -> str:
+        """``trace`` for a bare trace, else the stored run's kind (``measured``, ``attached``,
+        ``watched``; :func:`hostgap.store.runs.run_kind`)."""
+        if self.results is None:
+            return "trace"
+        from hostgap.store.runs import run_kind
+
+        return run_kind(self.results)
+
+    @property
+    def has_differencing(self) -> bool:
+        """Whether the input carries a differencing measurement (a measured run does; an attached
+        run is one traced window of a server's traffic, a trace is one trace)."""
+        return bool((self.results or {}).get("differencing"))
+
+    @property
     def activity(self) -> str:
         if self.anatomy:
             return self.anatomy.get("activity") or "gpu"
@@ -157,7 +173,9 @@ def _from_results(arg: str, results: dict, run_dir: Path | None, config: Analysi
         raise HostgapError(arg, "not a hostgap results JSON (no 'differencing' key)")
     sweep = None
     notes = list(notes)
-    if run_dir is not None and (run_dir / "timings.json").is_file():
+    if not results.get("differencing"):
+        pass  # an attached run: no sweep to draw, and no timings.json to miss
+    elif run_dir is not None and (run_dir / "timings.json").is_file():
         sweep = sweep_points(results, _read_json(run_dir / "timings.json"))
     else:
         where = f"in {run_dir}" if run_dir is not None else "(no run directory)"
@@ -233,7 +251,7 @@ def sweep_points(results: dict, timings: dict) -> dict:
 
 def run_label(results: dict) -> str:
     parts = [
-        results.get("preset") or Path(results.get("model_path") or "model").name,
+        results.get("preset") or Path(str(results.get("model") or results.get("model_path") or "model")).name,
         results.get("engine"),
         results.get("mode"),
         f"b{results['batch']}" if results.get("batch") is not None else None,
