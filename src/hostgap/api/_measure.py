@@ -36,7 +36,7 @@ class RunResult(Result):
     @property
     def run_kind(self) -> str:
         """``measured``, ``attached`` or ``watched``."""
-        from hostgap.store.runs import run_kind
+        from hostgap.store.save import run_kind
 
         return run_kind(self._doc)
 

@@ -85,7 +85,7 @@ def run(ref: str | os.PathLike, db: str | None = None) -> RunResult:
     ``results.json``: measured runs as :class:`MeasureResult`, attached and watched ones as
     :class:`RunResult` (``to_dict()`` is ``hostgap show RUN --json``)."""
     from hostgap.store.database import find_run
-    from hostgap.store.runs import run_kind
+    from hostgap.store.save import run_kind
 
     doc = find_run(os.fspath(ref), db)
     return MeasureResult(doc) if run_kind(doc) == "measured" else RunResult(doc)
@@ -225,7 +225,7 @@ def write_report(
     """One self-contained HTML report of ``inputs`` (runs, traces, trace-set directories) written
     to ``output`` atomically, as ``hostgap report`` does."""
     from hostgap.report.compose import compose
-    from hostgap.store.runs import write_text_atomic
+    from hostgap.store.save import write_text_atomic
 
     if max_bars < 10:
         raise HostgapError("--max-bars", "must be at least 10")

@@ -53,10 +53,10 @@ class Input:
     @property
     def run_kind(self) -> str:
         """``trace`` for a bare trace, else the stored run's kind (``measured``, ``attached``,
-        ``watched``; :func:`hostgap.store.runs.run_kind`)."""
+        ``watched``; :func:`hostgap.store.save.run_kind`)."""
         if self.results is None:
             return "trace"
-        from hostgap.store.runs import run_kind
+        from hostgap.store.save import run_kind
 
         return run_kind(self.results)
 

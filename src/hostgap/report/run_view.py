@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 def render_run(r: dict, con: Console) -> None:
     """``hostgap show RUN``: each kind of run in its own words."""
-    from hostgap.store.runs import run_kind
+    from hostgap.store.save import run_kind
 
     kind = run_kind(r)
     if kind == "attached":

@@ -43,7 +43,7 @@ from hostgap.errors import HostgapError
 from hostgap.model.arch import Arch, get_preset
 from hostgap.stats.differencing import ESTIMATORS, difference, series_from_raw, sweep_points
 from hostgap.store import rundir
-from hostgap.store.runs import save_run
+from hostgap.store.save import save_run
 
 __all__ = [  # the run's pieces live in the modules they come from; these names are the API here
     "RESULTS_SCHEMA_VERSION",

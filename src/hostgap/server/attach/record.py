@@ -188,10 +188,10 @@ def write_steps_table(result: dict, run_dir) -> None:
 
 
 def store(result: dict, run_dir, db: str | None) -> None:
-    """The run stored (:func:`hostgap.store.runs.save_run`): the steps table and the environment
+    """The run stored (:func:`hostgap.store.save.save_run`): the steps table and the environment
     manifest in the run directory, results.json last, then one row in the runs database."""
     from hostgap.store.manifest import manifest
-    from hostgap.store.runs import save_run
+    from hostgap.store.save import save_run
 
     write_steps_table(result, run_dir)
     facts = {k: result[k] for k in ("server_url", "engine", "engine_version")}

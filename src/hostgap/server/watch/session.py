@@ -1,7 +1,7 @@
 """One watch from start to stored run: the options checked, the opening scrape, the calibration,
 the ``--jsonl`` file and the ``--serve`` gauges opened, the intervals handed out one by one
 (:func:`hostgap.server.watch.loop.intervals`), and at the end the window's summary and the run
-stored (:func:`hostgap.store.runs.save_run`). ``hostgap watch`` and :func:`hostgap.watch` are
+stored (:func:`hostgap.store.save.save_run`). ``hostgap watch`` and :func:`hostgap.watch` are
 this class; what they print is :mod:`hostgap.report.watch_view`."""
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class WatchSession:
 
     def _store(self, doc: dict) -> tuple[str, str]:
         from hostgap.store.rundir import RunDir
-        from hostgap.store.runs import save_run
+        from hostgap.store.save import save_run
 
         engine = self.first.engine
         run_id = f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-watch-{engine}-{uuid.uuid4().hex[:6]}"
