@@ -1,4 +1,9 @@
-"""hostgap's own error type: a user-facing problem with one input."""
+"""hostgap's own error type: a user-facing problem with one input; the exit statuses."""
+
+EXIT_BAD_INPUT = 2
+"""A problem with an input (:class:`HostgapError`)."""
+EXIT_INVALID = 3
+"""A measurement whose checks failed, or an engine or server that failed: no result."""
 
 
 class HostgapError(Exception):

@@ -42,9 +42,14 @@ KERNEL_COLUMNS = [
 """The columns of ``hostgap kernels`` (docs/json.md), in its order: an empty table has them too."""
 
 
+NO_OP = "(no framework op)"
+"""The op of launches issued outside every framework op (straight from Python or a library)."""
+
+
 def taxbreak_by_op(kernels: pa.Table) -> pa.Table:
     """Host orchestration per framework op (the op that issued the launch, else the innermost
-    op): launches, ΔFT, ΔCT and ΔKT summed, sorted by ΔFT + ΔCT, largest first."""
+    op, else :data:`NO_OP`): launches, ΔFT, ΔCT and ΔKT summed, sorted by ΔFT + ΔCT, largest
+    first; ``host_ns`` = ΔFT + ΔCT + ΔKT."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -60,6 +65,7 @@ def taxbreak_by_op(kernels: pa.Table) -> pa.Table:
             }
         )
     op = pc.if_else(pc.equal(kernels["op"], ""), kernels["inner_op"], kernels["op"])
+    op = pc.if_else(pc.equal(op, ""), pa.scalar(NO_OP), op)
     t = pa.table(
         {
             "op": op,

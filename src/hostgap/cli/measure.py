@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
 
 from hostgap import api
 from hostgap.cli.measure_console import ProgressBar, err_console
-from hostgap.errors import HostgapError
+from hostgap.errors import EXIT_INVALID, HostgapError
 
 MODES = ("eager", "static", "graph")
 
@@ -28,39 +27,6 @@ def _ints(text: str | None, name: str) -> tuple[int, ...] | None:
 
 def _strs(text: str | None) -> tuple[str, ...] | None:
     return tuple(x.strip() for x in text.split(",") if x.strip()) if text else None
-
-
-def _config_from(opts: dict):
-    from hostgap.capture.protocol.orchestrate import MeasureConfig
-
-    return MeasureConfig(
-        preset=opts.get("preset"),
-        model_path=opts.get("model"),
-        engine=opts.get("engine") or "hf",
-        device=opts["device"],
-        mode=opts["mode"],
-        batch=opts["batch"],
-        prompt_len=opts["prompt_len"],
-        dtype=opts["dtype"],
-        threads=opts["threads"],
-        n1=opts["n1"],
-        n2=opts["n2"],
-        repeats=opts["repeats"],
-        traced_repeats=opts["traced_repeats"],
-        sweep=_ints(opts.get("sweep"), "--sweep"),
-        warmup=opts["warmup"],
-        estimator=opts["estimator"],
-        seed=opts["seed"],
-        stacks=opts.get("stacks", False),
-        keep_traces=opts["keep_traces"],
-        trace_gzip=opts["gzip"],
-        floor_file=opts.get("floor_file"),
-        out=opts.get("out_old") or opts["out"],
-        kv_cache_gib=opts.get("kv_cache_gib"),
-        retries=opts.get("retries", 2),
-        budget=opts.get("budget"),
-        tp=1 if opts.get("tp") is None else opts["tp"],
-    )
 
 
 MEASURE_KEYS = (
@@ -165,12 +131,6 @@ def _common(f):
     return f
 
 
-def _db(path):
-    from hostgap.store.database import RunsDB
-
-    return RunsDB(path)
-
-
 def register(cli: click.Group) -> None:
     """Add this module's commands to the top-level group."""
 
@@ -231,8 +191,6 @@ def register(cli: click.Group) -> None:
         else:
             result.print()
         if not result.valid:
-            from hostgap.capture.protocol.validity import EXIT_INVALID
-
             click.get_current_context().exit(EXIT_INVALID)
 
     @cli.command("presets")
@@ -276,15 +234,9 @@ def register(cli: click.Group) -> None:
           hostgap floor                       # -> floor-cuda.json on a GPU machine
           hostgap analyze trace.json.gz --floor-file floor-cuda.json
         """
-        from hostgap.capture.protocol.null_kernel import measure_floor, write_floor
+        from hostgap.capture.protocol.null_kernel import measure_to_file
 
-        out = out_old or out
-        if out:
-            from hostgap.store.rundir import check_writable
-
-            check_writable(Path(out).parent if str(Path(out).parent) else Path("."))
-        f = measure_floor(device, samples, warmup)
-        path = write_floor(f, Path(out or f"floor-{f.device}.json"))
+        f, path = measure_to_file(device, samples, warmup, out_old or out)
         if as_json:
             click.echo(json.dumps(f.to_dict(), indent=2))
         else:
@@ -334,38 +286,28 @@ def register(cli: click.Group) -> None:
           hostgap sweep --cells bench/gpu/cells.json -o bench/results/h200/runs
           hostgap sweep -p tiny -b 1,4,16 --backend ray --address HEAD:6379
         """
-        from hostgap.capture.protocol import sweep as sw
+        from hostgap.capture.protocol import cells as sw
 
         if opts["address"] and opts["backend"] != "ray":
             raise click.UsageError("--address needs --backend ray")
-
         opts.update(preset=None, model=None, engine="hf", mode="eager", batch=1, prompt_len=128)
-        base = _config_from(opts)
-        for m in _strs(modes) or ():
-            if m not in MODES:
-                raise HostgapError(f"--mode {m}", f"unknown mode; use {', '.join(MODES)}")
-        if cells:
-            grid = sw.cells_from_file(base, cells)
-        else:
-            grid = sw.grid(
-                base,
-                _strs(presets),
-                _ints(batches, "--batch"),
-                _ints(contexts, "--context"),
-                _strs(modes),
-                _strs(engines),
-            )
-        _run_sweep(grid, opts)
+        cells_ = sw.plan(
+            sw.base_config(opts, _ints(opts.get("sweep"), "--sweep")),
+            _strs(presets),
+            _ints(batches, "--batch"),
+            _ints(contexts, "--context"),
+            _strs(modes),
+            _strs(engines),
+            cells,
+        )
+        _run_sweep(cells_, opts)
 
 
-def _run_sweep(grid, opts) -> None:
-    from hostgap.capture.protocol import sweep as sw
+def _run_sweep(cells, opts) -> None:
+    from hostgap.capture.protocol import cells as sw
 
     console = err_console()
-    model_cache: dict = {}
     eta = sw.Eta()
-
-    bar = None
 
     def on_cell(i, n, key, status):
         if status.startswith("done"):
@@ -381,16 +323,17 @@ def _run_sweep(grid, opts) -> None:
                 markup=False,
             )
 
-    kw = lambda cfg: {"model_cache": model_cache} if cfg.engine == "hf" else None  # noqa: E731
-    with _db(opts["db"]) as db:
-        if opts.get("backend") == "ray":  # cells run on the workers: no token bar here
-            from hostgap.capture.protocol.ray_backend import run_sweep_ray
-
-            outcome = run_sweep_ray(grid, db, address=opts["address"], retries=opts["ray_retries"], on_cell=on_cell)
-        else:
-            with ProgressBar("  tokens", quiet=opts["quiet"], cells=len(grid)) as bar:
-                outcome = sw.run_sweep(grid, db, on_cell=on_cell, progress=bar, engine_kw_for=kw)
-        path = db.path
+    ray = opts.get("backend") == "ray"  # cells run on the workers: no token bar here
+    with ProgressBar("  tokens", quiet=opts["quiet"] or ray, cells=len(cells)) as bar:
+        outcome, path = sw.run_grid(
+            cells,
+            opts["db"],
+            backend=opts["backend"],
+            address=opts["address"],
+            ray_retries=opts["ray_retries"],
+            on_cell=on_cell,
+            progress=bar,
+        )
     console.print(
         f"sweep: {outcome.done} measured, {outcome.skipped} already done, {len(outcome.failed)} failed, "
         f"of {outcome.total} cells; database {path}"

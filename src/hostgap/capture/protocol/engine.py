@@ -33,6 +33,9 @@ from pathlib import Path
 from hostgap.errors import HostgapError
 from hostgap.model.arch import Arch
 
+MODES = ("eager", "static", "graph")
+"""How an engine runs its decode step: eager launches, a static cache, or CUDA graph replay."""
+
 STEP_PREFIX = "hostgap.step#"
 
 

@@ -163,3 +163,16 @@ def write_floor(floor: Floor, path: Path) -> Path:
     path = Path(path)
     check_writable(path.parent if str(path.parent) else Path("."))
     return write_json(path, floor.to_dict())
+
+
+def measure_to_file(
+    device: str = "auto", samples: int = 200, warmup: int = 50, out: str | None = None
+) -> tuple[Floor, Path]:
+    """``hostgap floor``: the floor measured and written to ``out`` (default
+    ``floor-<device>.json``; its folder checked before the measurement)."""
+    from hostgap.store.rundir import check_writable
+
+    if out:
+        check_writable(Path(out).parent if str(Path(out).parent) else Path("."))
+    f = measure_floor(device, samples, warmup)
+    return f, write_floor(f, Path(out or f"floor-{f.device}.json"))

@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from hostgap.checks import INFLATION_LIMIT, reasons
+from hostgap.errors import EXIT_INVALID  # measure's exit status when a measurement is invalid
 
 __all__ = [
     "AGREEMENT_TOLERANCE",
@@ -52,8 +53,6 @@ __all__ = [
     "repeat_spread",
 ]
 
-EXIT_INVALID = 3
-"""``hostgap measure``'s exit status when a measurement is invalid (2 means bad input)."""
 PREEMPTED_LIMIT = 0.5
 """Largest accepted share of preempted runs (wall - thread CPU time > 5 % of wall)."""
 SPREAD_LIMIT = 0.25
