@@ -9,6 +9,7 @@ Usage (keep the reference outside the repository, e.g. under /tmp)::
 
     .venv/bin/python scripts/check_identical.py record /tmp/hostgap-ref   # before the change
     .venv/bin/python scripts/check_identical.py check /tmp/hostgap-ref    # after: exit 1 on any difference
+    .venv/bin/python scripts/check_identical.py check /tmp/hostgap-ref --cache   # also through the cache
 
 Each command runs in a fresh process with the source tree of the checkout this script lives in
 (``--src`` names another, e.g. ``git archive BASE src | tar -x -C /tmp/base`` to record a
@@ -48,9 +49,13 @@ def runs(corpus: Path, rank_dir: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
-def run_one(args: list[str], src: Path) -> bytes:
+def run_one(args: list[str], src: Path, cache_dir: str | None = None) -> bytes:
     """stdout, stderr and exit status of one hostgap command, as one byte string."""
     env = dict(os.environ, PYTHONPATH=str(src), COLUMNS="120", NO_COLOR="1")
+    if cache_dir is None:
+        env["HOSTGAP_NO_CACHE"] = "1"  # every run decodes and analyses: what the code computes now
+    else:
+        env.update(HOSTGAP_CACHE_DIR=cache_dir, HOSTGAP_CACHE_MIN="0")
     p = subprocess.run([sys.executable, "-m", "hostgap", *args], capture_output=True, env=env, check=False)
     return b"exit %d\n--- stdout\n%s--- stderr\n%s" % (p.returncode, p.stdout, p.stderr)
 
@@ -65,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=ROOT / "src",
         help="the source tree to run (default: this checkout's src/; e.g. an exported older commit)",
+    )
+    ap.add_argument(
+        "--cache",
+        action="store_true",
+        help="with check: run every command twice through a fresh analysis cache (the first fills it, the "
+        "second reads it) and compare both runs with the reference",
     )
     a = ap.parse_args(argv)
     if not a.corpus.is_dir():
@@ -81,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         for rel in RANK_SET:
             (rank_dir / Path(rel).name).symlink_to(a.corpus / rel)
         todo = runs(a.corpus, rank_dir)
-        for name, args in todo:
-            got = run_one(args, a.src).replace(str(rank_dir).encode(), b"<RANK_DIR>")
+        cache = str(Path(tmp) / "cache") if a.cache else None
+        for name, args in [(n, x) for n, x in todo for _ in range(2 if cache else 1)]:
+            got = run_one(args, a.src, cache).replace(str(rank_dir).encode(), b"<RANK_DIR>")
             ref = a.folder / f"{name}.out"
             digest = hashlib.sha256(got).hexdigest()[:12]
             if a.mode == "record":
@@ -99,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"same     {name} ({len(got)} bytes)")
     if a.mode == "check":
-        print(f"{len(todo) - differ} of {len(todo)} outputs byte-identical")
+        n = len(todo) * (2 if a.cache else 1)
+        print(
+            f"{n - differ} of {n} outputs byte-identical"
+            + (" (each command twice, through the cache)" if a.cache else "")
+        )
     return 1 if differ else 0
 
 

@@ -19,7 +19,10 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import os
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,6 +36,18 @@ def pytest_configure(config):
     # to a hostgap they start) would then test nothing. Python's own handler here makes SIGINT a
     # KeyboardInterrupt again, and a started process gets the default action back at exec.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    # the analysis cache (docs/input.md) of this test process: a folder of its own, never the user's
+    if "HOSTGAP_CACHE_DIR" not in os.environ:
+        os.environ["HOSTGAP_CACHE_DIR"] = _OWN_CACHE[0] = tempfile.mkdtemp(prefix="hostgap-test-cache-")
+
+
+_OWN_CACHE: list[str | None] = [None]
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE[0]:
+        shutil.rmtree(_OWN_CACHE[0], ignore_errors=True)
+        os.environ.pop("HOSTGAP_CACHE_DIR", None)
 
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

@@ -35,7 +35,9 @@ CORPUS = (
 
 @pytest.fixture
 def whole_path_calls(monkeypatch):
-    """Records every use of the whole-text path (so a test knows which path loaded a file)."""
+    """Records every use of the whole-text path (so a test knows which path loaded a file); the
+    analysis cache is off, so every call decodes."""
+    monkeypatch.setenv("HOSTGAP_NO_CACHE", "1")
     calls = []
     original = kineto._load_whole
 

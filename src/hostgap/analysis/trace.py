@@ -7,45 +7,115 @@ attach, the measuring protocol, the harvest): it is the one caller of the loader
 :mod:`hostgap.readers`. The stages run in the order the memory profile of large traces wants
 (link, then the overview, then the anatomy, the allocator's free memory released between them,
 :func:`hostgap.memory.release_free_memory`), and each runs at most once per trace.
+
+A trace file of :data:`CACHE_MIN_BYTES` or more is kept in the cache (:mod:`.cache`): its decoded
+table, its links, and per set of options the documents and the launch table, so the next command
+on the same file reads them instead of parsing and analysing again.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import fields, replace
 from functools import cached_property
+from typing import Any
 
-from hostgap.anatomy.link import Links, link
+import numpy as np
+
+from hostgap.analysis import cache as C
+from hostgap.anatomy.link import Links, Nesting, link
 from hostgap.anatomy.steps import AnalysisOptions, Anatomy, analyze
-from hostgap.events import Trace
+from hostgap.events import NONE, Trace
 from hostgap.memory import release_free_memory
 
 Progress = Callable[[str], None]
 
+CACHE_MIN_BYTES = 1 << 20
+"""Files smaller than this are analysed from scratch every time (``HOSTGAP_CACHE_MIN``
+overrides): decoding them costs less than reading an entry."""
+
 
 class TraceAnalysis:
-    """A loaded trace and what has been computed of it (lazily, once each)."""
+    """A trace and what has been computed of it (lazily, once each; from the cache entry
+    ``entry`` when it holds it). Made from a loaded trace, or from a file path whose trace is
+    loaded only when a part needs it: a document the cache holds is read without it."""
 
-    def __init__(self, trace: Trace, options: AnalysisOptions = AnalysisOptions()):
-        self.trace = trace
+    def __init__(
+        self,
+        trace: Trace | None = None,
+        options: AnalysisOptions = AnalysisOptions(),
+        entry: C.Entry | None = None,
+        *,
+        path: str | None = None,
+        progress: Progress | None = None,
+    ):
+        if trace is None and path is None:
+            raise ValueError("a trace or a path")
+        if trace is not None:
+            self.__dict__["trace"] = trace
+        self._path = path if path is not None else trace.meta.path  # type: ignore[union-attr]
         self.options = options
+        self.entry = entry
+        self._progress = progress
         self._anatomies: dict[int, Anatomy] = {}
 
     @property
     def path(self) -> str:
-        return self.trace.meta.path
+        return self._path
+
+    @cached_property
+    def trace(self) -> Trace:
+        """The loaded trace: from the cache entry, else decoded (and then kept in the entry)."""
+        from hostgap.readers import load_trace
+
+        progress, path, entry = self._progress, self._path, self.entry
+        trace = entry.trace() if entry else None
+        if trace is None:
+            if progress is not None:
+                progress(f"loading {path}")
+            trace = load_trace(path)
+            if entry:
+                entry.put_trace(trace)
+        elif progress is not None:
+            progress(f"loading {path} (cached)")
+        return trace
 
     @cached_property
     def links(self) -> Links:
+        cached = self.entry.arrays("links") if self.entry else None
+        if cached is not None:
+            return _links_from(cached)
         links = link(self.trace)
         release_free_memory()  # the linker's temporaries, before the next stage stacks on them
+        if self.entry:
+            self.entry.put_arrays("links", _links_arrays(links))
         return links
+
+    def _key(self, top: int | None = None) -> str:
+        opts = self.options if top is None or top == self.options.top else replace(self.options, top=top)
+        return C.options_key(opts)
+
+    def _cached(self, name: str, top: int | None = None) -> dict | None:
+        return self.entry.document(f"{self._key(top)}-{name}", name) if self.entry else None
+
+    def _keep(self, name: str, doc: dict, top: int | None = None) -> None:
+        if self.entry:
+            try:
+                self.entry.put_documents(f"{self._key(top)}-{name}", {name: doc})
+            except (TypeError, ValueError):  # not JSON as it is: computed again next time
+                pass
 
     @cached_property
     def _overview(self) -> dict:
-        o = self.options
-        doc = _overview(self.trace, self.links, o.gap_threshold_ns, o.top)
-        release_free_memory()
+        doc = self._cached("overview")
+        if doc is None:
+            from hostgap.anatomy.overview import overview
+
+            o = self.options
+            doc = overview(self.trace, self.links, gap_threshold_ns=o.gap_threshold_ns, top=o.top)
+            release_free_memory()
+            self._keep("overview", doc)
         return doc
 
     def overview(self) -> dict:
@@ -58,48 +128,128 @@ class TraceAnalysis:
         ops and frames its rankings keep (the report keeps a large pool and merges frames first)."""
         top = self.options.top if top is None else top
         if top not in self._anatomies:
-            opts = self.options if top == self.options.top else _with_top(self.options, top)
+            opts = self.options if top == self.options.top else replace(self.options, top=top)
             self._anatomies[top] = analyze(self.trace, opts, self.links)
         return self._anatomies[top]
+
+    def anatomy_dict(self, top: int | None = None) -> dict:
+        """``anatomy(top).to_dict()`` (the ``steps --json`` document), from the cache when it has it."""
+        doc = self._cached("anatomy", top)
+        if doc is None:
+            doc = self.anatomy(top).to_dict()
+            self._keep("anatomy", doc, top)
+        return doc
 
     def document(self) -> dict:
         """The single-trace ``hostgap analyze --json`` document (docs/json.md): the overview,
         then the anatomy's parts."""
         doc = self.overview()
-        doc.update({k: v for k, v in self.anatomy().to_dict().items() if k not in ("schema_version", "trace")})
+        doc.update({k: v for k, v in self.anatomy_dict().items() if k not in ("schema_version", "trace")})
         return doc
+
+    def rank_facts(self) -> dict:
+        """What a trace set needs of this trace beyond its document: the clock offset, the span of
+        its events and its communication ops per step (``analysis.traceset``)."""
+        group = f"{self._key()}-comm"
+        cached = self.entry.arrays(group) if self.entry else None
+        if cached is None:
+            comm = self.anatomy().comm
+            cached = {
+                k: np.asarray(getattr(comm, f"coll_{k}")) for k in ("step", "type", "ordinal", "start_ns", "dur_ns")
+            }
+            if self.entry:
+                self.entry.put_arrays(group, cached)
+        ev = self.trace.events
+        return {
+            "meta_rank": self.trace.meta.rank,
+            "meta_world_size": self.trace.meta.world_size,
+            "offset_ns": int(self.trace.meta.base_time_ns or 0),
+            "span_ns": [int(ev.start_ns.min()), int(ev.end_ns.max())] if len(ev) else None,
+            "coll": {k: np.asarray(v) for k, v in cached.items()},
+        }
 
     def kernel_rows(self) -> list[dict]:
         """One row per launch with its TaxBreak intervals (``hostgap kernels``)."""
-        from hostgap.anatomy.kernels import kernel_rows
+        from hostgap.anatomy.kernels import kernel_rows_of
+        from hostgap.anatomy.taxbreak import KernelTaxes
 
-        return kernel_rows(self.trace, self.anatomy())
+        group = f"{self._key()}-kernels"
+        cached = self.entry.arrays(group) if self.entry else None
+        if cached is not None and "launch_row" in cached:
+            launch_class = cached.pop("launch_class")
+            parts: dict[str, Any] = dict(cached)
+            parts.update({k: float(cached[k]) for k in ("dispatch_base_ns", "floor_ns")})
+            return kernel_rows_of(self.trace, KernelTaxes(**parts), launch_class)
+        a = self.anatomy()
+        if a.kernels is None or a.launch_class is None:
+            return []
+        if self.entry:
+            arrays = {f.name: np.asarray(getattr(a.kernels, f.name)) for f in fields(a.kernels)}
+            self.entry.put_arrays(group, {**arrays, "launch_class": a.launch_class})
+        return kernel_rows_of(self.trace, a.kernels, a.launch_class)
 
 
 def analyse_trace(
     source: str | os.PathLike | Trace,
     options: AnalysisOptions = AnalysisOptions(),
     progress: Progress | None = None,
+    *,
+    cache: bool = True,
 ) -> TraceAnalysis:
     """Load ``source`` (a Kineto JSON or Nsight Systems SQLite file; format from content) or take
-    an already loaded trace, and return its analysis, computed as it is asked for."""
+    an already loaded trace, and return its analysis, computed as it is asked for. ``cache``:
+    read and fill the cache (:mod:`.cache`; off with ``--no-cache`` or ``HOSTGAP_NO_CACHE=1``)."""
     if isinstance(source, Trace):
         return TraceAnalysis(source, options)
-    from hostgap.readers import load_trace
+    from hostgap.readers import sniff
 
     path = os.fspath(source)
-    if progress is not None:
-        progress(f"loading {path}")
-    return TraceAnalysis(load_trace(path), options)
+    sniff(path)  # a file that is not a trace is refused here, not when a part first needs it
+    entry = _entry(path, progress) if cache else None
+    analysis = TraceAnalysis(None, options, entry, path=path, progress=progress)
+    if entry is None or entry.trace_cached() is False:
+        analysis.trace  # noqa: B018 - decoded now: its errors belong to this call
+    return analysis
 
 
-def _overview(trace: Trace, links: Links, gap_threshold_ns: int, top: int) -> dict:
-    from hostgap.anatomy.overview import overview
+def _entry(path: str, progress: Progress | None) -> C.Entry | None:
+    try:
+        small = os.path.getsize(path) < int(os.environ.get("HOSTGAP_CACHE_MIN", CACHE_MIN_BYTES))
+    except (OSError, ValueError):
+        return None
+    return None if small else C.entry_for(path, C.note_for(progress))
 
-    return overview(trace, links, gap_threshold_ns=gap_threshold_ns, top=top)
+
+# -- the linker's arrays in the cache ------------------------------------------------------------
 
 
-def _with_top(options: AnalysisOptions, top: int) -> AnalysisOptions:
-    from dataclasses import replace
+def _links_arrays(links: Links) -> dict[str, np.ndarray]:
+    out = {k: getattr(links, k) for k in ("launch_of", "gpu_ops_of_launch", "op_of", "top_op_of")}
+    if links.frame_of.strides == (0,):  # no Python frames: a broadcast of NONE, stored as its length
+        out["frame_of_none"] = np.array([len(links.frame_of)], dtype=np.int64)
+    else:
+        out["frame_of"] = links.frame_of
+    out["unlinked_gpu_ops"] = np.array([links.unlinked_gpu_ops], dtype=np.int64)
+    for name in ("ops", "frames"):
+        nest = getattr(links, name)
+        out.update({f"{name}_{f.name}": getattr(nest, f.name) for f in fields(nest)})
+    return out
 
-    return replace(options, top=top)
+
+def _links_from(a: dict[str, np.ndarray]) -> Links:
+    if "frame_of_none" in a:
+        n = int(a["frame_of_none"][0])
+        frame_of = np.broadcast_to(np.array(NONE, dtype=a["launch_of"].dtype), (n,))
+    else:
+        frame_of = a["frame_of"]
+    nests = {name: Nesting(**{f.name: a[f"{name}_{f.name}"] for f in fields(Nesting)}) for name in ("ops", "frames")}
+    return Links(
+        launch_of=a["launch_of"],
+        gpu_ops_of_launch=a["gpu_ops_of_launch"],
+        op_of=a["op_of"],
+        top_op_of=a["top_op_of"],
+        frame_of=frame_of,
+        unlinked_gpu_ops=int(a["unlinked_gpu_ops"][0]),
+        ops=nests["ops"],
+        frames=nests["frames"],
+    )

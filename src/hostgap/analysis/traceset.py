@@ -64,8 +64,11 @@ def analyse_file(path: str, opts: AnalysisOptions) -> list[dict] | tuple[str, st
     from hostgap.analysis.trace import TraceAnalysis, analyse_trace
 
     try:
-        trace = analyse_trace(path, opts).trace
-        return [part_document(TraceAnalysis(t, opts), pid) for pid, t in split_processes(trace)]
+        analysis = analyse_trace(path, opts)
+        parts = split_processes(analysis.trace)
+        if len(parts) == 1:  # the whole trace: its cache entry serves it
+            return [part_document(analysis)]
+        return [part_document(TraceAnalysis(t, opts), pid) for pid, t in parts]
     except HostgapError as e:
         return (e.source, e.problem)
 
@@ -96,19 +99,8 @@ def split_processes(trace: Trace) -> list[tuple[int | None, Trace]]:
 def part_document(analysis: TraceAnalysis, pid: int | None = None) -> dict:
     """The single-trace ``hostgap analyze`` document (communication split included), plus the
     private ``_rank`` facts the trace set needs (removed before output)."""
-    trace = analysis.trace
     doc = analysis.document()
-    anatomy = analysis.anatomy()
-    comm = anatomy.comm
-    ev = trace.events
-    doc["_rank"] = {
-        "pid": pid,
-        "meta_rank": trace.meta.rank,
-        "meta_world_size": trace.meta.world_size,
-        "offset_ns": int(trace.meta.base_time_ns or 0),
-        "span_ns": [int(ev.start_ns.min()), int(ev.end_ns.max())] if len(ev) else None,
-        "coll": {k: getattr(comm, f"coll_{k}") for k in ("step", "type", "ordinal", "start_ns", "dur_ns")},
-    }
+    doc["_rank"] = {"pid": pid, **analysis.rank_facts()}
     return doc
 
 

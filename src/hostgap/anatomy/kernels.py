@@ -8,17 +8,22 @@ import numpy as np
 
 from hostgap.anatomy.collectives import CLASSES
 from hostgap.anatomy.steps import Anatomy
+from hostgap.anatomy.taxbreak import KernelTaxes
 from hostgap.events import Trace
 
 
 def kernel_rows(trace: Trace, anatomy: Anatomy) -> list[dict]:
     """Rows for CSV/JSON. Empty for CPU-only traces (no launches). ``class``: what the launch
     enqueued, ``compute``, ``communication`` or ``mixed`` (:func:`hostgap.anatomy.collectives.launch_classes`)."""
-    k = anatomy.kernels
-    if k is None:
+    if anatomy.kernels is None:
         return []
     # set together with ``kernels`` (both from the launch taxes), so never None here
-    launch_class = cast(np.ndarray, anatomy.launch_class)
+    return kernel_rows_of(trace, anatomy.kernels, cast(np.ndarray, anatomy.launch_class))
+
+
+def kernel_rows_of(trace: Trace, k: KernelTaxes, launch_class: np.ndarray) -> list[dict]:
+    """:func:`kernel_rows` from the launch table and the launch classes themselves (as the
+    cache keeps them)."""
     ev = trace.events
     names = trace.names
 

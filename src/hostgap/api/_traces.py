@@ -308,6 +308,7 @@ def analyze(
     from hostgap.analysis import traceset as ts
     from hostgap.analysis.trace import TraceAnalysis, analyse_trace
     from hostgap.events import Trace as EventsTrace
+    from hostgap.readers import sniff
 
     if backend not in ("local", "ray"):
         raise HostgapError("--backend", f"{backend!r}: use local or ray")
@@ -322,7 +323,8 @@ def analyze(
     files, had_dir = ts.expand(paths)
     if len(files) == 1 and not had_dir and backend == "local":
         analysis = analyse_trace(files[0], opts)
-        if len(ts.split_processes(analysis.trace)) == 1:
+        # a Kineto file is one process's trace; an nsys export may hold several (a trace set)
+        if sniff(files[0]) == "kineto" or len(ts.split_processes(analysis.trace)) == 1:
             return _single(analysis)
     doc = ts.analyse(paths, opts, jobs=jobs, backend=backend, address=address)
     if isinstance(doc, dict) and doc.get("kind") == "trace_set":
@@ -332,9 +334,7 @@ def analyze(
 
 
 def _single(analysis: TraceAnalysis) -> TraceResult:
-    from hostgap.analysis.traceset import part_document, public
-
-    return TraceResult(public(part_document(analysis)), analysis)
+    return TraceResult(analysis.document(), analysis)
 
 
 class StepsResult(Result):
