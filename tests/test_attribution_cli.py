@@ -126,3 +126,36 @@ def test_fit_one_source_and_eval_the_rest(tmp_path):
     assert per[("gpu-a", "all")] == n_held  # training steps of gpu-a left out
     assert per[("gpu-b", "all")] == 200  # the other source scored in full
     assert ("all", "all") in per
+
+
+def test_each_command_prints_its_library_call(workdir):
+    """The commands are glue: eval and explain print what hostgap.attribution returns."""
+    import hostgap
+    from hostgap.report.attribution_view import explain_doc, strict_json
+
+    d, out = workdir
+    A = hostgap.attribution
+    model, steps = A.load_model(str(d / "model.json")), A.load_steps(str(d / "run.parquet"))
+    r = CliRunner().invoke(cli, ["attribute", "eval", str(d / "model.json"), str(d / "run.parquet"), "--json"])
+    assert r.stdout == strict_json(A.evaluate_held_out(model, steps).to_dict()) + "\n"
+    args = [str(d / "model.json"), str(d / "run.parquet"), "--step", "3", "--rescale", "--json"]
+    r = CliRunner().invoke(cli, ["attribute", "explain", *args])
+    assert r.stdout == strict_json(explain_doc(A.explain(model, steps, 3, rescale=True))) + "\n"
+    fitted = A.fit_held_out(steps)
+    assert fitted.n_held == out["held_out"]["n_steps"]
+    assert A.to_json(fitted.model)["classes"] == json.loads((d / "model.json").read_text())["classes"]
+
+
+def test_step_and_source_selection_errors_name_the_option(workdir):
+    import hostgap
+    from hostgap.errors import HostgapError
+
+    d, _ = workdir
+    steps = hostgap.attribution.load_steps(str(d / "run.parquet"))
+    assert len(hostgap.attribution.select_step(steps, 3)) == 1
+    with pytest.raises(HostgapError, match=r"--step.*step 99999 not in .*run\.parquet"):
+        hostgap.attribution.select_step(steps, 99999)
+    with pytest.raises(HostgapError, match=r"--source.*'nope' not in .*\(sources: synth\)"):
+        hostgap.attribution.select_source(steps, "nope")
+    with pytest.raises(HostgapError, match=r"must end in \.parquet or \.csv"):
+        hostgap.attribution.write_synthetic(str(d / "x.txt"))

@@ -69,7 +69,7 @@ def test_output_is_spelled_the_same_everywhere():
 
 def test_a_hidden_former_spelling_still_works(tmp_path):
     """harvest --out (the old name) writes where it says, like -o/--output."""
-    from hostgap.cli.vllm import harvest
+    from hostgap.cli.harvest import harvest
 
     seen = {}
 

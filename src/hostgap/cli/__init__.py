@@ -1,7 +1,7 @@
 """The ``hostgap`` command line: thin wrappers over the library.
 
 Each pipeline stage registers its verbs from its own module (``analyze``, ``measure``,
-``models``, ``attribute``, ``vllm``, ``report``), imported when one of its verbs is first looked
+``models``, ``attribute``, ``harvest``, ``report``), imported when one of its verbs is first looked
 up (:data:`COMMANDS`): ``hostgap analyze`` does not import the capture and model commands.
 Listing the commands (``--help``) imports them all. Data goes to stdout, logs and progress to
 stderr; a user error is one line naming the input, exit status 2.
@@ -37,7 +37,7 @@ COMMANDS = {
     "predict": "models",
     "regimes": "models",
     "attribute": "attribute",
-    "harvest": "vllm",
+    "harvest": "harvest",
     "report": "report",
     "compare": "report",
     "overlay": "report",

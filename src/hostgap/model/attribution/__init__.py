@@ -23,8 +23,11 @@ The model lives in one module per stage: :mod:`~hostgap.model.attribution.terms`
 step features), :mod:`~hostgap.model.attribution.fit` (fitting),
 :mod:`~hostgap.model.attribution.shares` (prediction, per-request shares and their host / device
 split), :mod:`~hostgap.model.attribution.heldout` (held-out split, training range),
-:mod:`~hostgap.model.attribution.evaluate` (validation) and
-:mod:`~hostgap.model.attribution.json_io` (JSON); every name is importable from here.
+:mod:`~hostgap.model.attribution.evaluate` (validation),
+:mod:`~hostgap.model.attribution.json_io` (JSON) and :mod:`~hostgap.model.attribution.workflow`
+(what each ``hostgap attribute`` command does, as one call: :func:`fit_held_out`,
+:func:`evaluate_held_out`, :func:`explain`, :func:`write_synthetic`); every name is importable
+from here, and so is :func:`~hostgap.model.steps_table.load_steps`, which reads STEPS.
 """
 
 from __future__ import annotations
@@ -79,13 +82,27 @@ from hostgap.model.attribution.terms import (
     measured,
     step_features,
 )
+from hostgap.model.attribution.workflow import (
+    Explanation,
+    HeldOutFit,
+    evaluate_held_out,
+    explain,
+    fit_held_out,
+    fitted_class_mask,
+    select_source,
+    select_step,
+    write_synthetic,
+)
+from hostgap.model.steps_table import load_steps
 
 __all__ = [
     "CLASSES",
     "ClassModel",
+    "Explanation",
     "FEATURES",
     "GroupMetrics",
     "HOST_DOMINATED_MIN",
+    "HeldOutFit",
     "MIN_STEPS",
     "MIN_STEPS_PER_TERM",
     "MODEL_KIND",
@@ -103,12 +120,17 @@ __all__ = [
     "attribute_step",
     "check_finite",
     "evaluate",
+    "evaluate_held_out",
+    "explain",
     "fit",
     "fit_class",
+    "fit_held_out",
+    "fitted_class_mask",
     "from_json",
     "held_out",
     "host_fraction",
     "load_model",
+    "load_steps",
     "measured",
     "predict",
     "predict_baseline",
@@ -116,7 +138,10 @@ __all__ = [
     "request_terms",
     "row_hashes",
     "save_model",
+    "select_source",
+    "select_step",
     "split_mask",
     "step_features",
     "to_json",
+    "write_synthetic",
 ]

@@ -39,6 +39,16 @@ def _chunked(text: str) -> tuple[bool, ...]:
         raise HostgapError("--chunked", f"use on, off or on,off; got {text!r}") from None
 
 
+def _output_path(out: str, out_old: str | None, as_csv: bool) -> Path:
+    """The step table's path: -o/--output (or the former --out), .csv with --csv."""
+    path = Path(out_old or out)
+    if as_csv and path.suffix != ".csv":
+        path = path.with_suffix(".csv")
+    if path.suffix not in (".parquet", ".csv"):
+        raise HostgapError(str(out), "output must end in .parquet or .csv")
+    return path
+
+
 def _say(msg: str) -> None:
     click.echo(f"harvest: {msg}", err=True)
 
@@ -130,11 +140,7 @@ def harvest(
     """
     from hostgap.capture.engines import harvest as hv
 
-    path = Path(out_old or out)
-    if as_csv and path.suffix != ".csv":
-        path = path.with_suffix(".csv")
-    if path.suffix not in (".parquet", ".csv"):
-        raise HostgapError(str(out), "output must end in .parquet or .csv")
+    path = _output_path(out, out_old, as_csv)
     if traces:
         summary = hv.harvest_traces(list(traces), path, _say)
     else:
