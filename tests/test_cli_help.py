@@ -77,7 +77,7 @@ def test_a_hidden_former_spelling_still_works(tmp_path):
         seen["path"] = path
         return {"rows": 0, "kinds": {}, "steps": str(path)}
 
-    import hostgap.capture.engines.harvest as hv
+    import hostgap.capture.engines.harvest_live as hv
 
     orig = hv.harvest_traces
     hv.harvest_traces = fake

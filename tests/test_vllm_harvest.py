@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from budget import examples
 from conftest import annotation, corpus_path, cpu_op, kernel, launch
 from hostgap.anatomy.markers import composition
-from hostgap.capture.engines import harvest as hv
+from hostgap.capture.engines import harvest_live as hv
 from hostgap.cli import cli
 from hostgap.errors import HostgapError
 

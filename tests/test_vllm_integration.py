@@ -23,8 +23,8 @@ if importlib.util.find_spec("vllm") is None:
         allow_module_level=True,
     )
 
-from hostgap.capture import harvest as hv  # noqa: E402
-from hostgap.capture import vllm_engine as ve  # noqa: E402
+from hostgap.capture.engines import harvest_live as hv  # noqa: E402
+from hostgap.capture.engines import vllm_engine as ve  # noqa: E402
 from hostgap.model.arch import get_preset  # noqa: E402
 
 HARVEST = hv.HarvestConfig(

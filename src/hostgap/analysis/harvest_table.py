@@ -1,7 +1,7 @@
 """The harvest's step table: one row per engine step with its composition and time split, from
 a trace's step anatomy; written and read as Parquet (or CSV), and built from existing vLLM /
 SGLang traces (:func:`harvest_traces`). The live harvest on a vLLM engine
-(:mod:`hostgap.capture.engines.harvest`) writes the same table, with a request table beside it.
+(:mod:`hostgap.capture.engines.harvest_live`) writes the same table, with a request table beside it.
 
 Step table (one row per engine step that scheduled tokens): :data:`STEP_COLUMNS`. Request table
 (``<stem>.requests.parquet``): :data:`REQUEST_COLUMNS`, one row per request per step, with

@@ -138,7 +138,7 @@ def harvest(
       hostgap harvest --concurrency 2,8 --chunked on --csv -o steps.csv
       hostgap harvest ../shared/traces/tracelens/mi300x_vllm_decode_fullgraph.json.gz -o mi300x.parquet
     """
-    from hostgap.capture.engines import harvest as hv
+    from hostgap.capture.engines import harvest_live as hv
 
     path = _output_path(out, out_old, as_csv)
     if traces:
