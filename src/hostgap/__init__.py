@@ -27,6 +27,7 @@ SCHEMA_VERSION = 1
 __all__ = [
     "SCHEMA_VERSION",
     "AttachResult",
+    "CacheListing",
     "Comparison",
     "HostgapError",
     "KernelsResult",
@@ -47,6 +48,7 @@ __all__ = [
     "analyze",
     "attach",
     "attribution",
+    "cache",
     "compare",
     "kernels",
     "load",
@@ -64,6 +66,7 @@ _API = frozenset(__all__) - {"SCHEMA_VERSION", "HostgapError", "__version__", "a
 if TYPE_CHECKING:
     from hostgap.api import (
         AttachResult,
+        CacheListing,
         Comparison,
         KernelsResult,
         MeasureResult,
@@ -81,6 +84,7 @@ if TYPE_CHECKING:
         Watch,
         analyze,
         attach,
+        cache,
         compare,
         kernels,
         load,

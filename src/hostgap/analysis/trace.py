@@ -8,7 +8,7 @@ attach, the measuring protocol, the harvest): it is the one caller of the loader
 (link, then the overview, then the anatomy, the allocator's free memory released between them,
 :func:`hostgap.memory.release_free_memory`), and each runs at most once per trace.
 
-A trace file of :data:`CACHE_MIN_BYTES` or more is kept in the cache (:mod:`.cache`): its decoded
+A trace file of :data:`CACHE_MIN_BYTES` or more is kept in the cache (:mod:`.trace_cache`): its decoded
 table, its links, and per set of options the documents and the launch table, so the next command
 on the same file reads them instead of parsing and analysing again.
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from hostgap.analysis import cache as C
+from hostgap.analysis import trace_cache as C
 from hostgap.anatomy.link import Links, Nesting, link
 from hostgap.anatomy.steps import AnalysisOptions, Anatomy, analyze
 from hostgap.events import NONE, Trace
@@ -198,7 +198,7 @@ def analyse_trace(
 ) -> TraceAnalysis:
     """Load ``source`` (a Kineto JSON or Nsight Systems SQLite file; format from content) or take
     an already loaded trace, and return its analysis, computed as it is asked for. ``cache``:
-    read and fill the cache (:mod:`.cache`; off with ``--no-cache`` or ``HOSTGAP_NO_CACHE=1``)."""
+    read and fill the cache (:mod:`.trace_cache`; off with ``--no-cache`` or ``HOSTGAP_NO_CACHE=1``)."""
     if isinstance(source, Trace):
         return TraceAnalysis(source, options)
     from hostgap.readers import sniff

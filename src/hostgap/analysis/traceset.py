@@ -58,13 +58,13 @@ def expand(paths: list[str]) -> tuple[list[str], bool]:
 # -- one file (runs in a worker) -------------------------------------------------------------
 
 
-def analyse_file(path: str, opts: AnalysisOptions) -> list[dict] | tuple[str, str]:
+def analyse_file(path: str, opts: AnalysisOptions, cache: bool = True) -> list[dict] | tuple[str, str]:
     """The documents of one file's parts, or ``(source, problem)`` for a bad file (exceptions
     with two arguments do not cross a process boundary intact)."""
     from hostgap.analysis.trace import TraceAnalysis, analyse_trace
 
     try:
-        analysis = analyse_trace(path, opts)
+        analysis = analyse_trace(path, opts, cache=cache)
         parts = split_processes(analysis.trace)
         if len(parts) == 1:  # the whole trace: its cache entry serves it
             return [part_document(analysis)]
@@ -108,13 +108,18 @@ def part_document(analysis: TraceAnalysis, pid: int | None = None) -> dict:
 
 
 def analyse_files(
-    files: list[str], opts: AnalysisOptions, jobs: int | None = None, backend: str = "local", address: str | None = None
+    files: list[str],
+    opts: AnalysisOptions,
+    jobs: int | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    cache: bool = True,
 ) -> list[tuple[str, list[dict]]]:
     """``[(file, its part documents)]`` in file order; raises the first bad file's error."""
     if backend == "ray":
-        results = map_tasks(analyse_file, files, opts, address=address)
+        results = map_tasks(analyse_file, files, opts, cache, address=address)
     else:
-        results = map_processes(analyse_file, files, opts, jobs=jobs)
+        results = map_processes(analyse_file, files, opts, cache, jobs=jobs)
     for r in results:
         if isinstance(r, tuple):
             raise HostgapError(*r)
@@ -229,11 +234,12 @@ def analyse(
     jobs: int | None = None,
     backend: str = "local",
     address: str | None = None,
+    cache: bool = True,
 ) -> dict | list[dict]:
     """The trace-set object when ``paths`` form one (:func:`is_trace_set`), else the
     single-trace document (one file) or the list of them (unrelated files)."""
     files, had_dir = expand(paths)
-    analysed = analyse_files(files, opts, jobs, backend, address)
+    analysed = analyse_files(files, opts, jobs, backend, address, cache)
     if is_trace_set(analysed, had_dir):
         return trace_set_document(analysed)
     docs = [public(d) for _, ds in analysed for d in ds]

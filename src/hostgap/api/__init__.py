@@ -4,6 +4,7 @@ command prints with ``--json``, whose tables are Arrow (``.to_pandas()`` with pa
 which prints the command's terminal output (``print()``) and shows itself in a notebook.
 ``import hostgap`` exposes the same names (docs/api.md)."""
 
+from hostgap.api._cache import CacheListing, cache
 from hostgap.api._measure import MeasureResult, MeasureResults, PresetsResult, RunResult, measure, presets
 from hostgap.api._results import Result
 from hostgap.api._runs import Comparison, Report, RunsTable, compare, run, runs, write_report
@@ -23,6 +24,7 @@ from hostgap.api._traces import (
 
 __all__ = [
     "AttachResult",
+    "CacheListing",
     "Comparison",
     "KernelsResult",
     "MeasureResult",
@@ -40,6 +42,7 @@ __all__ = [
     "Watch",
     "analyze",
     "attach",
+    "cache",
     "compare",
     "kernels",
     "load",

@@ -301,10 +301,12 @@ def analyze(
     jobs: int | None = None,
     backend: str = "local",
     address: str | None = None,
+    cache: bool = True,
 ) -> TraceResult | TraceSetResult | TraceResults:
     """Analyse one trace, a rank set (a directory, or files that carry ranks) or several unrelated
-    traces, as ``hostgap analyze`` does (same options, same defaults). One trace analysed in this
-    process keeps it for the ``kernels`` and ``idle_gaps`` tables."""
+    traces, as ``hostgap analyze`` does (same options, same defaults; ``cache=False`` is
+    ``--no-cache``). One trace analysed in this process keeps it for the ``kernels`` and
+    ``idle_gaps`` tables."""
     from hostgap.analysis import traceset as ts
     from hostgap.analysis.trace import TraceAnalysis, analyse_trace
     from hostgap.events import Trace as EventsTrace
@@ -322,11 +324,11 @@ def analyze(
         raise HostgapError("analyze", "no trace given")
     files, had_dir = ts.expand(paths)
     if len(files) == 1 and not had_dir and backend == "local":
-        analysis = analyse_trace(files[0], opts)
+        analysis = analyse_trace(files[0], opts, cache=cache)
         # a Kineto file is one process's trace; an nsys export may hold several (a trace set)
         if sniff(files[0]) == "kineto" or len(ts.split_processes(analysis.trace)) == 1:
             return _single(analysis)
-    doc = ts.analyse(paths, opts, jobs=jobs, backend=backend, address=address)
+    doc = ts.analyse(paths, opts, jobs=jobs, backend=backend, address=address, cache=cache)
     if isinstance(doc, dict) and doc.get("kind") == "trace_set":
         return TraceSetResult(doc)
     docs = doc if isinstance(doc, list) else [doc]
@@ -369,12 +371,13 @@ def steps(
     step_marker: str | None = None,
     launch_floor_us: float | None = None,
     floor_file: str | None = None,
+    cache: bool = True,
 ) -> StepsResult:
     """One row per engine step of ``trace`` (``hostgap steps``)."""
     from hostgap.analysis.trace import analyse_trace
 
-    a = analyse_trace(trace, options(step_marker, launch_floor_us, floor_file))
-    return StepsResult(a.anatomy().to_dict())
+    a = analyse_trace(trace, options(step_marker, launch_floor_us, floor_file), cache=cache)
+    return StepsResult(a.anatomy_dict())
 
 
 class KernelsResult(Result):
@@ -411,9 +414,10 @@ def kernels(
     step_marker: str | None = None,
     launch_floor_us: float | None = None,
     floor_file: str | None = None,
+    cache: bool = True,
 ) -> KernelsResult:
     """One row per launch (eager kernel or graph launch) with its TaxBreak intervals (``hostgap kernels``)."""
     from hostgap.analysis.trace import analyse_trace
 
-    a = analyse_trace(trace, options(step_marker, launch_floor_us, floor_file))
-    return KernelsResult(a.kernel_rows(), a.trace.meta.path)
+    a = analyse_trace(trace, options(step_marker, launch_floor_us, floor_file), cache=cache)
+    return KernelsResult(a.kernel_rows(), a.path)

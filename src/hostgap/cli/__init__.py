@@ -43,6 +43,7 @@ COMMANDS = {
     "overlay": "report",
     "attach": "attach",
     "watch": "watch",
+    "cache": "cache",
 }
 """Each top-level command and the module (``hostgap.cli.<module>``) whose ``register`` adds it."""
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))

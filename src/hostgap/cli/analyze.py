@@ -6,10 +6,11 @@ from __future__ import annotations
 import click
 
 from hostgap import api
-from hostgap.cli.output import note, status
+from hostgap.cli.output import no_cache_option, note, status
 
 
 def output_options(f):
+    f = no_cache_option(f)
     f = click.option("--quiet", "-q", is_flag=True, help="No progress or notes on stderr.")(f)
     f = click.option("--csv", "as_csv", is_flag=True, help="CSV on stdout.")(f)
     f = click.option("--json", "as_json", is_flag=True, help="JSON on stdout (schema: docs/json.md).")(f)
@@ -155,6 +156,7 @@ def register(cli: click.Group) -> None:
     @click.option("-o", "--output", required=True, type=str, help="Output trace (.json or .json.gz).")
     @click.option("--step-marker", metavar="REGEX", help="Annotation names that delimit steps.")
     @click.option("--quiet", "-q", is_flag=True, help="No progress or notes on stderr.")
+    @no_cache_option
     def trim(trace, step_range, output, step_marker, quiet):
         """Write a smaller valid trace holding only steps A:B, the GPU work they launched and the
         GPU work that ran inside them (for fixtures and bug reports); the last kept step ends

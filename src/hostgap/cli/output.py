@@ -46,3 +46,23 @@ def status(message: str, quiet: bool):
         return
     with err().status(message):
         yield
+
+
+def no_cache_option(f):
+    """``--no-cache``: the command neither reads nor fills the analysis cache (docs/input.md)."""
+    import click
+
+    def off(ctx, param, value):
+        if value:
+            import os
+
+            os.environ["HOSTGAP_NO_CACHE"] = "1"  # this process and the workers it starts
+        return value
+
+    return click.option(
+        "--no-cache",
+        is_flag=True,
+        expose_value=False,
+        callback=off,
+        help="Neither read nor fill the analysis cache (decode and analyse from scratch).",
+    )(f)

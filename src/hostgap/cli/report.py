@@ -8,7 +8,7 @@ import sys
 import click
 
 from hostgap import api
-from hostgap.cli.output import note, progress
+from hostgap.cli.output import no_cache_option, note, progress
 
 
 def warn_notes(notes, quiet: bool) -> None:
@@ -20,6 +20,7 @@ def warn_notes(notes, quiet: bool) -> None:
 
 
 def _input_options(f):
+    f = no_cache_option(f)
     f = click.option("--db", metavar="PATH", help="Runs database for run ids [$HOSTGAP_DB or the default].")(f)
     f = click.option(
         "--floor-file", type=click.Path(dir_okay=False), help="Launch-floor result written by `hostgap floor`."
@@ -152,6 +153,7 @@ def register(cli: click.Group) -> None:
     @click.option("--launch-floor-us", type=float, help="Launch floor T_floor in µs.")
     @click.option("--floor-file", type=click.Path(dir_okay=False), help="Launch-floor result of `hostgap floor`.")
     @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+    @no_cache_option
     def overlay(trace, output, step_marker, launch_floor_us, floor_file, quiet):
         """TRACE plus hostgap's tracks (process "hostgap"): step boundaries labelled with their
         numbers, host-exposed gaps per step, and TaxBreak intervals per launch (T_py,

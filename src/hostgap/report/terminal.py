@@ -534,3 +534,22 @@ def run_console(file=None) -> RichConsole:
         return Console(file=TrimmedLines(file), highlight=False, soft_wrap=False, width=160)
     probe = Console()
     return stdout_console(highlight=False, soft_wrap=False, width=probe.width if probe.is_terminal else 160)
+
+
+def cache_lines(doc: dict) -> list[str]:
+    """``hostgap cache`` on the terminal: where, how full, then one line per entry."""
+    import time
+
+    out = []
+    if doc.get("cleared"):
+        c = doc["cleared"]
+        out.append(f"cleared {c['entries']} entr{'y' if c['entries'] == 1 else 'ies'} ({c['bytes'] / 1e6:,.1f} MB)")
+    state = "" if doc["enabled"] else " (off: HOSTGAP_NO_CACHE is set)"
+    out.append(
+        f"analysis cache {doc['dir']}{state}: {len(doc['entries'])} entr{'y' if len(doc['entries']) == 1 else 'ies'}, "
+        f"{doc['total_bytes'] / 1e6:,.1f} MB of {doc['max_bytes'] / 1e9:,.1f} GB"
+    )
+    for e in doc["entries"]:
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e["last_used"]))
+        out.append(f"  {e['size_bytes'] / 1e6:10,.1f} MB  {used}  {e['path']}  ({', '.join(e['parts'])})")
+    return out
