@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TRACES
+
 ROOT = Path(__file__).resolve().parents[1]
 LOAD = ROOT / "src" / "hostgap" / "load"
 INPUTS = int(os.environ.get("HOSTGAP_SANITIZE_INPUTS", "600"))
@@ -83,8 +85,7 @@ def test_fuzz_inputs_under_address_and_ub_sanitizers(tmp_path):
         str(out),
     ]
     subprocess.run(build, check=True, capture_output=True)
-    traces = ROOT.parent / "shared" / "traces"
-    files = sorted(map(str, traces.glob("*/*.json.gz"))) + sorted(
+    files = sorted(map(str, TRACES.glob("*/*.json.gz"))) + sorted(
         map(str, (ROOT / "tests" / "data").rglob("*.json.gz"))
     )
     env = {

@@ -140,7 +140,7 @@ def test_a100_nccl_single_rank_communication():
 def test_two_gpu_nsys_split_by_process(name):
     """One export, two processes: two ranks, ordered by device; communication = NCCL kernels
     that have a runtime launch partner (same process, same correlation id), from SQLite."""
-    path = corpus_path(name)
+    path = corpus_path(name, vendored=True)  # 2gpu_1s: its first 50 ms without the corpus
     doc = analyse([str(path)])
     assert doc["kind"] == "trace_set" and [r["rank_source"] for r in doc["ranks"]] == ["process", "process"]
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
