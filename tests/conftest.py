@@ -50,18 +50,32 @@ def pytest_unconfigure(config):
         os.environ.pop("HOSTGAP_CACHE_DIR", None)
 
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-"""The shared real-trace corpus (read in place, never copied into the repository)."""
+TRACES = Path(os.environ.get("HOSTGAP_TRACES") or Path(__file__).resolve().parents[1].parent / "shared" / "traces")
+"""The shared real-trace corpus, read in place: ``../shared/traces``, or ``$HOSTGAP_TRACES`` (point it
+at a folder that does not exist to run the suite as a clone without the corpus does)."""
 
-HOST_PID = 100
-HOST_TID = 1
+VENDORED = Path(__file__).resolve().parent / "data" / "corpus"
+"""Trimmed copies of a few corpus traces under the same relative names, with their licenses
+(``tests/data/corpus/README.md``): read where the corpus is absent."""
 
 
-def corpus_path(relative: str) -> Path:
-    """Path of a corpus file; skips the calling test with a clear reason when it is absent."""
+def corpus_path(relative: str, *, vendored: bool = False) -> Path:
+    """Path of a corpus file; skips the calling test with a clear reason when it is absent.
+
+    ``vendored=True``: without the corpus, the trimmed copy in ``tests/data/corpus`` instead (for
+    tests whose assertions hold on the copy too)."""
     p = TRACES / relative
+    if not p.exists() and vendored and (VENDORED / relative).exists():
+        return VENDORED / relative
     if not p.exists():
         pytest.skip(f"shared trace corpus not available ({p} missing); tests that need it are skipped")
+    return p
+
+
+def vendored_path(relative: str) -> Path:
+    """A trimmed copy in ``tests/data/corpus`` (always there: part of the repository)."""
+    p = VENDORED / relative
+    assert p.exists(), f"{p} missing (tests/data/corpus/README.md lists the vendored traces)"
     return p
 
 
@@ -71,6 +85,16 @@ def traces_dir() -> Path:
     if not TRACES.is_dir():
         pytest.skip(f"shared trace corpus not available ({TRACES} missing); tests that need it are skipped")
     return TRACES
+
+
+@pytest.fixture(scope="session")
+def traces_or_vendored_dir() -> Path:
+    """The corpus folder, or without it ``tests/data/corpus`` (same layout, trimmed copies)."""
+    return TRACES if TRACES.is_dir() else VENDORED
+
+
+HOST_PID = 100
+HOST_TID = 1
 
 
 @pytest.fixture

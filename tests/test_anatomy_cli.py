@@ -5,20 +5,18 @@ from __future__ import annotations
 import csv
 import io
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from anatomy_builders import H100, US, Timeline
+from conftest import corpus_path, vendored_path
 from hostgap import SCHEMA_VERSION
 from hostgap.anatomy.markers import find_markers
 from hostgap.anatomy.steps import AnalysisOptions, analyze
 from hostgap.cli import cli
 from hostgap.events import Kind
 from hostgap.readers import load_trace
-
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 
 def run(*args):
@@ -226,14 +224,15 @@ def test_trim_round_trip(trace4, tmp_path):
     assert analyze(small).taxbreak["floor_source"].startswith("default:H100")
 
 
-def test_trim_real_trace_round_trip(tmp_path):
-    src = TRACES / "hta" / "a100_deep_queue_rank0.json.gz"
-    if not src.exists():
-        pytest.skip(f"shared trace corpus not available ({src} missing)")
+@pytest.mark.parametrize("source", ["corpus", "vendored"])
+def test_trim_real_trace_round_trip(tmp_path, source):
+    """Steps 1:3 of the whole file; without it, step 1:2 of its trimmed copy (steps 3:5)."""
+    rel = "hta/a100_deep_queue_rank0.json.gz"
+    src, steps = (corpus_path(rel), "1:3") if source == "corpus" else (vendored_path(rel), "1:2")
     out = tmp_path / "dq.json.gz"
-    r = run("trim", src, "--steps", "1:3", "-o", out, "-q")
+    r = run("trim", src, "--steps", steps, "-o", out, "-q")
     assert r.exit_code == 0, r.output
-    big = analyze(load_trace(str(src))).steps[1:3]
+    big = analyze(load_trace(str(src))).steps[slice(*map(int, steps.split(":")))]
     small = analyze(load_trace(str(out))).steps
     assert [s["name"] for s in small] == [s["name"] for s in big]
     assert [s["kernel_count"] for s in small] == [s["kernel_count"] for s in big]
@@ -302,9 +301,7 @@ def test_trim_whole_real_step_keeps_host_wait(tmp_path):
     step's first kernel begins at an earlier kernel that trim keeps)."""
     from hostgap.anatomy.overview import overview
 
-    src = TRACES / "tracelens" / "h100_qwen1.5-0.5b.json.gz"
-    if not src.exists():
-        pytest.skip(f"shared trace corpus not available ({src} missing)")
+    src = corpus_path("tracelens/h100_qwen1.5-0.5b.json.gz", vendored=True)  # or its copy, trimmed so
     out = tmp_path / "q.json.gz"
     assert run("trim", src, "--steps", "0:1", "-o", out, "-q").exit_code == 0
     big, small = load_trace(str(src)), load_trace(str(out))

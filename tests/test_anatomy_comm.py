@@ -151,7 +151,7 @@ NCCL = "hta/a100_nccl_2rank.json.gz"
 
 @pytest.fixture(scope="module")
 def nccl():
-    path = str(corpus_path(NCCL))
+    path = str(corpus_path(NCCL, vendored=True))  # without the corpus: ProfilerStep#4 of it
     trace = load_trace(path)
     return path, trace, analyze(trace)
 

@@ -85,7 +85,7 @@ def test_graph_launch_without_kernels_gets_no_host_bound_verdict(kineto_trace):
 def test_corpus_full_graph_trace_is_flagged():
     """TraceLens' MI300X vLLM decode in FULL graph mode: one hipGraphLaunch replaying ~421
     kernels; the CPU annotation ends 2.4 ms into a 19 ms step whose GPU work starts at 8.4 ms."""
-    a = analyze(load_trace(str(corpus_path("tracelens/mi300x_vllm_decode_fullgraph.json.gz")))).to_dict()
+    a = analyze(load_trace(str(corpus_path("tracelens/mi300x_vllm_decode_fullgraph.json.gz", vendored=True)))).to_dict()
     (s,) = a["steps"]
     assert s["graph_launches"] == 1 and s["kernel_count"] > 400
     assert "annotation-ends-early" in s["graph_flags"]

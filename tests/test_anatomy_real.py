@@ -1,4 +1,5 @@
-"""Step anatomy on real traces from ../shared/traces (skipped when the corpus is absent)."""
+"""Step anatomy on real traces from ../shared/traces; without the corpus, the tests whose
+assertions hold on a trimmed copy read it from tests/data/corpus, the others skip."""
 
 from __future__ import annotations
 
@@ -8,30 +9,28 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import corpus_path, vendored_path
 from hostgap.anatomy.link import link
 from hostgap.anatomy.steps import analyze
 from hostgap.events import Kind
 from hostgap.readers import load_trace
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
-
-def corpus(relative: str) -> str:
-    p = TRACES / relative
-    if not p.exists():
-        pytest.skip(f"shared trace corpus not available ({p} missing)")
-    return str(p)
+def corpus(relative: str, vendored: bool = False) -> str:
+    return str(corpus_path(relative, vendored=vendored))
 
 
 @pytest.fixture(scope="module")
 def vllm_graph():
-    t = load_trace(corpus("tracelens/mi300x_vllm_decode_fullgraph.json.gz"))
+    # the trimmed copy (its one step) holds every event and number of the step
+    t = load_trace(corpus("tracelens/mi300x_vllm_decode_fullgraph.json.gz", vendored=True))
     return t, analyze(t)
 
 
 @pytest.fixture(scope="module")
 def hf_eager():
-    t = load_trace(corpus("tracelens/h100_qwen1.5-0.5b.json.gz"))
+    # the trimmed copy keeps ProfilerStep#6 and the work running inside it
+    t = load_trace(corpus("tracelens/h100_qwen1.5-0.5b.json.gz", vendored=True))
     return t, analyze(t)
 
 
@@ -193,7 +192,7 @@ def test_benchmark_script_runs(capsys):
     spec = importlib.util.spec_from_file_location("anatomy_bench", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    trace = corpus("tracelens/mi300x_vllm_decode_fullgraph.json.gz")
+    trace = corpus("tracelens/mi300x_vllm_decode_fullgraph.json.gz", vendored=True)
     assert bench.main([trace, "--repeats", "1", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["stages"]) == {"link", "taxbreak", "analyze", "total"}
@@ -207,8 +206,26 @@ def test_deep_queue_last_step_is_queued(deep_queue):
     assert a.summary["steady"]["count"] == 0
 
 
+def test_vendored_deep_queue_steps_are_queued_and_judged_by_host_wait():
+    """The trimmed copy (steps 3:5 of five) on its own pinned numbers: both steps queued, the
+    verdict on host wait, not host-bound."""
+    t = load_trace(str(vendored_path("hta/a100_deep_queue_rank0.json.gz")))
+    a = analyze(t)
+    assert a.marker_family == "profiler_step" and len(a.steps) == 2
+    assert all(s["queued"] for s in a.steps)
+    assert all(s["host_wait_ns"] < 0.05 * s["wall_ns"] for s in a.steps)
+    v = a.verdict
+    assert v["basis"] == "host_cause_fraction" and "queued" in v["note"]
+    assert v["verdict"] == "unexplained-idle" and v["idle_shares"]["unexplained"] >= 0.25
+    assert v["host_wait_share"] < 0.05 < v["host_fraction"]
+    tb = a.taxbreak
+    assert tb["queued_launches"] > 0.9 * (tb["launches"] + tb["graph_launches"])
+    assert tb["kt_fw_samples"] + tb["queued_launches"] == tb["launches"] + tb["graph_launches"]
+    assert a.summary["steady"]["count"] == 0
+
+
 def test_cpu_only_real_trace_says_not_applicable():
-    t = load_trace(corpus("hta/cpu_only.json.gz"))
+    t = load_trace(corpus("hta/cpu_only.json.gz", vendored=True))
     a = analyze(t)
     assert a.activity == "cpu-compute" and a.kernels is None
     assert a.taxbreak["applicable"] is False and a.taxbreak["hdbi"] is None and a.taxbreak["ft_ns"] is None

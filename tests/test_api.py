@@ -98,8 +98,8 @@ def test_steps_and_kernels_are_the_commands(pair):
     assert "launches of" in k.text()
 
 
-def test_trace_set_is_the_command(traces_dir):
-    rank_dir = traces_dir / "hta"
+def test_trace_set_is_the_command(traces_or_vendored_dir):
+    rank_dir = traces_or_vendored_dir / "hta"  # without the corpus: the trimmed copies (one step each)
     files = [str(rank_dir / "sampled_rank-0.json.gz"), str(rank_dir / "sampled_rank-1.json.gz")]
     r = hostgap.analyze(files, jobs=1)
     assert isinstance(r, hostgap.TraceSetResult)

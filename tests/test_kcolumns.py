@@ -7,6 +7,7 @@ from __future__ import annotations
 import decimal
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -259,9 +260,10 @@ def test_install_without_a_compiler_succeeds(tmp_path):
     """setup.py's build_ext: a compiler that fails leaves a note and no extension, not an error."""
     for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE"):
         (tmp_path / name).write_bytes((ROOT / name).read_bytes())
-    src = tmp_path / "src" / "hostgap" / "load"
+    src = tmp_path / "src" / "hostgap" / "readers"
     src.mkdir(parents=True)
     (src / "_kcolumns.c").write_bytes((ROOT / "src/hostgap/readers/_kcolumns.c").read_bytes())
+    shutil.copytree(ROOT / "src/hostgap/readers/_yyjson", src / "_yyjson")  # every source there: the compiler fails
     env = {**os.environ, "CC": "false", "LDSHARED": "false"}
     r = subprocess.run(
         [

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TRACES
+
 ROOT = Path(__file__).resolve().parents[1]
-LOAD = ROOT / "src" / "hostgap" / "load"
+LOAD = ROOT / "src" / "hostgap" / "readers"
 INPUTS = int(os.environ.get("HOSTGAP_SANITIZE_INPUTS", "600"))
 
 CHILD = r"""
@@ -62,7 +64,7 @@ def test_fuzz_inputs_under_address_and_ub_sanitizers(tmp_path):
         pytest.skip("libasan/libubsan not installed")
     tree = tmp_path / "src"
     shutil.copytree(ROOT / "src" / "hostgap", tree / "hostgap", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    out = tree / "hostgap" / "load" / ("_kcolumns" + sysconfig.get_config_var("EXT_SUFFIX"))
+    out = tree / "hostgap" / "readers" / ("_kcolumns" + sysconfig.get_config_var("EXT_SUFFIX"))
     build = [
         cc,
         "-shared",
@@ -83,8 +85,7 @@ def test_fuzz_inputs_under_address_and_ub_sanitizers(tmp_path):
         str(out),
     ]
     subprocess.run(build, check=True, capture_output=True)
-    traces = ROOT.parent / "shared" / "traces"
-    files = sorted(map(str, traces.glob("*/*.json.gz"))) + sorted(
+    files = sorted(map(str, TRACES.glob("*/*.json.gz"))) + sorted(
         map(str, (ROOT / "tests" / "data").rglob("*.json.gz"))
     )
     env = {

@@ -12,12 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import TRACES, vendored_path
 from hostgap.errors import HostgapError
 from hostgap.events import NONE, CopyKind, Kind
 from hostgap.readers import load_trace
 from hostgap.readers.nsys import NO_CUDA_TABLES, api_base_name, classify_api, load_nsys
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "nsys"
+SHARED = TRACES / "nsys"
 HW = 1 << 48  # nsys puts hardware/VM ids above the pid bits
 
 
@@ -500,6 +501,8 @@ def test_missing_file_is_a_hostgap_error(tmp_path):
 REAL = {
     "h100_2gpu_1s.sqlite": {"kernels": 3442, "runtime": 5796, "memcpy": 904, "nvtx": 16782},
     "h100_2gpu_mfu_before.sqlite": {},
+    # the vendored copy (tests/data/corpus: its first 50 ms), read with or without the corpus
+    "vendored:h100_2gpu_1s.sqlite": {"kernels": 206, "runtime": 362, "memcpy": 56, "nvtx": 934},
 }
 
 
@@ -529,7 +532,8 @@ def _sql_counts(path: Path) -> dict[str, int]:
 
 @pytest.fixture(scope="module", params=sorted(REAL))
 def real(request):
-    path = SHARED / request.param
+    name = request.param
+    path = vendored_path(f"nsys/{name.split(':')[1]}") if name.startswith("vendored:") else SHARED / name
     if not path.exists():
         pytest.skip(f"{path} not present (the shared trace corpus is not checked out beside the project)")
     t0 = time.perf_counter()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import json
 import tracemalloc
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,17 +19,14 @@ from click.testing import CliRunner
 import hostgap.readers.kineto as kineto
 import hostgap.readers.kineto_stream as kstream
 import hostgap.readers.text as text_mod
+from conftest import TRACES, VENDORED
 from hostgap.cli import cli
 from hostgap.errors import HostgapError
 from hostgap.events import COLUMNS
 from hostgap.readers import load_trace
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-CORPUS = (
-    sorted(str(p.relative_to(TRACES)) for p in TRACES.glob("*/*") if p.name.endswith((".json", ".json.gz", ".sqlite")))
-    if TRACES.is_dir()
-    else []
-)
+BASE = TRACES if TRACES.is_dir() else VENDORED  # without the corpus: its trimmed copies
+CORPUS = sorted(str(p.relative_to(BASE)) for p in BASE.glob("*/*") if p.name.endswith((".json", ".json.gz", ".sqlite")))
 
 
 @pytest.fixture
@@ -55,10 +51,10 @@ def analyze_json(path: str) -> str:
     return res.stdout
 
 
-@pytest.mark.parametrize("rel", CORPUS or ["(corpus absent)"])
+@pytest.mark.parametrize("rel", CORPUS)
 @pytest.mark.parametrize("chunk", [kstream.CHUNK, 5003])
-def test_corpus_analyze_json_identical_to_whole_text_path(rel, chunk, monkeypatch, whole_path_calls, traces_dir):
-    path = str(traces_dir / rel)
+def test_corpus_analyze_json_identical_to_whole_text_path(rel, chunk, monkeypatch, whole_path_calls):
+    path = str(BASE / rel)
     monkeypatch.setattr(kineto, "STREAMING", False)
     reference = analyze_json(path)
     n_whole = len(whole_path_calls)

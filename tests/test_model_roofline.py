@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import TRACES
 from hostgap.errors import HostgapError
 from hostgap.model import roofline, vidur
 from hostgap.model.accounting import account, decode_cell
@@ -15,7 +16,7 @@ from hostgap.model.arch import get_preset
 from hostgap.model.devices import BUILTIN, find_device, load_device_file
 from hostgap.model.roofline import Efficiency, OpSamples, op_time_ns
 
-VIDUR = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "vidur"
+VIDUR = TRACES / "vidur"
 
 
 def test_memory_bound_op_follows_bandwidth_not_peak():

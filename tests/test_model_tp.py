@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from conftest import TRACES
 from hostgap.model import tp, vidur
 from hostgap.model.devices import find_device
 
-VIDUR = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "vidur"
+VIDUR = TRACES / "vidur"
 
 
 @pytest.mark.parametrize(

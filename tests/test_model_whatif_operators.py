@@ -301,7 +301,7 @@ def test_graph_launch_cost_on_the_mi300x_trace():
     from hostgap.anatomy.overview import overview
     from hostgap.readers import load_trace as load
 
-    doc = overview(load(str(corpus_path("tracelens/mi300x_vllm_decode_fullgraph.json.gz"))))
+    doc = overview(load(str(corpus_path("tracelens/mi300x_vllm_decode_fullgraph.json.gz", vendored=True))))
     # one hipGraphLaunch of 506.768 us replaying 421 kernels: 1.204 us per node, the MI300X point
     # graphlaunch.POINTS fits on
     g = doc["graph_launch_cost"]

@@ -1,6 +1,7 @@
 """Trace sets on the real multi-rank corpus (../shared/traces): expected values computed in the
 test from the raw files (JSON parsed with exact decimals, SQLite queried directly), with plain
-Python interval arithmetic, independent of hostgap's loaders and vectorised code."""
+Python interval arithmetic, independent of hostgap's loaders and vectorised code. Without the
+corpus, the trimmed copies in tests/data/corpus stand in where the checks hold on them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from decimal import Decimal
 
 import pytest
 
-from conftest import corpus_path
+from conftest import corpus_path, vendored_path
 from hostgap.analysis.traceset import analyse
 
 SAMPLED = ("hta/sampled_rank-0.json.gz", "hta/sampled_rank-1.json.gz")
@@ -76,12 +77,21 @@ def waits(starts_durs_by_rank):
 
 def test_sampled_ranks_exact():
     paths = [str(corpus_path(p)) for p in SAMPLED]
+    check_sampled_ranks(paths, ["ProfilerStep#551", "ProfilerStep#552"])
+
+
+def test_sampled_ranks_exact_on_the_vendored_copies():
+    """The trimmed copies (ProfilerStep#551 of each rank): the same checks, their one step."""
+    check_sampled_ranks([str(vendored_path(p)) for p in SAMPLED], ["ProfilerStep#551"])
+
+
+def check_sampled_ranks(paths: list[str], steps: list[str]) -> None:
     doc = analyse(paths)
     raw = [raw_kineto_steps(p) for p in paths]
     assert [r["rank"] for r in doc["ranks"]] == [0, 1] and doc["cross_rank"]["world_size"] == 128
     assert doc["notes"] == ["2 of 128 ranks present: cross-rank figures cover those ranks only"]
     cr = doc["cross_rank"]
-    assert cr["step_match"] == "name" and [s["name"] for s in cr["steps"]] == ["ProfilerStep#551", "ProfilerStep#552"]
+    assert cr["step_match"] == "name" and [s["name"] for s in cr["steps"]] == steps
     for s in cr["steps"]:
         parts = [r[s["name"]] for r in raw]
         for p, part in zip(s["per_rank"], parts):
@@ -99,7 +109,7 @@ def test_sampled_ranks_exact():
 
 
 def test_sampled_ranks_as_a_directory_equal_the_file_list(tmp_path):
-    paths = [corpus_path(p) for p in SAMPLED]
+    paths = [corpus_path(p, vendored=True) for p in SAMPLED]
     d = tmp_path / "ranks"
     d.mkdir()
     for p in paths:
@@ -113,7 +123,7 @@ def test_sampled_ranks_as_a_directory_equal_the_file_list(tmp_path):
 def test_a100_nccl_single_rank_communication():
     """Rank 0 of 2 alone: one trace, its all-reduce and broadcast kernels classed as
     communication (counts and union from the raw file)."""
-    path = corpus_path("hta/a100_nccl_2rank.json.gz")
+    path = corpus_path("hta/a100_nccl_2rank.json.gz", vendored=True)
     doc = analyse([str(path)])
     assert doc["rank"] == 0 and doc["world_size"] == 2
     raw = raw_kineto_steps(path)
@@ -130,7 +140,7 @@ def test_a100_nccl_single_rank_communication():
 def test_two_gpu_nsys_split_by_process(name):
     """One export, two processes: two ranks, ordered by device; communication = NCCL kernels
     that have a runtime launch partner (same process, same correlation id), from SQLite."""
-    path = corpus_path(name)
+    path = corpus_path(name, vendored=True)  # 2gpu_1s: its first 50 ms without the corpus
     doc = analyse([str(path)])
     assert doc["kind"] == "trace_set" and [r["rank_source"] for r in doc["ranks"]] == ["process", "process"]
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from conftest import corpus_path
 from hostgap.cli import cli
 from hostgap.report.html import FIGURES, active_content, embedded_json
 from test_report_fixtures import (
@@ -25,8 +26,6 @@ from test_report_fixtures import (
     run_chromium,
     write_trace,
 )
-
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 
 class Page(HTMLParser):
@@ -185,10 +184,8 @@ def test_many_steps_are_binned_and_the_report_stays_small(tmp_path):
 
 @pytest.mark.slow
 def test_corpus_report_size_and_figures(tmp_path):
-    qwen = CORPUS / "tracelens" / "h100_qwen1.5-0.5b.json.gz"
-    vllm = CORPUS / "tracelens" / "mi300x_vllm_decode_fullgraph.json.gz"
-    if not qwen.exists() or not vllm.exists():
-        pytest.skip(f"shared trace corpus not available ({CORPUS} missing)")
+    qwen = corpus_path("tracelens/h100_qwen1.5-0.5b.json.gz", vendored=True)
+    vllm = corpus_path("tracelens/mi300x_vllm_decode_fullgraph.json.gz", vendored=True)
     run = make_run_dir(tmp_path)
     text, data = run_report([str(qwen), str(vllm), str(run), "-o", str(tmp_path / "corpus.html")])
     assert len(text.encode()) < 3_000_000

@@ -30,7 +30,7 @@ def cpu_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two_gpu_report(tmp_path_factory, cpu_run):
-    trace = str(corpus_path(TWO_GPU))
+    trace = str(corpus_path(TWO_GPU, vendored=True))  # or its first 50 ms (tests/data/corpus)
     d = tmp_path_factory.mktemp("two")
     out = d / "report.html"
     res = CliRunner().invoke(cli, ["report", str(cpu_run), trace, "-o", str(out), "--json", "-q"])

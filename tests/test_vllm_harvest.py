@@ -131,7 +131,7 @@ def test_table_contract_columns_types_and_csv(tmp_path, kineto_trace):
 
 
 def test_harvest_of_the_mi300x_vllm_trace(tmp_path):
-    path = corpus_path("tracelens/mi300x_vllm_decode_fullgraph.json.gz")
+    path = corpus_path("tracelens/mi300x_vllm_decode_fullgraph.json.gz", vendored=True)
     out = tmp_path / "mi.parquet"
     s = hv.harvest_traces([str(path)], out)
     (row,) = pq.read_table(out).to_pylist()
