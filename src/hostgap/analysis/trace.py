@@ -93,8 +93,7 @@ class TraceAnalysis:
         return links
 
     def _key(self, top: int | None = None) -> str:
-        opts = self.options if top is None or top == self.options.top else replace(self.options, top=top)
-        return C.options_key(opts)
+        return C.options_key(self.options if top is None else replace(self.options, top=top))
 
     def _cached(self, name: str, top: int | None = None) -> dict | None:
         return self.entry.document(f"{self._key(top)}-{name}", name) if self.entry else None
