@@ -180,12 +180,13 @@ class TraceAnalysis:
             parts.update({k: float(cached[k]) for k in ("dispatch_base_ns", "floor_ns")})
             return kernel_rows_of(self.trace, KernelTaxes(**parts), launch_class)
         a = self.anatomy()
-        if a.kernels is None or a.launch_class is None:
+        if a.kernels is None:  # a CPU trace: no launches (launch_class is set with kernels)
             return []
+        launch_class = np.asarray(a.launch_class)
         if self.entry:
             arrays = {f.name: np.asarray(getattr(a.kernels, f.name)) for f in fields(a.kernels)}
-            self.entry.put_arrays(group, {**arrays, "launch_class": a.launch_class})
-        return kernel_rows_of(self.trace, a.kernels, a.launch_class)
+            self.entry.put_arrays(group, {**arrays, "launch_class": launch_class})
+        return kernel_rows_of(self.trace, a.kernels, launch_class)
 
 
 def analyse_trace(
