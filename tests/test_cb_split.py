@@ -228,9 +228,9 @@ def test_rows():
     assert rows[2] == ("  host in the step", "1.000 ms", "25.0 % · forward Python/dispatch, kwargs, sampling")
     assert rows[3] == ("  loop host between steps", "0.900 ms", "22.5 % · update, admission, scheduling, inputs")
     assert rows[4] == (
-        "    largest parts",
-        "inputs 500 µs · update 250 µs · schedule 100 µs · admit 40 µs",
-        "loop host by part",
+        "    largest loop parts",
+        "inputs 0.500 · update 0.250 · schedule 0.100 ms",
+        "host by hostgap.cb.* part",
     )
     assert rows[5] == ("  between forward passes", "1.000 ms", "loop host + compute outside the step")
     assert len(rows) == 6

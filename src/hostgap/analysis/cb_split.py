@@ -275,7 +275,8 @@ def rows(split: dict | None) -> list[tuple[str, str, str]]:
     for k in LABELS:
         out.append((f"  {LABELS[k]}", ms(split[k]), f"{split['shares'][k] * 100:.1f} % · {ROW_DETAIL[k]}"))
         if k == "loop_host_ns":
-            top = sorted(split["loop_parts"].items(), key=lambda kv: -kv[1])[:4]
-            out.append(("    largest parts", " · ".join(f"{p} {v / 1e3:.0f} µs" for p, v in top), "loop host by part"))
+            top = sorted(split["loop_parts"].items(), key=lambda kv: -kv[1])[:3]
+            text = " · ".join(f"{p} {v / 1e6:.3f}" for p, v in top) + " ms"
+            out.append(("    largest loop parts", text, "host by hostgap.cb.* part"))
     out.append(("  between forward passes", ms(split["between_ns"]), "loop host + compute outside the step"))
     return out
