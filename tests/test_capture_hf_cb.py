@@ -382,6 +382,7 @@ def test_measure_sync_and_async_side_by_side(tmp_path):
         split = facts["cb_split"]
         assert split["compute_ns"] + split["step_host_ns"] + split["loop_host_ns"] == pytest.approx(split["step_ns"])
         assert facts["forward_steps_per_call"]["16"] == 16 + (x["engine"] == "hf-cb-async")
+        assert facts["attn_implementation"] == "sdpa" and facts["transformers"]  # kept after close
         assert x["differencing"]["thread_t_step_ns"] is not None  # the loop thread's clock
         assert x["engine_difference"]["base"] == "hf-cb" and x["engine_difference"]["schedule"] == "interleaved"
         run_dir = Path(x["run_dir"])

@@ -81,6 +81,7 @@ class HFCBEngine(Engine):
         self.split: dict | None = None
         self.resolved: dict = {}
         self.async_mode = "off"
+        self.attn: str | None = None  # kept: describe() runs again after close
 
     # -- setup ------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -145,6 +146,7 @@ class HFCBEngine(Engine):
             self.hooks.thread_ident = thread.ident
             self._cpu_clock = _thread_clock(thread.ident)
         self.resolved = resolved_config(self.mgr.continuous_batching_config)
+        self.attn = getattr(self.model.config, "_attn_implementation", None)
 
     # -- generate ---------------------------------------------------------------------
     def _loop_cpu_ns(self) -> int:
@@ -247,7 +249,7 @@ class HFCBEngine(Engine):
             "engine": self.name,
             "torch": torch.__version__,
             "transformers": transformers.__version__,
-            "attn_implementation": getattr(getattr(self.model, "config", None), "_attn_implementation", None),
+            "attn_implementation": self.attn,
             "threads": torch.get_num_threads(),
             "device_name": _device_name(torch, self.workload.device),
             "cb_config": self.resolved,
