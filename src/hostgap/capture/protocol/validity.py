@@ -171,8 +171,9 @@ def agreement(diff_fraction: float | None, anatomy_fraction: float | None) -> di
 
 
 def in_thread(cfg) -> bool:
-    """The whole decode runs on the measuring thread (CPU, in-process engine, one thread): only
-    then does its CPU time stand for the run's undisturbed wall time. ``cfg``: a
+    """The whole decode runs on one thread of this process whose CPU time the engine reports
+    (CPU, an engine of :data:`~hostgap.capture.protocol.engine.ONE_THREAD`, one intra-op thread):
+    only then does that CPU time stand for the run's undisturbed wall time. ``cfg``: a
     :class:`~hostgap.capture.protocol.orchestrate.MeasureConfig`."""
     return cfg.device == "cpu" and cfg.engine in ONE_THREAD and cfg.threads == 1
 
