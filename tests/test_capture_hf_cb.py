@@ -270,6 +270,16 @@ SPLIT = {
 }
 
 
+def test_the_difference_line_claims_a_host_cost_only_against_hf():
+    from hostgap.capture.protocol.engine_diff import difference_line
+
+    part = {"value": 1e5, "lo": 0.0, "hi": 2e5}
+    diff = {"base": "hf-cb", "other": "hf-cb-async", "valid": True, "level": 0.95, "schedule": "interleaved"}
+    diff.update(wall_ns=part, host_exposed_ns=part)
+    assert difference_line(diff).endswith("host-exposed +0.100 ms/step [+0.000, +0.200]")
+    assert difference_line(dict(diff, base="hf", other="vllm")).endswith("beyond the in-process loop)")
+
+
 def test_measure_table_rows_for_the_loop():
     facts = {
         "engine": "hf-cb-async",
