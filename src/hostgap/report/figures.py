@@ -403,11 +403,15 @@ C_PROC = {"compute_ns": C_GPU, "worker_host_ns": C_HOST, "between_ns": "#8C8C8C"
 
 def processes_figure(inp: Input, fid: str) -> Figure:
     """vLLM runs: the traced decode step split across the engine's processes, one stacked bar
-    (``engine_facts.process_split``; hostgap.analysis.vllm_split)."""
+    (``engine_facts.process_split``; hostgap.analysis.vllm_split); continuous batching
+    (``hf-cb``): :func:`loop_figure`."""
     from hostgap.analysis.vllm_split import DETAIL, LABELS, PARTS
 
+    facts = (inp.results or {}).get("engine_facts") or {}
+    if str(facts.get("engine", "")).startswith("hf-cb"):
+        return loop_figure(facts.get("cb_split") or {}, fid)
     title = "Where the engine step goes across vLLM's processes"
-    split = ((inp.results or {}).get("engine_facts") or {}).get("process_split") or {}
+    split = facts.get("process_split") or {}
     if "step_ns" not in split:
         why = split.get("unavailable") or "only a vLLM run measured by hostgap measure --engine vllm has one"
         return Figure(fid, title, f"Not available: {why}.", None)
@@ -432,6 +436,45 @@ def processes_figure(inp: Input, fid: str) -> Figure:
         + f". The parts add up to the traced step ({_ms(split['step_ns'])}, profiler overhead included). "
         "The frontend runs beside this loop: what it adds per step on untraced runs is "
         + (f"{_ms(fe)}." if fe is not None else "not known.")
+    )
+    return Figure(fid, title, caption, draw(build, salt=fid))
+
+
+def loop_figure(split: dict, fid: str) -> Figure:
+    """transformers' continuous batching: the traced decode step tiled into compute, host in the
+    step and the loop's host parts between steps, one stacked bar (hostgap.analysis.cb_split)."""
+    title = "Where the continuous-batching loop's step goes"
+    if "step_ns" not in split:
+        why = split.get("unavailable") or "no decode steps in the traced run"
+        return Figure(fid, title, f"Not available: {why}.", None)
+    loop = sorted(split["loop_parts"].items(), key=lambda kv: -kv[1])
+    shown = loop[:4]
+    bars = [("compute", split["compute_ns"], C_GPU), ("host in the step", split["step_host_ns"], C_HOST)]
+    greys = ("#525252", "#737373", "#969696", "#BDBDBD")
+    bars += [(f"loop: {p}", v, greys[i]) for i, (p, v) in enumerate(shown)]
+    rest = sum(v for _p, v in loop[4:])
+    if rest:
+        bars.append(("loop: rest", rest, "#D9D9D9"))
+
+    def build():
+        fig = new_figure(9.0, 2.0)
+        ax = fig.add_subplot()
+        left = 0.0
+        for label, v, color in bars:
+            ax.barh([0], [v / 1e6], left=[left], color=color, label=f"{label} ({v / 1e6:.3f} ms)")
+            left += v / 1e6
+        ax.set_yticks([])
+        ax.set_xlabel("ms per decode step (traced)")
+        fig.legend(loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+        return fig
+
+    caption = (
+        f"Mean over {split['steps']} steady decode steps of the traced N2 run, from the loop thread's "
+        "annotations: compute = device-active time in the step; host in the step = the forward's Python and "
+        "dispatch, kwargs, sampling; loop = the loop's host work between forward passes (update, admission, "
+        "scheduling, input preparation), by part. The parts add up to the traced step "
+        f"({_ms(split['step_ns'])}, profiler overhead included); the loop's work between forward passes, "
+        f"compute included, is {_ms(split['between_ns'])} per step."
     )
     return Figure(fid, title, caption, draw(build, salt=fid))
 

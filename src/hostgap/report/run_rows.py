@@ -5,6 +5,7 @@ Pure formatting (no terminal code): the CLI renders these rows with rich; tests 
 
 from __future__ import annotations
 
+from hostgap.analysis import cb_split
 from hostgap.analysis.vllm_split import table_rows
 from hostgap.capture.protocol.results import ACTIVITY_LABEL
 from hostgap.checks import is_valid
@@ -89,11 +90,30 @@ def agreement_note(r: dict) -> str | None:
 
 
 def _process_rows(r: dict) -> list[tuple[str, str, str]]:
-    """vLLM: the step split across the engine's processes (``engine_facts.process_split``)."""
+    """vLLM: the step split across the engine's processes (``engine_facts.process_split``);
+    transformers' continuous batching: the loop's split (``engine_facts.cb_split``)."""
     facts = r.get("engine_facts") or {}
-    if facts.get("engine") != "vllm":
-        return []
-    return table_rows(facts)
+    if facts.get("engine") == "vllm":
+        return table_rows(facts)
+    if str(facts.get("engine", "")).startswith("hf-cb"):
+        return cb_rows(facts, r.get("n2"))
+    return []
+
+
+def cb_rows(facts: dict, n2: int | None) -> list[tuple[str, str, str]]:
+    """The continuous-batching loop's split, its async mode and its forward steps per call."""
+    rows = cb_split.rows(facts.get("cb_split"))
+    mode = str(facts.get("async_mode") or "off")
+    if mode.startswith("forced"):
+        rows.append(("async batching", "forced on CPU", mode.partition(": ")[2]))
+    elif mode == "on":
+        rows.append(("async batching", "on", "batch N+1 prepared while batch N computes"))
+    steps = (facts.get("forward_steps_per_call") or {}).get(str(n2))
+    if steps is not None and n2:
+        extra = steps - n2
+        why = "one prefill + N - 1 decode steps" if extra == 0 else f"{extra:+d}: the async loop's wasted step"
+        rows.append(("forward steps per call", f"{steps} for N2 = {n2}", why))
+    return rows
 
 
 def _anatomy_rows(r: dict) -> list[tuple[str, str, str]]:

@@ -115,8 +115,16 @@ class Engine(abc.ABC):
 ENGINES: dict[str, str | type[Engine]] = {
     "hf": "hostgap.capture.engines.hf:HFEngine",
     "vllm": "hostgap.capture.engines.vllm_engine:VllmEngine",
+    "hf-cb": "hostgap.capture.engines.hf_cb:HFCBEngine",
+    "hf-cb-async": "hostgap.capture.engines.hf_cb:HFCBAsyncEngine",
 }
 """Engine name -> class, or ``"module:Class"`` imported on first use."""
+
+ONE_THREAD = ("hf", "hf-cb", "hf-cb-async")
+"""Engines whose whole decode runs on one thread of this process whose CPU time they report as
+``last_thread_ns`` (``hf``: the measuring thread; ``hf-cb``: transformers' loop thread): on a
+CPU with one intra-op thread, the contention check's basis
+(:func:`hostgap.capture.protocol.validity.in_thread`)."""
 
 
 def load_engine(name: str) -> type[Engine]:

@@ -161,7 +161,8 @@ def resolve(cfg: MeasureConfig) -> MeasureConfig:
         raise HostgapError("--sweep", f"token counts must lie within N1..N2 ({cfg.n1}..{n2})")
     if cfg.mode == "graph" and device != "cuda" and cfg.engine != "vllm":
         # (vLLM on CPU: graph mode means its torch.compile path, which works there)
-        raise HostgapError("--mode graph", "CUDA graphs need a CUDA device (use --mode static on CPU)")
+        hint = " (use --mode static on CPU)" if cfg.engine == "hf" else ""
+        raise HostgapError("--mode graph", f"CUDA graphs need a CUDA device{hint}")
     from hostgap.capture.protocol.converge import default_budget
 
     return replace(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hostgap.capture.protocol.engine import ONE_THREAD
 from hostgap.checks import INFLATION_LIMIT, reasons
 from hostgap.errors import EXIT_INVALID  # measure's exit status when a measurement is invalid
 
@@ -170,10 +171,11 @@ def agreement(diff_fraction: float | None, anatomy_fraction: float | None) -> di
 
 
 def in_thread(cfg) -> bool:
-    """The whole decode runs on the measuring thread (CPU, in-process engine, one thread): only
-    then does its CPU time stand for the run's undisturbed wall time. ``cfg``: a
+    """The whole decode runs on one thread of this process whose CPU time the engine reports
+    (CPU, an engine of :data:`~hostgap.capture.protocol.engine.ONE_THREAD`, one intra-op thread):
+    only then does that CPU time stand for the run's undisturbed wall time. ``cfg``: a
     :class:`~hostgap.capture.protocol.orchestrate.MeasureConfig`."""
-    return cfg.device == "cpu" and cfg.engine == "hf" and cfg.threads == 1
+    return cfg.device == "cpu" and cfg.engine in ONE_THREAD and cfg.threads == 1
 
 
 def contention_of(cfg, raw: dict) -> dict:

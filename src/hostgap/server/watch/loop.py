@@ -224,7 +224,12 @@ def first_scrape(config: WatchConfig) -> Scrape:
     except ScrapeFailed as exc:
         raise HostgapError(config.url, f"no metrics from the server: {exc.problem}") from None
     except MetricsUnavailable as exc:
-        raise HostgapError(config.url, exc.problem) from None
+        from hostgap.server.attach.detect import TRANSFORMERS_SERVE, is_transformers_serve
+
+        base = exc.source.removesuffix("/metrics")
+        raise HostgapError(
+            config.url, TRANSFORMERS_SERVE if is_transformers_serve(base, config.opening_timeout_s) else exc.problem
+        ) from None
     if s.engine is None:
         raise HostgapError(s.url, f"no vllm: or sglang: metrics ({SGLANG_HINT}; {VLLM_HINT})")
     return s
