@@ -137,7 +137,12 @@ def register(cli: click.Group) -> None:
     @cli.command("measure")
     @click.option("--preset", "-p", default=None, help="workload preset [tiny on CPU, llama-3.2-1b on CUDA]")
     @click.option("--model", type=click.Path(), default=None, help="local checkpoint directory instead of a preset")
-    @click.option("--engine", default="hf", show_default=True, help="hf, vllm, or hf,vllm side by side")
+    @click.option(
+        "--engine",
+        default="hf",
+        show_default=True,
+        help="hf (generate), hf-cb or hf-cb-async (transformers continuous batching), vllm; two side by side: hf,vllm",
+    )
     @click.option(
         "--mode",
         default="eager",
