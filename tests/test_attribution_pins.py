@@ -1,0 +1,275 @@
+"""Attribution numbers a changed operator would get wrong (mutation audit of
+model/attribution/, bench/mutation.sh): R² and relative errors on three steps, the token
+baseline per class, the held-out selection from a stored split, the training-range note, and
+the guards on model files. Every model and step table is written by hand; every expected value
+follows from them in the comments."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+
+import numpy as np
+import pytest
+
+from hostgap.errors import HostgapError
+from hostgap.model import attribution as A
+from hostgap.model.attribution.heldout import _encode_rows
+from hostgap.model.steps_data import Steps
+
+INF = math.inf
+
+
+def steps(wall, n_requests, sum_p, sum_c, *, n_prefill=None, host=None, source_idx=None, sources=("hand",)):
+    """A step table from per-step sums; a decode step (p = 1 per request) has Σp² = Σp and
+    Σp·c = Σc, a prefill step gets Σp² = Σp·p̄ and Σp·c = Σc·p̄ (one mean chunk), which no test
+    here reads."""
+    n = len(wall)
+    f = lambda v: np.asarray(v, dtype=float)  # noqa: E731
+    sum_p, sum_c, n_req = f(sum_p), f(sum_c), f(n_requests)
+    mean_p = sum_p / n_req
+    return Steps(
+        sources=sources,
+        source_idx=np.zeros(n, np.int32) if source_idx is None else np.asarray(source_idx, np.int32),
+        step=np.arange(n, dtype=np.int64),
+        wall_ns=f(wall),
+        gpu_active_ns=np.full(n, np.nan) if host is None else f(wall) - f(host),
+        host_exposed_ns=np.full(n, np.nan) if host is None else f(host),
+        host_wait_ns=np.full(n, np.nan),
+        queued=np.zeros(n, bool),
+        n_requests=n_req,
+        n_prefill=np.zeros(n) if n_prefill is None else f(n_prefill),
+        sum_p=sum_p,
+        sum_c=sum_c,
+        sum_pp=sum_p * mean_p,
+        sum_pc=sum_c * mean_p,
+        origin="hand",
+    )
+
+
+def decode_model(beta=0.0, a2=0.0, a4=0.0, baseline=(0.0, 0.0), **provenance) -> A.Model:
+    """A decode-only model with one segment: T = β + a2·Σc + a4·|B|."""
+    cm = A.ClassModel("decode", (0, 4, 2), (A.Segment(INF, (beta, 0.0, a2, 0.0, a4, 0.0)),), 30, 0.01)
+    return A.Model("wall_ns", "relative", {"decode": cm}, {"decode": baseline}, provenance=provenance)
+
+
+# -- evaluation: R², relative errors, gains ----------------------------------------------
+
+
+def test_r2_relative_errors_and_gains_on_three_steps_by_hand():
+    # T̂ = 1000 ns per KV token: 12, 19, 33 µs against measured 10, 20, 30 µs.
+    # Baseline T = 5 µs + 5 µs per token, Σp = |B| = 1, 2, 3: 10, 15, 20 µs.
+    # Host exposed 5, 1, 1.5 µs: fractions 0.5, 0.05, 0.05, median 0.05 (device-bound, < 0.10).
+    s = steps([10e3, 20e3, 30e3], [1, 2, 3], [1, 2, 3], [12, 19, 33], host=[5e3, 1e3, 1.5e3])
+    m = decode_model(a2=1000.0, baseline=(5e3, 5e3))
+    ev = A.evaluate(m, s)
+    assert (ev.n_steps, ev.n_excluded) == (3, 0)
+    (g,) = ev.groups  # one source, decode only: no prefill or "all" row
+    assert (g.source, g.step_class, g.n_steps) == ("hand", "decode", 3)
+    # mean 20 µs: SS = 10² + 0² + 10² = 200 µs²; SSE = 2² + 1² + 3² = 14 µs²; R² = 1 − 14/200
+    assert g.r2 == pytest.approx(0.93, abs=1e-12)
+    # baseline SSE = 0² + 5² + 10² = 125 µs²: R² = 1 − 125/200
+    assert g.baseline_r2 == pytest.approx(0.375, abs=1e-12)
+    # |T̂ − T| / T = 0.2, 0.05, 0.1; sorted 0.05, 0.1, 0.2: p50 0.1, p90 at rank 1.8 = 0.1 + 0.8 ×
+    # 0.1, p99 at rank 1.98 = 0.1 + 0.98 × 0.1
+    np.testing.assert_allclose(g.rel_err, (0.1, 0.18, 0.198), rtol=1e-12)
+    # baseline 0, 0.25, 1/3: p50 0.25, p90 0.25 + 0.8/12, p99 0.25 + 0.98/12
+    np.testing.assert_allclose(g.baseline_rel_err, (0.25, 0.25 + 0.8 / 12, 0.25 + 0.98 / 12), rtol=1e-12)
+    np.testing.assert_allclose(g.improvement, (2.5, (0.25 + 0.8 / 12) / 0.18, (0.25 + 0.98 / 12) / 0.198), rtol=1e-12)
+    assert g.host_fraction_median == pytest.approx(0.05)
+    assert g.regime == "device-bound" and g.note == ""
+
+
+def test_r2_is_none_for_one_step_or_no_spread_and_gain_none_for_a_perfect_model():
+    # one step: no R²; two steps of equal time: SS = 0, no R²
+    m = decode_model(a2=1000.0, baseline=(5e3, 5e3))
+    (one,) = A.evaluate(m, steps([10e3], [1], [1], [12])).groups
+    assert one.r2 is None and one.baseline_r2 is None
+    (flat,) = A.evaluate(m, steps([20e3, 20e3], [1, 2], [1, 2], [20, 19])).groups
+    assert flat.r2 is None and flat.baseline_r2 is None
+    # T̂ = T exactly: every error 0, so the gain is not a number (baseline / 0)
+    (exact,) = A.evaluate(m, steps([10e3, 20e3], [1, 2], [1, 2], [10, 20])).groups
+    assert exact.r2 == 1.0 and exact.rel_err == (0.0, 0.0, 0.0) and exact.improvement == (None, None, None)
+    # baseline 10, 15 µs: errors 0 and 0.25, so p50 0.125
+    assert exact.baseline_rel_err[0] == pytest.approx(0.125)
+
+
+def test_host_dominated_and_unknown_host_notes():
+    m = decode_model(a2=1000.0, baseline=(5e3, 5e3))
+    (g,) = A.evaluate(m, steps([10e3, 20e3], [1, 2], [1, 2], [10, 20], host=[5e3, 10e3])).groups
+    # host fraction 0.5 in both steps: at the threshold, host-dominated
+    assert g.host_fraction_median == 0.5 and g.regime == "host-bound"
+    assert g.note.startswith("host-dominated (median host fraction 50%)")
+    (u,) = A.evaluate(m, steps([10e3, 20e3], [1, 2], [1, 2], [10, 20])).groups
+    assert u.host_fraction_median is None and u.regime is None
+    assert u.note == "host fraction unknown (no host_exposed_ns)"
+
+
+# -- the token baseline, per class --------------------------------------------------------
+
+
+def test_baseline_uses_each_class_own_line():
+    # prefill T = 1000 + 10·Σp, decode T = 500 + 50·Σp
+    base = {"prefill": (1000.0, 10.0), "decode": (500.0, 50.0)}
+    m = A.Model("wall_ns", "relative", {}, base)
+    # step 0: a 100-token chunk and one decode (Σp 101, prefill class); step 1: 4 decodes
+    s = steps([3e3, 1e3], [2, 4], [101, 4], [300, 400], n_prefill=[1, 0])
+    assert s.is_prefill.tolist() == [True, False]
+    # 1000 + 10·101 = 2010; 500 + 50·4 = 700
+    np.testing.assert_array_equal(A.predict_baseline(m, s), [2010.0, 700.0])
+    # a class without a baseline predicts nothing (NaN), not the other class's line
+    only = A.Model("wall_ns", "relative", {}, {"decode": (500.0, 50.0)})
+    out = A.predict_baseline(only, s)
+    assert np.isnan(out[0]) and out[1] == 700.0
+
+
+# -- held out: stored train rows, stored split --------------------------------------------
+
+
+def _table(n=40):
+    """n decode steps with distinct contents (batch 1-4, Σc rising)."""
+    k = np.arange(n)
+    b = 1 + k % 4
+    return steps(1e6 + 1e4 * k, b, b, 100 * (k + 1))
+
+
+def test_held_out_from_a_stored_split_without_train_rows():
+    s = _table()
+    sha = s.data_sha256()
+    # test_fraction 1: every hash / 2⁶⁴ < 1, so every step was held out of training
+    everything = decode_model(split={"test_fraction": 1.0, "seed": 0}, data_sha256_all=sha)
+    assert A.held_out(everything, s).all()
+    # test_fraction 0: none held out, every step trained the model
+    assert not A.held_out(decode_model(split={"test_fraction": 0.0, "seed": 0}, data_sha256_all=sha), s).any()
+    # any other fraction: the stored fraction and seed, not the defaults
+    half = decode_model(split={"test_fraction": 0.5, "seed": 7}, data_sha256_all=sha)
+    want = A.split_mask(s, 0.5, 7)
+    assert 0 < want.sum() < len(s) and not np.array_equal(want, A.split_mask(s, 0.5, 0))
+    np.testing.assert_array_equal(A.held_out(half, s), want)
+    # other data than the model saw: every step is new to it
+    assert A.held_out(decode_model(split={"test_fraction": 0.0, "seed": 0}, data_sha256_all="0" * 64), s).all()
+    # no split stored at all: fraction 0, nothing held out of the data it was fitted on
+    assert not A.held_out(decode_model(data_sha256_all=sha), s).any()
+
+
+def test_held_out_from_a_stored_split_of_one_source():
+    # two sources, the model fitted on "b" only: "a" is all new, "b" follows the split of its rows
+    s = _table()
+    two = steps(s.wall_ns, s.n_requests, s.sum_p, s.sum_c, source_idx=np.arange(len(s)) % 2, sources=("a", "b"))
+    b = two.subset(two.source_idx == 1)
+    m = decode_model(split={"test_fraction": 0.5, "seed": 3}, data_sha256_all=b.data_sha256(), fit_source="b")
+    got = A.held_out(m, two)
+    assert got[two.source_idx == 0].all()
+    np.testing.assert_array_equal(got[two.source_idx == 1], A.split_mask(b, 0.5, 3))
+    # the source is not in these steps: nothing here trained the model
+    gone = decode_model(split={"test_fraction": 0.0, "seed": 0}, data_sha256_all=b.data_sha256(), fit_source="c")
+    assert A.held_out(gone, two).all()
+
+
+def test_held_out_by_stored_train_rows_and_lax_text_refused():
+    s = _table(12)
+    hashes = A.row_hashes(s)
+    trained = decode_model(train_rows=_encode_rows(hashes[:5]))
+    np.testing.assert_array_equal(A.held_out(trained, s), np.arange(12) >= 5)
+    # 5 hashes (40 bytes) and 4 stray bytes: the whole hashes count, the rest is ignored
+    raw = np.unique(hashes[:5]).astype("<u8").tobytes() + b"\x01\x02\x03\x04"
+    ragged = decode_model(train_rows=base64.b64encode(raw).decode())
+    np.testing.assert_array_equal(A.held_out(ragged, s), np.arange(12) >= 5)
+    # text that is not strict base64 is no list of rows: the file-content rule decides, and
+    # with no stored data hash every step counts as new (a lax decoder would drop the "!" and
+    # read all 12 as trained)
+    text = _encode_rows(hashes)
+    bad = decode_model(train_rows=text[:8] + "!" + text[8:])
+    assert A.held_out(bad, s).all()
+    assert A.held_out(decode_model(train_rows=12), s).all()  # not text: ignored too
+
+
+# -- the training range ------------------------------------------------------------------
+
+
+def test_range_note_by_hand():
+    rng = {"decode": {"batch size": [1.0, 8.0], "Σq": [1.0, 8.0], "Σs": [100.0, 5000.0]}}
+    m = decode_model(train_range=rng)
+    # step 0 inside; step 1 Σs 6000 > 5000; step 2 batch 16 and Σq 16 > 8; step 3 Σs 50 < 100
+    s = steps([1e6] * 4, [4, 2, 16, 1], [4, 2, 16, 1], [300, 6000, 2000, 50])
+    assert A.range_note(m, s) == (
+        "3 of 4 step(s) outside the training range (decode batch size 16..16 vs trained 1..8; "
+        "decode Σq 16..16 vs trained 1..8; decode Σs 50..6000 vs trained 100..5000): the model extrapolates there"
+    )
+    assert A.range_note(m, s.subset(np.array([True, False, False, False]))) is None
+    # fractional bounds keep three significant digits
+    half = decode_model(train_range={"decode": {"Σs": [0.5, 2.25]}})
+    assert A.range_note(half, s.subset(np.array([True, False, False, False]))) == (
+        "1 of 1 step(s) outside the training range (decode Σs 300..300 vs trained 0.5..2.25): "
+        "the model extrapolates there"
+    )
+
+
+def test_range_note_none_without_a_stored_range():
+    s = steps([1e6, 1e6], [1, 64], [1, 64], [100, 1e6])
+    assert A.range_note(decode_model(), s) is None  # a model saved before the range was stored
+    assert A.range_note(decode_model(train_range=[1, 2]), s) is None  # not a range
+    # a class the range does not name, or a bound it does not give, is not checked
+    assert A.range_note(decode_model(train_range={"prefill": {"Σq": [1.0, 2.0]}}), s) is None
+    assert A.range_note(decode_model(train_range={"decode": {"Σq": [1.0, 64.0]}}), s) is None
+    empty = decode_model(train_range={"decode": {"Σq": [1.0, 2.0]}})
+    assert A.range_note(empty, s.subset(np.zeros(2, bool))) is None
+
+
+# -- model files: what is refused, what is written -----------------------------------------
+
+
+def _model_file(tmp_path, edit):
+    d = A.to_json(decode_model(beta=5e6, a2=30.0, a4=60e3, baseline=(6e6, 100e3)))
+    edit(d)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def test_a_hand_model_reads_back_with_its_numbers(tmp_path):
+    m = A.load_model(_model_file(tmp_path, lambda d: None))
+    cm = m.classes["decode"]
+    assert cm.terms == (0, 4, 2) and cm.n_train == 30 and cm.train_rel_err_p90 == 0.01
+    assert cm.segments == (A.Segment(INF, (5e6, 0.0, 30.0, 0.0, 60e3, 0.0)),)
+    assert m.baseline == {"decode": (6e6, 100e3)}
+    # 4 decodes, Σc 1000: 5 ms + 30 µs + 240 µs
+    assert A.predict(m, steps([1e6], [4], [4], [1000])).tolist() == [5e6 + 30e3 + 240e3]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: d["classes"]["decode"]["segments"][0].update(a2_ns_per_kv_token=-1.0),
+        lambda d: d["classes"]["decode"]["segments"][0].update(beta_ns=-5.0),
+        lambda d: d["classes"]["decode"].update(segments=[]),
+    ],
+    ids=["negative a2 beside positive terms", "negative beta", "no segments"],
+)
+def test_negative_coefficient_or_no_segment_is_refused(tmp_path, edit):
+    path = _model_file(tmp_path, edit)
+    with pytest.raises(HostgapError, match="malformed attribution model: class decode: no segments or a negative"):
+        A.load_model(path)
+
+
+def test_negative_component_coefficient_is_refused(tmp_path):
+    def edit(d):
+        seg = dict(d["classes"]["decode"]["segments"][0], a4_ns_per_request=-3.0)
+        d["components"] = {"host": {"decode": {**d["classes"]["decode"], "segments": [seg]}}}
+
+    with pytest.raises(HostgapError, match="negative coefficient"):
+        A.load_model(_model_file(tmp_path, edit))
+
+
+def test_a_model_with_nan_is_not_written(tmp_path):
+    path = tmp_path / "m.json"
+    bad = decode_model(beta=5e6, a2=30.0, baseline=(float("nan"), 1.0))
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        A.save_model(bad, str(path))
+    assert list(tmp_path.iterdir()) == []  # neither the model nor its temporary file
+    # unknown numbers of a fit are written as null, never as NaN or Infinity tokens
+    ok = decode_model(beta=5e6, a2=30.0, baseline=(1.0, 1.0))
+    A.save_model(ok, str(path))
+    d = json.loads(path.read_text(), parse_constant=lambda t: pytest.fail(f"{t} in the model file"))
+    assert d["classes"]["decode"]["segments"][0]["sum_p_max"] is None
