@@ -273,3 +273,25 @@ def test_a_model_with_nan_is_not_written(tmp_path):
     A.save_model(ok, str(path))
     d = json.loads(path.read_text(), parse_constant=lambda t: pytest.fail(f"{t} in the model file"))
     assert d["classes"]["decode"]["segments"][0]["sum_p_max"] is None
+
+
+# -- the breakpoint search ----------------------------------------------------------------
+
+
+def test_split_search_sse_does_not_depend_on_column_scaling():
+    # min over x >= 0 of |A·D·x − b|² is min over x' = D·x >= 0 of |A·x' − b|² for any positive
+    # diagonal D, and each side's Gram matrix is scaled by its own diagonal: the search needs no
+    # normalised columns (fit.py hands it the weighted rows as they are)
+    rng = np.random.default_rng(4)
+    n = 60
+    X = np.column_stack([np.ones(n), rng.uniform(1, 64, n), rng.uniform(1e2, 1e5, n)])
+    y = X @ [5e6, 60e3, 30.0] * rng.uniform(0.97, 1.03, n)
+    order = np.argsort(X[:, 1])
+    Ao, bo = X[order] / y[order, None], np.ones(n)
+    plain = A._SplitSearch(Ao, bo)
+    scaled = A._SplitSearch(Ao * [1e-6, 1.0, 1e6], bo)
+    for m in (12, 30, 48):
+        direct = A._nnls_fit(X[order][:m], y[order][:m], y[order][:m], [0, 1, 2])[1]
+        direct += A._nnls_fit(X[order][m:], y[order][m:], y[order][m:], [0, 1, 2])[1]
+        assert plain.sse(m) == pytest.approx(direct, rel=1e-6)
+        assert scaled.sse(m) == pytest.approx(plain.sse(m), rel=1e-9)
