@@ -158,12 +158,6 @@ def _nnls_fit(X: np.ndarray, y: np.ndarray, wden: np.ndarray, kept: list[int]):
     return coef, float(rnorm**2)
 
 
-def _full_rank(X: np.ndarray, kept: list[int]) -> bool:
-    A = X[:, kept]
-    A = A / np.maximum(np.linalg.norm(A, axis=0), 1e-300)
-    return np.linalg.matrix_rank(A, tol=1e-8 * math.sqrt(len(A))) == len(kept)
-
-
 class _SplitSearch:
     """SSE of both segments for any split of rows sorted by Σp, in O(k³) per candidate.
 
