@@ -7,6 +7,7 @@ follows from them in the comments."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 
@@ -295,3 +296,169 @@ def test_split_search_sse_does_not_depend_on_column_scaling():
         direct += A._nnls_fit(X[order][m:], y[order][m:], y[order][m:], [0, 1, 2])[1]
         assert plain.sse(m) == pytest.approx(direct, rel=1e-6)
         assert scaled.sse(m) == pytest.approx(plain.sse(m), rel=1e-9)
+
+
+def test_a_model_that_cannot_be_written_says_why_in_one_line(tmp_path):
+    m = decode_model(beta=5e6, a2=30.0, baseline=(1.0, 1.0))
+    # the folder does not exist: the system's reason, without the errno and path around it
+    with pytest.raises(HostgapError) as e:
+        A.save_model(m, str(tmp_path / "no" / "m.json"))
+    assert e.value.problem == "cannot write: No such file or directory"
+    # the path is a folder: the temporary file is written, the rename fails, the file is removed
+    (tmp_path / "m.json").mkdir()
+    with pytest.raises(HostgapError) as e:
+        A.save_model(m, str(tmp_path / "m.json"))
+    assert e.value.problem == "cannot write: Is a directory"
+    assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
+
+
+# -- step content hashes and finiteness ---------------------------------------------------
+
+
+def test_row_hash_reads_minus_zero_as_zero_and_every_nan_alike():
+    base = steps([1e6, 2e6], [1, 2], [1, 2], [100, 200], host=[0.0, 5e5])
+    minus = dataclasses.replace(base, host_exposed_ns=np.array([-0.0, 5e5]))
+    other_nan = np.array([0x7FF8000000000001], dtype=np.uint64).view(np.float64)[0]
+    nan_a = dataclasses.replace(base, host_wait_ns=np.array([np.nan, 1.0]))
+    nan_b = dataclasses.replace(base, host_wait_ns=np.array([other_nan, 1.0]))
+    np.testing.assert_array_equal(A.row_hashes(minus), A.row_hashes(base))
+    np.testing.assert_array_equal(A.row_hashes(nan_a), A.row_hashes(nan_b))
+    # any content change is another step; so is another seed
+    queued = dataclasses.replace(base, queued=np.array([True, False]))
+    assert (A.row_hashes(queued) != A.row_hashes(base)).tolist() == [True, False]
+    assert (A.row_hashes(base, seed=1) != A.row_hashes(base)).all()
+
+
+@pytest.mark.parametrize(
+    "field, label", [("n_requests", "requests"), ("sum_p", "Σq"), ("sum_c", "Σs"), ("sum_pp", "Σq²")]
+)
+def test_a_nan_in_a_required_sum_is_refused(field, label):
+    s = steps([1e6, 2e6], [1, 2], [1, 2], [100, 200])
+    v = getattr(s, field).copy()
+    v[1] = np.nan
+    with pytest.raises(HostgapError, match=f"{label} is nan at step 1 of hand: every value must be finite"):
+        A.check_finite(dataclasses.replace(s, **{field: v}))
+
+
+def test_unmeasured_times_and_sum_pc_may_be_nan_never_inf():
+    s = steps([1e6, 2e6], [1, 2], [1, 2], [100, 200])
+    A.check_finite(dataclasses.replace(s, sum_pc=np.array([np.nan, 1.0])))  # no error
+    with pytest.raises(HostgapError, match="Σq·s is inf at step 0"):
+        A.check_finite(dataclasses.replace(s, sum_pc=np.array([np.inf, 1.0])))
+
+
+@pytest.mark.parametrize("gpu", [[5e5, np.nan], [5e5, 0.0], [np.nan, np.nan]])
+def test_gpu_active_target_needs_a_positive_time_in_every_step(gpu):
+    s = dataclasses.replace(steps([1e6, 2e6], [1, 2], [1, 2], [100, 200]), gpu_active_ns=np.array(gpu))
+    with pytest.raises(HostgapError, match="--target gpu_active needs a positive gpu_active_ns"):
+        A.measured(s, "gpu_active_ns")
+    np.testing.assert_array_equal(A.measured(s, "wall_ns"), [1e6, 2e6])  # the wall target ignores it
+
+
+# -- shares by hand -----------------------------------------------------------------------
+
+
+def one_segment(name, coef, brk=None, hi=None):
+    segs = (A.Segment(INF, coef),) if brk is None else (A.Segment(brk, coef), A.Segment(INF, hi))
+    return A.ClassModel(name, (0, 1, 2, 3, 4, 5), segs, 30, 0.01)
+
+
+def test_attribute_step_by_hand_with_each_token_term_alone():
+    p, c = np.array([100.0, 1.0]), np.array([100.0, 500.0])
+
+    def shares(coef):
+        m = A.Model(
+            "wall_ns", "relative", {"prefill": one_segment("prefill", coef)}, {}, host_fraction={"prefill": 0.25}
+        )
+        return A.attribute_step(m, p, c)
+
+    # β 1000, a1 10, a4 100: a4 + β/2 = 600 each, + a1·p = 1000 and 10
+    out = shares((1000.0, 10.0, 0.0, 0.0, 100.0, 0.0))
+    np.testing.assert_allclose(out.share_ns, [1600.0, 610.0])
+    np.testing.assert_allclose(out.host_ns, [400.0, 152.5])  # the class's training median 0.25
+    np.testing.assert_allclose(out.device_ns, [1200.0, 457.5])
+    assert out.predicted_ns == 2210.0
+    # + a2 1, a3 2: a2·c + 600 = 700, 1100; + (a1 + a3·p)·p = 21000, 12
+    np.testing.assert_allclose(shares((1000.0, 10.0, 1.0, 2.0, 100.0, 0.0)).share_ns, [21700.0, 1112.0])
+    # a5 0.5 alone: a5·c·p = 0.5 · 100 · 100, 0.5 · 500 · 1
+    np.testing.assert_allclose(shares((0.0, 0.0, 0.0, 0.0, 0.0, 0.5)).share_ns, [5000.0, 250.0])
+    # a3 alone: a3·p² = 2 · 100², 2 · 1
+    np.testing.assert_allclose(shares((0.0, 0.0, 0.0, 2.0, 0.0, 0.0)).share_ns, [20000.0, 2.0])
+
+
+def test_attribute_step_picks_class_segment_and_host_fraction():
+    # decode: β 640, a4 10 up to Σp = 64; β 0, a4 100 above
+    dec = one_segment("decode", (640.0, 0, 0, 0, 10.0, 0), brk=64.0, hi=(0.0, 0, 0, 0, 100.0, 0))
+    m = A.Model("wall_ns", "relative", {"decode": dec}, {}, host_fraction={"decode": 0.5})
+    at = A.attribute_step(m, np.ones(64), np.full(64, 10.0))  # Σp = 64: the low segment
+    np.testing.assert_allclose(at.share_ns, 10.0 + 640.0 / 64)
+    above = A.attribute_step(m, np.ones(65), np.full(65, 10.0), host_fraction=0.1)
+    np.testing.assert_allclose(above.share_ns, 100.0)
+    np.testing.assert_allclose(above.host_ns, 10.0)  # the fraction given, not the model's 0.5
+    np.testing.assert_allclose(at.host_ns, 10.0)  # the model's 0.5 of 20
+    unknown = A.Model("wall_ns", "relative", {"decode": dec}, {})
+    assert (A.attribute_step(unknown, np.ones(2), np.ones(2)).host_ns == 0).all()
+    # a token count above 1 makes a prefill step, which this model cannot price
+    with pytest.raises(HostgapError, match="the model has no prefill fit"):
+        A.attribute_step(m, np.array([1.0, 8.0]), np.array([10.0, 8.0]))
+    # unless the caller says it is a decode step: a4 + β/2 each
+    np.testing.assert_allclose(
+        A.attribute_step(m, np.array([1.0, 8.0]), np.array([10.0, 8.0]), prefill=False).share_ns, 330.0
+    )
+
+
+def with_requests(s: Steps, per_step) -> Steps:
+    """``s`` with request rows: ``per_step[k]`` lists step k's (q, s, prefill)."""
+    from hostgap.model.steps_data import Requests
+
+    rows = [r for step in per_step for r in step]
+    offsets = np.concatenate([[0], np.cumsum([len(x) for x in per_step])]).astype(np.int64)
+    ids = np.array([f"r{i}" for i in range(len(rows))], dtype=object)
+    p, c, pre = (np.array([r[i] for r in rows]) for i in range(3))
+    return dataclasses.replace(s, requests=Requests(offsets, ids, p.astype(float), c.astype(float), pre.astype(bool)))
+
+
+def test_attribute_fills_an_unmeasured_host_fraction_with_the_class_median():
+    # decode: β 1000, a2 1, a4 100; step 0: 2 requests, c 100 and 300; step 1: 1 request, c 50
+    m = decode_model(beta=1000.0, a2=1.0, a4=100.0)
+    s = steps([2e3, 1.2e3], [2, 1], [2, 1], [400, 50], host=[1e3, np.nan])
+    s = with_requests(s, [[(1, 100, False), (1, 300, False)], [(1, 50, False)]])
+    filled = A.attribute(dataclasses.replace(m, host_fraction={"decode": 0.2}), s)
+    # a4 + β/2 + a2·c = 700, 900; a4 + β + a2·c = 1150
+    np.testing.assert_allclose(filled.share_ns, [700.0, 900.0, 1150.0])
+    np.testing.assert_allclose(filled.host_fraction, [0.5, 0.2])  # measured 1/2; the median 0.2
+    np.testing.assert_allclose(filled.host_ns, [350.0, 450.0, 230.0])
+    # alone: a4 + β + a2·c
+    np.testing.assert_allclose(filled.alone_ns, [1200.0, 1400.0, 1150.0])
+    blank = A.attribute(m, s)  # no median either: the host part is unknown, not 0
+    assert np.isnan(blank.host_fraction[1]) and np.isnan(blank.host_ns[2])
+    assert blank.host_ns[0] == 350.0
+
+
+def test_model_split_by_hand():
+    # device model: β 600, a2 1; host model: β 300, a4 50. Step of 2 decodes, c 100 and 300:
+    # d = a2·c + β/2 = 400, 600; h = a4 + β/2 = 200, 200; host part = share · h / (d + h)
+    m = decode_model(beta=1000.0, a2=1.0, a4=100.0)
+    dev = A.ClassModel("decode", (0, 4, 2), (A.Segment(INF, (600.0, 0, 1.0, 0, 0, 0)),), 30, 0.01)
+    host = A.ClassModel("decode", (0, 4, 2), (A.Segment(INF, (300.0, 0, 0, 0, 50.0, 0)),), 30, 0.01)
+    zero = A.ClassModel("decode", (0, 4, 2), (A.Segment(INF, (0.0,) * 6),), 30, 0.01)
+    s = with_requests(steps([2e3], [2], [2], [400]), [[(1, 100, False), (1, 300, False)]])
+    split = A.attribute(
+        dataclasses.replace(m, components={"device": {"decode": dev}, "host": {"decode": host}}), s, split="model"
+    )
+    np.testing.assert_allclose(split.host_ns, [700.0 / 3, 900.0 / 4])
+    np.testing.assert_allclose(split.device_ns, [1400.0 / 3, 675.0])
+    # both component models zero: no ratio to take, the host part is 0
+    none = A.attribute(
+        dataclasses.replace(m, components={"device": {"decode": zero}, "host": {"decode": zero}}), s, split="model"
+    )
+    assert (none.host_ns == 0).all()
+    with pytest.raises(HostgapError, match="model split needs device/host component models"):
+        A.attribute(m, s, split="model")
+    with pytest.raises(HostgapError, match="unknown split 'halves'"):
+        A.attribute(m, s, split="halves")
+    # a device-time model has no host part
+    gpu = A.attribute(
+        dataclasses.replace(m, target="gpu_active_ns"), dataclasses.replace(s, gpu_active_ns=np.array([1e3]))
+    )
+    assert (gpu.host_ns == 0).all() and (gpu.device_ns == gpu.share_ns).all()
