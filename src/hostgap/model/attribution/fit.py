@@ -158,12 +158,6 @@ def _nnls_fit(X: np.ndarray, y: np.ndarray, wden: np.ndarray, kept: list[int]):
     return coef, float(rnorm**2)
 
 
-def _full_rank(X: np.ndarray, kept: list[int]) -> bool:
-    A = X[:, kept]
-    A = A / np.maximum(np.linalg.norm(A, axis=0), 1e-300)
-    return np.linalg.matrix_rank(A, tol=1e-8 * math.sqrt(len(A))) == len(kept)
-
-
 class _SplitSearch:
     """SSE of both segments for any split of rows sorted by Σp, in O(k³) per candidate.
 
@@ -171,6 +165,10 @@ class _SplitSearch:
     segment's normal equations directly; NNLS then runs on the k×k Cholesky factor
     (‖Ax − b‖² = ‖Lᵀx − L⁻¹h‖² + b·b − ‖L⁻¹h‖²), so the search touches the rows once. The
     chosen split is refitted on the rows themselves.
+
+    The columns of ``A`` need no scaling: each side's Gram matrix is scaled by its own diagonal
+    before the factorisation, and a positive column scaling D gives the same NNLS minimum
+    (x ≥ 0 ⇔ Dx ≥ 0): scaling A changes every SSE by rounding only.
     """
 
     def __init__(self, A: np.ndarray, b: np.ndarray):
@@ -221,7 +219,7 @@ def _fit_segments(X, y, wden, kept) -> tuple[tuple[Segment, ...], list[str]]:
     if not len(cuts):
         return single, ["no breakpoint: too few steps on either side of any split"]
     A = X[order][:, kept] / wden[order, None]
-    search = _SplitSearch(A / np.linalg.norm(A, axis=0), y[order] / wden[order])
+    search = _SplitSearch(A, y[order] / wden[order])
     best = _search_cuts(search, cuts)
     if best is None:
         return single, ["no breakpoint: no split leaves both sides identifiable"]
