@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from hostgap.events import Kind
-from hostgap.load.nsys import load_nsys
+from hostgap.readers.nsys import load_nsys
 from test_load_nsys import Export, rows_of
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import cpu_op
 from hostgap.events import NONE
-from hostgap.load import kineto_columns, load_trace
+from hostgap.readers import kineto_columns, load_trace
 
 ROUTES = [
     "pure",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-import hostgap.load.kineto_stream as kstream
-import hostgap.load.text as text_mod
+import hostgap.readers.kineto_stream as kstream
+import hostgap.readers.text as text_mod
 from conftest import kernel
 
 
