@@ -26,7 +26,9 @@ is taken on the traced basis and applied to the untraced wall, ``g_step = c * t_
 (:func:`difference`, ``basis``). The compute share's interval uses that both slopes come from
 the same traced runs (a slow period stretches a run's compute and its wall together): it is
 the set of shares ``c`` for which Kendall's test finds no trend of ``G - c W_traced`` in N
-(:func:`paired_ratio`, a rank form of Fieller's interval). Intervals of products, differences
+(:func:`paired_ratio`, a rank form of Fieller's interval), and the share itself is that test's
+centre (the median of the runs' pairwise ratios of compute to wall increments), so the estimate
+and its interval come from one construction and the estimate lies inside. Intervals of products, differences
 and ratios of independent estimates combine their own intervals by MOVER (Zou and Donner), on
 the log scale for products and ratios.
 
@@ -350,9 +352,10 @@ def split(
     t: Slope, g_traced: Slope, activity: str, traced_t: Slope | None = None, paired_share: Slope | None = None
 ) -> dict:
     """g, h, the host fraction and (CPU) the compute share, each with its interval, on one
-    basis: GPU ``g = g_traced``; CPU ``g = t * share`` with ``share = g_traced / traced_t``, its
-    interval ``paired_share`` (:func:`paired_ratio`) where the traced runs give one, else the
-    MOVER ratio of the two slopes' intervals (as if independent: wider). Intervals are None
+    basis: GPU ``g = g_traced``; CPU ``g = t * share`` with the share and its interval
+    ``paired_share`` (:func:`paired_ratio`) where the traced runs give one, else
+    ``g_traced / traced_t`` with the MOVER ratio of the two slopes' intervals (as if independent:
+    wider). Intervals are None
     where MOVER does not apply (an interval reaching 0)."""
     if activity == "gpu":
         g = g_traced
@@ -362,7 +365,9 @@ def split(
     else:
         if traced_t is None or traced_t.value <= 0:
             raise ValueError("a CPU split needs a positive traced wall slope")
-        share_value = g_traced.value / traced_t.value
+        # the paired share's estimate comes with its interval (the centre of Kendall's test);
+        # without one, the ratio of the two slopes, in the middle of its MOVER interval
+        share_value = paired_share.value if paired_share else g_traced.value / traced_t.value
         share = paired_share or mover_ratio(g_traced, traced_t)
         if share is not None:  # a share lies in (0, 1): cut to it, so the products below exist
             v = share.value
@@ -421,9 +426,7 @@ def difference(
     )
     paired = None
     if activity != "gpu" and tt is not None and tt.value > 0:
-        paired = paired_ratio(
-            _within(series.busy_ns, n1, n2), _within(series.traced_wall_ns, n1, n2), gt.value / tt.value, level
-        )
+        paired = paired_ratio(_within(series.busy_ns, n1, n2), _within(series.traced_wall_ns, n1, n2), level)
     sp = split(t, gt, activity, tt, paired)
     k = _slope(series.kernel_count, n1, n2, "median")
     ksum = _slope(series.kernel_sum_ns, n1, n2, estimator)
