@@ -49,6 +49,7 @@ import numpy as np
 from hostgap.capture.intervals import (
     Slope,
     complement,
+    edge_reasons,
     mover_difference,
     mover_product,
     mover_ratio,
@@ -411,13 +412,12 @@ def difference(
         if not (ser.get(n1) and ser.get(n2)):
             raise ValueError(f"series lack repeats at n1 or n2 ({name})")
     t = slope_with_interval(series.wall_ns, n1, n2, estimator, seed=seed, n_boot=n_boot, level=level)
-    by_rounds = None
-    if estimator == "theil-sen" and series.wall_rounds:  # runs in rounds: batch-means interval
-        from hostgap.capture.rounds import round_interval
+    wall = None
+    if estimator == "theil-sen":  # rounds, run order and slow periods (hostgap.capture.rounds)
+        from hostgap.capture.rounds import wall_estimate
 
-        iv = round_interval(t.value, series.wall_ns, series.wall_rounds, n1, n2, level, series.wall_seq)
-        by_rounds = Slope(t.value, *iv) if iv else None
-        t = by_rounds or t
+        wall = wall_estimate(series.wall_ns, series.wall_rounds, series.wall_seq, n1, n2, level)
+        t = Slope(wall.value, wall.lo, wall.hi) if wall else t
     gt = slope_with_interval(series.busy_ns, n1, n2, estimator, seed=seed + 1, n_boot=n_boot, level=level)
     tt = (
         slope_with_interval(series.traced_wall_ns, n1, n2, estimator, seed=seed + 2, n_boot=n_boot, level=level)
@@ -439,11 +439,8 @@ def difference(
         if estimator == "theil-sen"
         else f"percentile bootstrap over repeats ({n_boot} resamples, estimator {estimator})"
     )
-    if by_rounds is not None:
-        method = (
-            "Theil-Sen slope over every run of the sweep; wall interval from the spread of the "
-            "rounds' slopes (batch means), traced intervals Sen's"
-        )
+    if wall is not None:
+        method = _wall_method(wall)
     ci = {
         "level": level,
         "method": method
@@ -461,6 +458,11 @@ def difference(
     }
     if activity != "gpu":
         ci["compute_share"] = sp["ci_share"]
+    if wall is not None:
+        ci["wall"] = wall.to_dict()
+    shown = {"t_step_ns": t.value, "g_step_ns": sp["g"].value, "h_step_ns": sp["h"].value}
+    shown.update(host_fraction=sp["host_fraction"], compute_share=sp["share"] if activity != "gpu" else None)
+    ci["edge"] = edge_reasons(shown, ci, estimator)  # points on their interval's edge, and why
     est = "median" if estimator == "theil-sen" else estimator
     fw, fg = _fit(series.wall_ns, est), _fit(series.busy_ns, est)
     fk = _fit(series.kernel_count, "median")
@@ -503,6 +505,24 @@ def difference(
         compute_share=sp["share"] if activity != "gpu" else None,
         traced_g_step_ns=gt.value,
     )
+
+
+def _wall_method(wall) -> str:
+    """The ``ci.method`` words for the wall's estimate (:class:`hostgap.capture.rounds.WallEstimate`)."""
+    how = (
+        "wall interval from the spread of the rounds' slopes (batch means)"
+        if wall.basis == "rounds"
+        else "wall interval Sen's"
+    )
+    if wall.rho is not None:
+        how += f", widened for the runs' correlation in run order (AR(1), rho {wall.rho:.2f})"
+    slow = ""
+    if wall.left_out:
+        slow = (
+            f"; {wall.left_out} untraced run(s) on slow periods left out of the wall's estimate, "
+            "its interval holding every run's too"
+        )
+    return f"Theil-Sen slope over every run of the sweep{slow}; {how}; traced intervals Sen's"
 
 
 def sweep_points(n1: int, n2: int, points: int = 5) -> list[int]:

@@ -150,3 +150,47 @@ def paired_ratio(num: dict[int, list], den: dict[int, list], level: float = 0.95
 def complement(share: Slope) -> Slope:
     """1 - share, with its interval."""
     return Slope(1 - share.value, 1 - share.hi, 1 - share.lo)
+
+
+_RANGE = {"host_fraction": (0.0, 1.0), "compute_share": (0.0, 1.0)}
+"""The possible range of each reported quantity whose interval is cut to it (others: times, >= 0)."""
+
+
+def edge_reason(
+    key: str, value: float | None, interval: list[float] | None, estimator: str = "theil-sen"
+) -> str | None:
+    """Why the point ``value`` of quantity ``key`` does not lie strictly inside its ``interval``
+    (None when it does, or without both): what the table prints beside such an interval.
+
+    >>> edge_reason("t_step_ns", 2.0, [1.0, 3.0]) is None
+    True
+    >>> edge_reason("t_step_ns", 2.0, [2.0, 2.0])
+    'no spread in the runs: an interval of zero width'
+    >>> edge_reason("host_fraction", 1.0, [0.8, 1.0])
+    'at the end of its possible range, where its interval is cut'
+    >>> edge_reason("t_step_ns", 2.0, [2.0, 3.0], "min")
+    "the min's percentile bootstrap, widened to reach the point"
+    """
+    if value is None or not interval:
+        return None
+    lo, hi = interval
+    if lo < value < hi:
+        return None
+    if lo == hi:
+        return "no spread in the runs: an interval of zero width"
+    low, high = _RANGE.get(key, (0.0, np.inf))
+    if value <= low or value >= high:
+        return "at the end of its possible range, where its interval is cut"
+    if estimator != "theil-sen":
+        return f"the {estimator}'s percentile bootstrap, widened to reach the point"
+    return "too few runs for an interval around the point"
+
+
+def edge_reasons(values: dict[str, float | None], ci: dict, estimator: str = "theil-sen") -> dict[str, str]:
+    """:func:`edge_reason` of every quantity in ``values`` that has an interval in ``ci``."""
+    out = {}
+    for key, value in values.items():
+        why = edge_reason(key, value, ci.get(key), estimator)
+        if why:
+            out[key] = why
+    return out
