@@ -226,6 +226,6 @@ def test_the_checks_say_what_the_run_order_showed():
     slow, _ = rows(Series(**{**s.__dict__, "wall_ns": walls}))
     value, basis = slow["slow periods"]
     assert value == "10 of 30 runs" and basis.startswith("left out of the wall's estimate") and "BIC +" in basis
-    assert basis.endswith(" ms per step)") and "reaches up to every run's reading (" in basis
+    assert basis.endswith(" ms per step)") and "reaches up to every run's (every run: " in basis
     plain, note = rows(Series(**{**s.__dict__, "wall_seq": {}}))
     assert "slow periods" not in plain and "widened" not in note

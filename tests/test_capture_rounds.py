@@ -113,6 +113,15 @@ def test_reference_line_goes_through_the_medians_relatively():
 
 
 def test_lag1_and_its_correction():
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=60)
+    assert R.lag1(x + 5.0) == pytest.approx(R.lag1(x))  # about the median: a pace, not a deviation
+    d = x - np.median(x)
+    assert R.lag1(x) == pytest.approx(float(np.sum(d[1:] * d[:-1]) / np.sum(d * d)))
+    y = np.repeat(rng.normal(size=30), 2)  # pairs: a clear, unclipped correlation
+    rho = R.lag1(y)
+    assert 0.2 < rho + R.BIAS_TIMES * (1 + 3 * rho) / 60 < R.RHO_MAX
+    assert R.correlation(y) == pytest.approx(rho + R.BIAS_TIMES * (1 + 3 * rho) / 60)
     r = np.array([1.0, -1.0] * 10)
     assert R.lag1(r) == pytest.approx(-19 / 20)
     assert R.correlation(r) == 0.0  # clipped at 0
@@ -172,12 +181,12 @@ def test_a_slow_period_is_left_out_and_the_interval_holds_both_readings():
     assert every.left_out == 0 and every.evidence is None and every.rho is None
     assert abs(w.value / 0.8e6 - 1) < 0.01 and every.value > w.value  # slow runs pull every run's up
     assert w.lo < w.value < w.hi and w.lo <= 0.8e6 <= w.hi
-    assert w.hi >= w.every  # the interval reaches up to every run's reading
+    assert w.hi >= w.every  # the interval reaches up to every run's upper end
     kept = runs.take(~slow)
     quiet = R._estimate(kept, True, 0.95, R.reference_line(kept.n, kept.y))
     full = R._estimate(runs, True, 0.95, R.reference_line(runs.n, runs.y))
     assert (w.value, w.basis, w.rounds, w.rho) == (pytest.approx(quiet.value), quiet.basis, quiet.rounds, quiet.rho)
-    assert w.lo == pytest.approx(quiet.lo) and w.hi == pytest.approx(max(quiet.hi, full.value))
+    assert w.lo == pytest.approx(quiet.lo) and w.hi == pytest.approx(max(quiet.hi, full.hi))
     assert w.every == pytest.approx(full.value) and every.every is None
     assert full.rho > quiet.rho  # the slow period reads as correlation in every run's residuals
     assert w.to_dict() == {
@@ -189,6 +198,23 @@ def test_a_slow_period_is_left_out_and_the_interval_holds_both_readings():
         "evidence": w.evidence,
         "every": w.every,
     }
+
+
+def test_the_evidence_is_the_bic_difference_written_out():
+    rng = np.random.default_rng(4)
+    pace = 1 + 0.02 * rng.standard_normal(30)
+    pace[7:17] *= 1.2
+    runs = _runs(_measurement(pace))
+    ref = R.reference_line(runs.n, runs.y)
+    r = runs.y / (ref[0] + ref[1] * runs.n)
+    n = len(r)
+    ar1 = -2 * R.ar1_loglik(r) + 3 * math.log(n)
+    best = min(-2 * R.level_loglik(r, k)[0] + (k + 2) * math.log(n) for k in (2, 3))
+    assert R.slow_runs(runs, ref)[1] == pytest.approx(ar1 - best)
+    # runs exactly on their line keep one pace: nothing to tell
+    flat = _runs([(n, 5e6 + 0.8e6 * n) for n in SWEEP * 5])
+    slow, evidence = R.slow_runs(flat, R.reference_line(flat.n, flat.y))
+    assert not slow.any() and evidence is None
 
 
 def test_symmetric_noise_and_isolated_slow_runs_are_not_slow_periods():
@@ -247,11 +273,11 @@ def test_wall_interval_without_rounds_is_sens_widened_and_with_rounds_batch_mean
 
     ref = R.reference_line(runs.n, runs.y)
     line = ref[0] + ref[1] * runs.n
-    f, _ = R.variance_factors(runs, line, R.correlation(runs.y / line - 1), [0, 1, 2, 3, 4])
+    f, _ = R.variance_factors(runs, line, R.correlation(runs.y / line), [0, 1, 2, 3, 4])
     q = t.ppf(0.975, 4) * np.std(slopes, ddof=1) / math.sqrt(5) * math.sqrt(f)
     assert (w.lo, w.hi) == pytest.approx((b - q, b + q))
     one = R.wall_estimate(series, {}, seq, 1, 128)  # no rounds: Sen's, widened for the order
-    _f, fs = R.variance_factors(runs, line, R.correlation(runs.y / line - 1), [])
+    _f, fs = R.variance_factors(runs, line, R.correlation(runs.y / line), [])
     assert one.basis == "sen" and one.rounds == 0
     assert (one.lo, one.hi) == pytest.approx((b - (b - lo) * math.sqrt(fs), b + (hi - b) * math.sqrt(fs)))
     assert R.wall_estimate({1: [1.0, 2.0]}, {}, {}, 1, 128) is None
@@ -268,3 +294,9 @@ def test_slow_periods_shift_whole_rounds_and_the_interval_widens_for_it():
     plain = R.wall_estimate(series, rnd, {}, 1, 128)
     assert w.rho is not None and w.rho > 0.5 and plain.rho is None
     assert w.hi - w.lo > 1.2 * (plain.hi - plain.lo)
+    # without the run order: plain batch means (complete rounds, no correlation: F = 1)
+    from scipy.stats import t
+
+    slopes = R.round_slopes(series, rnd, 1, 128)
+    q = t.ppf(0.975, 4) * np.std(slopes, ddof=1) / math.sqrt(5)
+    assert (plain.lo, plain.hi) == pytest.approx((plain.value - q, plain.value + q))

@@ -7,29 +7,29 @@ Run noise on a real machine is not independent from run to run: slow periods spa
 runs (frequency changes, a hypervisor's jitter, a neighbour on the memory bus; this machine's
 own untraced repeats have a lag-1 autocorrelation of about 0.6, bench/results/noise-model.json).
 
-**Slow periods** (:func:`slow_runs`). Interference only ever slows a run down. The runs' relative
-deviations from the line, in run order, are explained two ways: one AR(1) process (the
+**Slow periods** (:func:`slow_runs`). Interference only ever slows a run down. The runs' pace
+(wall / the line through the per-N medians), in run order, is explained two ways: one AR(1) process (the
 machine's own correlated noise, symmetric), or a few **levels** the runs stay on for stretches
 (a quiet level and one or two slower ones; 1-D k-means with a Markov chain for the changes).
 When the levels fit better by BIC, with a margin of :data:`BIC_MARGIN`, the runs on a level
 above the lowest are slow periods and are left out of the estimate, provided the lowest level
 holds at least :data:`MIN_QUIET` runs and each level counted holds a stretch of
 :data:`MIN_PERIOD` consecutive runs (an isolated slow run is no period, and the Theil-Sen slope
-barely feels it). The estimate is then the Theil-Sen slope over the quiet runs, and its
-interval runs from the quiet runs' interval's lower end up to the higher of its upper end and
-the estimate over every run: interference only slows, so a rule that left out runs that were
-not slow after all errs low, and the truth then lies near every run's reading. Simulated
-(1,500 measurements with slow periods over 3 % quiet noise, independent or AR(1)), that interval
-covered the step without interference in 93.5-93.8 % (median width 8-11 % of the step); the
-quiet runs' interval alone in 90.2-92.7 %; reaching down to every run's interval's lower end as
-well, 94.7-94.8 % but 20-28 % wide, and on the busy machine's noise now and then down to 0
-(every run's residuals read the slow period as correlation near 1).
+barely feels it). The estimate is then the Theil-Sen slope over the quiet runs. Its interval
+takes each reading's end on the side where that reading can err: interference only slows, so
+the slope over every run errs high (if the runs left out were slow) and the quiet runs' slope
+errs low (if they were not), and the interval runs from the quiet runs' lower end to the higher
+of the two upper ends. Simulated (1,500 measurements twice, slow periods over 3 % quiet noise,
+independent or AR(1)), it covered the step without interference in 94.7-95.8 % (median width
+21-30 % of the step); the quiet runs' interval reaching up to every run's estimate only, in
+93.5-94.5 % (8-11 %, too close to 93 %); the quiet runs' interval alone, 90.2-92.7 %; the hull
+of both intervals, 96.0-96.7 % (30-39 %).
 
 **The interval** (:func:`wall_estimate`): the Theil-Sen slope (the estimate) plus or minus
 ``t(0.975, R - 1) x sd(round slopes) / sqrt(R)`` (batch means over the R rounds, each round's own
 Theil-Sen slope), times ``sqrt(F)``: F is the ratio of the estimate's variance to what batch
 means expects, both computed for this measurement's own run order under AR(1) noise with the
-runs' lag-1 autocorrelation (:func:`variance_factors`). A slow stretch shifts whole rounds the
+lag-1 autocorrelation of the runs' pace (:func:`variance_factors`). A slow stretch shifts whole rounds the
 same way (a run's pace scales its total, so a round's slope carries its pace), which the spread
 of the rounds' slopes alone does not show. The autocorrelation of 30 runs is biased low (by
 about (1 + 3 rho) / n) and noisy, so it is taken with three times that correction
@@ -287,13 +287,13 @@ def longest_stretch(mask: np.ndarray) -> int:
 
 def slow_runs(runs: Runs, ref: tuple[float, float] | None) -> tuple[np.ndarray, float | None]:
     """The runs (in ``runs``' order) on slow periods, and the evidence: BIC of one AR(1) process
-    minus BIC of the best levels (positive: the levels fit better); no runs and None when the
-    runs are too few to tell (module doc, "Slow periods"). ``ref``: :func:`reference_line` of
-    the runs."""
+    minus BIC of the best levels (positive: the levels fit better), both over the runs' pace
+    (wall / ``ref``, :func:`reference_line`); no runs and None when the runs are too few to
+    tell or keep one pace (module doc, "Slow periods")."""
     none = np.zeros(len(runs.y), dtype=bool)
     if ref is None or len(runs.y) < 4 * MIN_QUIET:
         return none, None
-    r = runs.y / (ref[0] + ref[1] * runs.n) - 1
+    r = runs.y / (ref[0] + ref[1] * runs.n)  # each run's pace relative to the line
     if not np.any(r != r[0]):
         return none, None
     n = len(r)
@@ -350,7 +350,7 @@ def _estimate(runs: Runs, ordered: bool, level: float, ref: tuple[float, float] 
 
     b, _a, lo, hi = theil_sen_line(runs.n, runs.y, level)
     line = (ref[0] + ref[1] * runs.n) if ref else np.maximum(runs.y, 1e-300)
-    rho = correlation(runs.y / line - 1) if ordered and ref else 0.0
+    rho = correlation(runs.y / line) if ordered and ref else 0.0
     usable = [int(k) for k in np.unique(runs.round) if k >= 0 and len(np.unique(runs.n[runs.round == k])) >= 3]
     f_rounds, f_sen = variance_factors(runs, line, rho, usable)
     seen = rho if ordered else None
@@ -375,8 +375,8 @@ def wall_estimate(
 ) -> WallEstimate | None:
     """The per-step wall from the untraced runs within ``n1..n2`` (module doc): slow periods left
     out where the run order shows them, the Theil-Sen slope, its interval widened for the runs'
-    correlation in run order (and, with slow periods left out, reaching up to every run's
-    reading); None with fewer than two distinct N.
+    correlation in run order (and, with slow periods left out, reaching up to every run's upper
+    end); None with fewer than two distinct N.
 
     >>> s = {1: [10.0, 11.0, 10.0], 5: [50.0, 50.0, 52.0], 9: [90.0, 91.0, 89.0]}
     >>> r = {1: [0, 1, 2], 5: [0, 1, 2], 9: [0, 1, 2]}
@@ -397,7 +397,7 @@ def wall_estimate(
     return WallEstimate(
         quiet.value,
         quiet.lo,
-        max(quiet.hi, every.value),
+        max(quiet.hi, every.hi),
         quiet.basis,
         quiet.runs,
         quiet.rounds,

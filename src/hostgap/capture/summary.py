@@ -206,13 +206,13 @@ def _slow_rows(d: dict) -> list[tuple[str, str, str]]:
     if not w.get("left_out"):
         return [("slow periods", "none found", "run-order levels vs AR(1) noise (BIC): interference only slows")]
     every = w["runs"] + w["left_out"]
-    reading = f" ({ms(w['every'])} per step)" if w.get("every") is not None else ""
+    reading = f" (every run: {ms(w['every'])} per step)" if w.get("every") is not None else ""
     return [
         (
             "slow periods",
             f"{w['left_out']} of {every} runs",
             "left out of the wall's estimate (run-order levels fit better than AR(1) noise, BIC "
-            f"+{w['evidence']:.0f}); its interval reaches up to every run's reading{reading}",
+            f"+{w['evidence']:.0f}); its interval reaches up to every run's{reading}",
         )
     ]
 
