@@ -229,3 +229,71 @@ def test_the_checks_say_what_the_run_order_showed():
     assert basis.endswith(" ms per step)") and "reaches up to every run's (every run: " in basis
     plain, note = rows(Series(**{**s.__dict__, "wall_seq": {}}))
     assert "slow periods" not in plain and "widened" not in note
+
+
+def test_edge_reasons_name_every_case():
+    from hostgap.capture.intervals import edge_reason, edge_reasons
+
+    assert edge_reason("t_step_ns", None, [1.0, 2.0]) is None
+    assert edge_reason("t_step_ns", 1.5, None) is None
+    assert edge_reason("t_step_ns", 1.5, [1.0, 2.0]) is None
+    assert edge_reason("t_step_ns", 2.0, [2.0, 2.0]) == "no spread in the runs: an interval of zero width"
+    cut = "at the end of its possible range, where its interval is cut"
+    assert edge_reason("h_step_ns", 0.0, [0.0, 2.0]) == cut  # a time at 0
+    assert edge_reason("host_fraction", 1.0, [0.5, 1.0]) == cut and edge_reason("compute_share", 0.0, [0.0, 0.2]) == cut
+    assert edge_reason("host_fraction", 0.5, [0.5, 0.9]) == "too few runs for an interval around the point"
+    assert (
+        edge_reason("t_step_ns", 3.0, [3.0, 4.0], "mean")
+        == "the mean's percentile bootstrap, widened to reach the point"
+    )
+    assert edge_reason("t_step_ns", 3.0, [3.0, 4.0]) == "too few runs for an interval around the point"
+    got = edge_reasons(
+        {"t_step_ns": 2.0, "h_step_ns": 1.0, "host_fraction": None}, {"t_step_ns": [2.0, 2.0], "h_step_ns": [0.5, 2.0]}
+    )
+    assert got == {"t_step_ns": "no spread in the runs: an interval of zero width"}
+
+
+def test_the_cpu_share_on_its_edge_is_named():
+    """Exact traced runs: the paired share's interval has no width, and the share's edge is
+    named on a CPU (on a GPU there is no share)."""
+    ns = SWEEP
+    s = Series(
+        wall_ns={n: [10_000_000 + 4_000_000 * n + 1000 * k * (n % 7) for k in range(3)] for n in ns},
+        traced_wall_ns={n: [12_000_000 + 4_800_000 * n] * 2 for n in ns},
+        busy_ns={n: [1_200_000 + 480_000 * n] * 2 for n in ns},
+        kernel_sum_ns={n: [1] for n in ns},
+        kernel_union_ns={n: [1] for n in ns},
+        kernel_count={n: [100 * n] for n in ns},
+    )
+    d = difference(s, N1, N2, activity="cpu-compute")
+    assert d.compute_share == pytest.approx(0.1) and "compute_share" in d.ci["edge"]
+    assert "compute_share" not in difference(s, N1, N2, activity="gpu").ci["edge"]
+
+
+def test_the_rows_print_each_interval_in_its_unit():
+    from hostgap.capture.summary import _cpu_rows, step_rows
+
+    ci = {
+        "t_step_ns": [2_170_000.0, 2_630_000.0],
+        "g_step_ns": [1_211_000.0, 1_485_000.0],
+        "h_step_ns": [943_000.0, 1_164_000.0],
+        "host_fraction": [0.418, 0.455],
+        "compute_share": [0.545, 0.582],
+        "edge": {"h_step_ns": "no spread in the runs: an interval of zero width"},
+    }
+    d = {
+        "t_step_ns": 2.4e6,
+        "g_step_ns": 1.344e6,
+        "h_step_ns": 1.056e6,
+        "host_fraction": 0.44,
+        "k_step": 163.0,
+        "activity": "cpu-compute",
+        "compute_share": 0.56,
+        "ci": ci,
+    }
+    rows = {r[0]: r[2] for r in step_rows({"differencing": d, "valid": True, "verdict": {"verdict": "host-bound"}})}
+    assert rows["wall"] == "[2.170, 2.630]"
+    assert rows["host-exposed"] == "[0.943, 1.164]  point on its edge: no spread in the runs: an interval of zero width"
+    assert rows["host fraction"] == "[41.8, 45.5]"
+    share = dict((r[0], r[2]) for r in _cpu_rows(d))["compute share (traced)"]
+    assert share == "[54.5, 58.2]; applied to the untraced wall: CPU compute = share x wall"

@@ -300,3 +300,41 @@ def test_slow_periods_shift_whole_rounds_and_the_interval_widens_for_it():
     slopes = R.round_slopes(series, rnd, 1, 128)
     q = t.ppf(0.975, 4) * np.std(slopes, ddof=1) / math.sqrt(5)
     assert (plain.lo, plain.hi) == pytest.approx((plain.value - q, plain.value + q))
+
+
+def test_the_paired_share_centre_against_exact_arithmetic():
+    """The paired ratio's estimate is the middle of the ratios where Kendall's statistic is
+    smallest in size, S(c) the sum over pairs at different N of sign(d num - c d den): checked
+    with exact fractions, pairs whose den does not move included, odd and even numbers of cuts."""
+    from fractions import Fraction
+
+    from hostgap.capture.intervals import paired_ratio
+
+    rng = np.random.default_rng(10)
+    checked = 0
+    for trial in range(12):
+        ns = [1, 2, 3, 5, 8, 13, 21][: 5 + trial % 3]
+        den = {n: [int(v)] for n, v in zip(ns, rng.integers(10, 40, len(ns)) * 4 + 3 * np.array(ns))}
+        den[ns[1]] = list(den[ns[0]])  # one pair whose den does not move
+        num = {n: [int(v)] for n, v in zip(ns, rng.integers(0, 30, len(ns)) + 2 * np.array(ns))}
+        got = paired_ratio(num, den, level=0.5)
+        x = [n for n in ns]
+        a = [Fraction(num[n][0]) for n in ns]
+        b = [Fraction(den[n][0]) for n in ns]
+        pairs = [(a[j] - a[i], b[j] - b[i]) for i in range(len(x)) for j in range(i + 1, len(x))]
+        cuts = sorted({da / db for da, db in pairs if db != 0})
+
+        def s(c, pairs=pairs):
+            return sum((da - c * db > 0) - (da - c * db < 0) for da, db in pairs)
+
+        cand = [cuts[0] - 1] + [
+            v for k, c in enumerate(cuts) for v in ([c] + ([(c + cuts[k + 1]) / 2] if k + 1 < len(cuts) else []))
+        ]
+        cand.append(cuts[-1] + 1)
+        least = min(abs(s(c)) for c in cand)
+        best = [c for c in cand if abs(s(c)) == least]
+        if got is not None:
+            assert got.value == pytest.approx(float((best[0] + best[-1]) / 2), rel=1e-12)
+            assert got.lo < got.value < got.hi
+            checked += 1
+    assert checked >= 4, checked
