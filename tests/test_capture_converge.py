@@ -217,6 +217,40 @@ def test_noise_model_round_trips_and_rejects_too_little_data():
         noise.fit_noise(np.array([0.1, 0.2]))
 
 
+def test_slow_periods_model_keeps_its_share_and_length():
+    """The simulation's one-sided interference: its share of slow runs, the mean length of a
+    period, one factor per period within [lo, hi], and the base noise under it."""
+    m = noise.SlowPeriods(noise.NoiseModel(0.0), share=0.25, mean_runs=8.0, lo=0.1, hi=0.3)
+    slow = m.slow(np.random.default_rng(1), 200_000)
+    on = slow > 0
+    assert on.mean() == pytest.approx(0.25, abs=0.02)
+    starts = np.flatnonzero(on[1:] & ~on[:-1])
+    assert on.sum() / len(starts) == pytest.approx(8.0, rel=0.05)
+    assert slow[on].min() >= 0.1 and slow[on].max() <= 0.3
+    ends = np.flatnonzero(on[:-1] & ~on[1:])
+    within = slow[starts[0] + 1 : ends[ends > starts[0]][0] + 1]
+    assert len(set(within.tolist())) == 1  # one factor for the whole period
+    e = noise.SlowPeriods(noise.NoiseModel(0.0), share=0.5).draw(np.random.default_rng(2), 1000)
+    assert e.min() == 0.0 and e.max() > 0.1  # interference only slows
+    rng_a, rng_b = np.random.default_rng(3), np.random.default_rng(3)
+    base = noise.NoiseModel(0.05)
+    d = noise.SlowPeriods(base).draw(rng_a, 50)
+    want = (1 + base.draw(rng_b, 50)) * (1 + noise.SlowPeriods(base).slow(rng_b, 50)) - 1
+    assert d == pytest.approx(want)
+
+
+def test_slow_periods_that_leave_too_few_rounds_ask_for_an_untraced_round():
+    line = {"slope": 1.0, "intercept": 0.0, "r2": 0.999, "points": 6, "max_residual": 0.01, "lack_of_fit_p": 0.5}
+    d = {"fit_wall": line, "fit_gpu": line, "ci": {"wall": {"left_out": 12, "runs": 18, "rounds": 2}}}
+    st = cv.status_of(d, 0.1)
+    assert not st.wall_ok and st.device_ok
+    assert st.why == ("slow periods: 12 of 30 untraced runs left out, 2 usable round(s) remain (need 3)",)
+    assert cv.wanted(st) == cv.Round(untraced=True, traced=False)
+    d["ci"]["wall"]["rounds"] = 3
+    assert cv.status_of(d, 0.1).wall_ok and cv.slow_reason(d["ci"]["wall"]) is None
+    assert cv.slow_reason({"left_out": 0, "runs": 30, "rounds": 0}) is None and cv.slow_reason(None) is None
+
+
 def test_a_busy_machine_gets_no_rounds():
     out, done = _loop([cv.Status(wall_ok=False, contended=True)], 1.0, 100.0)
     assert done == [] and out.stopped == "contended"

@@ -271,26 +271,32 @@ def test_paired_ratio_is_the_set_kendall_accepts():
         slow = 1 + 0.2 * rng.random()  # shared by the run's compute and wall
         num.setdefault(n, []).append((3e6 + 0.7e6 * n) * slow * (1 + 0.01 * rng.standard_normal()))
         den.setdefault(n, []).append((9e6 + 2e6 * n) * slow)
-    c = paired_ratio(num, den, 0.355)
-    assert c is not None and c.lo < 0.355 < c.hi and c.hi - c.lo < 0.02  # the truth: 0.35
+    c = paired_ratio(num, den)
+    assert c is not None and c.hi - c.lo < 0.02 and abs(c.value - 0.35) < 0.005  # the truth: 0.35
     grid = np.linspace(0.30, 0.40, 20001)
     ok = [g for g in grid if _kendall_accepts(num, den, g)]
     step = grid[1] - grid[0]
     assert abs(min(ok) - c.lo) <= step and abs(max(ok) - c.hi) <= step
-    inv = paired_ratio(den, num, 1 / 0.355)
+    inv = paired_ratio(den, num)
     assert inv is not None and inv.lo == pytest.approx(1 / c.hi) and inv.hi == pytest.approx(1 / c.lo)
-    # the point estimate is kept inside the interval
-    assert paired_ratio(num, den, 0.5).hi == 0.5
+    # the estimate is the test's centre: the median of the pairwise increment ratios (den grows
+    # with N in every pair here), strictly inside its interval
+    x = [n for n in num for _ in num[n]]
+    a = [v for n in num for v in num[n]]
+    b = [v for n in den for v in den[n]]
+    pairs = [(a[j] - a[i]) / (b[j] - b[i]) for i in range(len(x)) for j in range(i + 1, len(x)) if x[i] != x[j]]
+    assert c.value == pytest.approx(float(np.median(pairs)))
+    assert c.lo < c.value < c.hi and inv.lo < inv.value < inv.hi
 
 
 def test_paired_ratio_needs_paired_runs_and_a_bounded_answer():
     from hostgap.stats.differencing import paired_ratio
 
-    assert paired_ratio({1: [1.0, 2.0], 2: [3.0]}, {1: [1.0], 2: [3.0]}, 1.0) is None  # unpaired
-    assert paired_ratio({1: [1.0], 2: [3.0]}, {1: [1.0], 2: [3.0]}, 1.0) is None  # two runs
-    assert paired_ratio({1: [1.0, 1.1, 0.9]}, {1: [1.0, 1.0, 1.0]}, 1.0) is None  # one N
+    assert paired_ratio({1: [1.0, 2.0], 2: [3.0]}, {1: [1.0], 2: [3.0]}) is None  # unpaired
+    assert paired_ratio({1: [1.0], 2: [3.0]}, {1: [1.0], 2: [3.0]}) is None  # two runs
+    assert paired_ratio({1: [1.0, 1.1, 0.9]}, {1: [1.0, 1.0, 1.0]}) is None  # one N
     # den without a trend: every ratio is accepted, no bounded interval
-    assert paired_ratio({1: [1.0, 2.0], 2: [1.5, 1.7]}, {1: [5.0, 5.0], 2: [5.0, 5.0]}, 0.3) is None
+    assert paired_ratio({1: [1.0, 2.0], 2: [1.5, 1.7]}, {1: [5.0, 5.0], 2: [5.0, 5.0]}) is None
 
 
 def test_cpu_difference_reports_the_paired_share_and_falls_back_when_unpaired():
@@ -303,8 +309,9 @@ def test_cpu_difference_reports_the_paired_share_and_falls_back_when_unpaired():
     tw = {n: [int((1_000_000 + 400_000 * n) * 1.2) + 37 * k * n for k in range(2)] for n in ns}
     paired = Series(**{**s.__dict__, "traced_wall_ns": tw})
     d = difference(paired, 1, 8, activity="cpu-compute")
-    want = paired_ratio(paired.busy_ns, tw, d.compute_share)
+    want = paired_ratio(paired.busy_ns, tw)
     assert want is not None and d.ci["compute_share"] == pytest.approx([want.lo, want.hi])
+    assert d.compute_share == pytest.approx(want.value) and want.lo < d.compute_share < want.hi
     assert "paired traced runs" in d.ci["method"]
     d1 = difference(s, 1, 8, activity="cpu-compute")  # one traced wall per N, two busy: unpaired
     assert "paired" not in d1.ci["method"] and d1.ci["compute_share"] is not None

@@ -21,14 +21,20 @@ def pct(x: float | None, digits: int = 1, signed: bool = False) -> str:
     return f"{x * 100:+.{digits}f} %" if signed else f"{x * 100:.{digits}f} %"
 
 
+def _edge(ci: dict, key: str) -> str:
+    """Why the point lies on its interval's edge, when it does (``ci.edge``), after the interval."""
+    why = (ci.get("edge") or {}).get(key)
+    return f"  point on its edge: {why}" if why else ""
+
+
 def _ci_ms(ci: dict, key: str) -> str:
     v = ci.get(key)
-    return f"[{v[0] / 1e6:.3f}, {v[1] / 1e6:.3f}]" if v else ""
+    return f"[{v[0] / 1e6:.3f}, {v[1] / 1e6:.3f}]{_edge(ci, key)}" if v else ""
 
 
 def _ci_pct(ci: dict, key: str) -> str:
     v = ci.get(key)
-    return f"[{v[0] * 100:.1f}, {v[1] * 100:.1f}]" if v else ""
+    return f"[{v[0] * 100:.1f}, {v[1] * 100:.1f}]{_edge(ci, key)}" if v else ""
 
 
 def title(r: dict) -> str:
@@ -202,18 +208,38 @@ def check_rows(r: dict) -> list[tuple[str, str, str]]:
 def _noise_rows(d: dict) -> list[tuple[str, str, str]]:
     from hostgap.stats.noise import check_rows
 
-    return check_rows(d.get("machine"), d.get("convergence"))
+    return _slow_rows(d) + check_rows(d.get("machine"), d.get("convergence"))
+
+
+def _slow_rows(d: dict) -> list[tuple[str, str, str]]:
+    """The slow periods the run order showed (``ci.wall``, :mod:`hostgap.stats.rounds`)."""
+    w = (d.get("ci") or {}).get("wall")
+    if not w or w.get("evidence") is None:
+        return []
+    if not w.get("left_out"):
+        return [("slow periods", "none found", "run-order levels vs AR(1) noise (BIC): interference only slows")]
+    every = w["runs"] + w["left_out"]
+    reading = f" (every run: {ms(w['every'])} per step)" if w.get("every") is not None else ""
+    return [
+        (
+            "slow periods",
+            f"{w['left_out']} of {every} runs",
+            "left out of the wall's estimate (run-order levels fit better than AR(1) noise, BIC "
+            f"+{w['evidence']:.0f}); its interval reaches up to every run's{reading}",
+        )
+    ]
 
 
 def _cpu_rows(d: dict) -> list[tuple[str, str, str]]:
     """On a shared CPU: how many runs were preempted, and t_step from thread CPU time."""
     rows = []
     if d.get("compute_share") is not None:
+        iv = _ci_pct(d.get("ci") or {}, "compute_share")
         rows.append(
             (
                 "compute share (traced)",
                 pct(d["compute_share"]),
-                "applied to the untraced wall: CPU compute = share x wall",
+                (f"{iv}; " if iv else "") + "applied to the untraced wall: CPU compute = share x wall",
             )
         )
     share = d.get("preempted_share")
@@ -276,6 +302,8 @@ def footnote(r: dict) -> str:
     )
     if "batch means" in str(ci.get("method", "")):
         how = "Theil-Sen slope over every run; wall interval from the rounds' slopes"
+        if (ci.get("wall") or {}).get("rho") is not None:
+            how += ", widened for their correlation in run order"
     lines = [
         f"per decode step: N1={r['n1']}, N2={r['n2']}; {d.get('note', '')}; {how}; "
         f"CI {int(100 * ci.get('level', 0.95))} %",

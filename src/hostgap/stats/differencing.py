@@ -26,7 +26,9 @@ is taken on the traced basis and applied to the untraced wall, ``g_step = c * t_
 (:func:`difference`, ``basis``). The compute share's interval uses that both slopes come from
 the same traced runs (a slow period stretches a run's compute and its wall together): it is
 the set of shares ``c`` for which Kendall's test finds no trend of ``G - c W_traced`` in N
-(:func:`paired_ratio`, a rank form of Fieller's interval). Intervals of products, differences
+(:func:`paired_ratio`, a rank form of Fieller's interval), and the share itself is that test's
+centre (the median of the runs' pairwise ratios of compute to wall increments), so the estimate
+and its interval come from one construction and the estimate lies inside. Intervals of products, differences
 and ratios of independent estimates combine their own intervals by MOVER (Zou and Donner), on
 the log scale for products and ratios.
 
@@ -48,6 +50,7 @@ from hostgap.checks import fit_reason  # the linearity check's rule and limits
 from hostgap.stats.confidence import (
     Slope,
     complement,
+    edge_reasons,
     mover_difference,
     mover_product,
     mover_ratio,
@@ -350,9 +353,10 @@ def split(
     t: Slope, g_traced: Slope, activity: str, traced_t: Slope | None = None, paired_share: Slope | None = None
 ) -> dict:
     """g, h, the host fraction and (CPU) the compute share, each with its interval, on one
-    basis: GPU ``g = g_traced``; CPU ``g = t * share`` with ``share = g_traced / traced_t``, its
-    interval ``paired_share`` (:func:`paired_ratio`) where the traced runs give one, else the
-    MOVER ratio of the two slopes' intervals (as if independent: wider). Intervals are None
+    basis: GPU ``g = g_traced``; CPU ``g = t * share`` with the share and its interval
+    ``paired_share`` (:func:`paired_ratio`) where the traced runs give one, else
+    ``g_traced / traced_t`` with the MOVER ratio of the two slopes' intervals (as if independent:
+    wider). Intervals are None
     where MOVER does not apply (an interval reaching 0)."""
     if activity == "gpu":
         g = g_traced
@@ -362,7 +366,9 @@ def split(
     else:
         if traced_t is None or traced_t.value <= 0:
             raise ValueError("a CPU split needs a positive traced wall slope")
-        share_value = g_traced.value / traced_t.value
+        # the paired share's estimate comes with its interval (the centre of Kendall's test);
+        # without one, the ratio of the two slopes, in the middle of its MOVER interval
+        share_value = paired_share.value if paired_share else g_traced.value / traced_t.value
         share = paired_share or mover_ratio(g_traced, traced_t)
         if share is not None:  # a share lies in (0, 1): cut to it, so the products below exist
             v = share.value
@@ -406,13 +412,12 @@ def difference(
         if not (ser.get(n1) and ser.get(n2)):
             raise ValueError(f"series lack repeats at n1 or n2 ({name})")
     t = slope_with_interval(series.wall_ns, n1, n2, estimator, seed=seed, n_boot=n_boot, level=level)
-    by_rounds = None
-    if estimator == "theil-sen" and series.wall_rounds:  # runs in rounds: batch-means interval
-        from hostgap.stats.rounds import round_interval
+    wall = None
+    if estimator == "theil-sen":  # rounds, run order and slow periods (hostgap.stats.rounds)
+        from hostgap.stats.rounds import wall_estimate
 
-        iv = round_interval(t.value, series.wall_ns, series.wall_rounds, n1, n2, level, series.wall_seq)
-        by_rounds = Slope(t.value, *iv) if iv else None
-        t = by_rounds or t
+        wall = wall_estimate(series.wall_ns, series.wall_rounds, series.wall_seq, n1, n2, level)
+        t = Slope(wall.value, wall.lo, wall.hi) if wall else t
     gt = slope_with_interval(series.busy_ns, n1, n2, estimator, seed=seed + 1, n_boot=n_boot, level=level)
     tt = (
         slope_with_interval(series.traced_wall_ns, n1, n2, estimator, seed=seed + 2, n_boot=n_boot, level=level)
@@ -421,9 +426,7 @@ def difference(
     )
     paired = None
     if activity != "gpu" and tt is not None and tt.value > 0:
-        paired = paired_ratio(
-            _within(series.busy_ns, n1, n2), _within(series.traced_wall_ns, n1, n2), gt.value / tt.value, level
-        )
+        paired = paired_ratio(_within(series.busy_ns, n1, n2), _within(series.traced_wall_ns, n1, n2), level)
     sp = split(t, gt, activity, tt, paired)
     k = _slope(series.kernel_count, n1, n2, "median")
     ksum = _slope(series.kernel_sum_ns, n1, n2, estimator)
@@ -436,11 +439,8 @@ def difference(
         if estimator == "theil-sen"
         else f"percentile bootstrap over repeats ({n_boot} resamples, estimator {estimator})"
     )
-    if by_rounds is not None:
-        method = (
-            "Theil-Sen slope over every run of the sweep; wall interval from the spread of the "
-            "rounds' slopes (batch means), traced intervals Sen's"
-        )
+    if wall is not None:
+        method = _wall_method(wall)
     ci = {
         "level": level,
         "method": method
@@ -458,6 +458,11 @@ def difference(
     }
     if activity != "gpu":
         ci["compute_share"] = sp["ci_share"]
+    if wall is not None:
+        ci["wall"] = wall.to_dict()
+    shown = {"t_step_ns": t.value, "g_step_ns": sp["g"].value, "h_step_ns": sp["h"].value}
+    shown.update(host_fraction=sp["host_fraction"], compute_share=sp["share"] if activity != "gpu" else None)
+    ci["edge"] = edge_reasons(shown, ci, estimator)  # points on their interval's edge, and why
     est = "median" if estimator == "theil-sen" else estimator
     fw, fg = _fit(series.wall_ns, est), _fit(series.busy_ns, est)
     fk = _fit(series.kernel_count, "median")
@@ -500,6 +505,24 @@ def difference(
         compute_share=sp["share"] if activity != "gpu" else None,
         traced_g_step_ns=gt.value,
     )
+
+
+def _wall_method(wall) -> str:
+    """The ``ci.method`` words for the wall's estimate (:class:`hostgap.stats.rounds.WallEstimate`)."""
+    how = (
+        "wall interval from the spread of the rounds' slopes (batch means)"
+        if wall.basis == "rounds"
+        else "wall interval Sen's"
+    )
+    if wall.rho is not None:
+        how += f", widened for the runs' correlation in run order (AR(1), rho {wall.rho:.2f})"
+    slow = ""
+    if wall.left_out:
+        slow = (
+            f"; {wall.left_out} untraced run(s) on slow periods left out of the wall's estimate, "
+            "its interval holding every run's too"
+        )
+    return f"Theil-Sen slope over every run of the sweep{slow}; {how}; traced intervals Sen's"
 
 
 def sweep_points(n1: int, n2: int, points: int = 5) -> list[int]:

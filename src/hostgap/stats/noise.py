@@ -231,6 +231,41 @@ class NoiseModel:
         return np.maximum(e, -0.9)  # a run never takes less than a tenth of its time
 
 
+@dataclass(frozen=True)
+class SlowPeriods:
+    """One-sided interference for simulations: a machine that runs ``base`` noise and now and then
+    slows down for a while (a neighbour on the memory bus or in the same cache, a frequency dip),
+    without steal time or preemption to show it. In run order, a two-state Markov chain is in a
+    slow period for a share ``share`` of the runs, each period lasting ``mean_runs`` runs on
+    average (geometric); every run of a period is slower by the same factor, drawn per period
+    uniformly from [``lo``, ``hi``]. A run's total is multiplied by ``(1 + base)(1 + slow)``."""
+
+    base: NoiseModel
+    share: float = 0.25
+    mean_runs: float = 8.0
+    lo: float = 0.10
+    hi: float = 0.30
+
+    def slow(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """Each run's slowdown (0 outside the slow periods), in run order."""
+        leave = 1.0 / self.mean_runs
+        enter = self.share * leave / (1.0 - self.share)  # stationary share of slow runs
+        out = np.zeros(size)
+        slow = bool(rng.random() < self.share)
+        factor = rng.uniform(self.lo, self.hi)
+        for i in range(size):
+            if i and rng.random() < (leave if slow else enter):
+                slow = not slow
+                factor = rng.uniform(self.lo, self.hi) if slow else factor
+            out[i] = factor if slow else 0.0
+        return out
+
+    def draw(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """``size`` relative deviations in run order (as :meth:`NoiseModel.draw`)."""
+        e = self.base.draw(rng, size)
+        return (1 + e) * (1 + self.slow(rng, size)) - 1
+
+
 def _t_mad(dof: float) -> float:
     """1.4826 x the median absolute value of a standard Student t: dividing by it gives the t
     a robust scale of 1, as a standard normal has."""

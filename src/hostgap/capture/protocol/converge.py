@@ -5,9 +5,10 @@ sweep's line may not yet be a line: one N drawn during a slow period (a virtual 
 a frequency change) lies off it, or the repeats are spread. When the machine is not contended
 (:mod:`hostgap.capture.protocol.validity`), that is answered by **measuring more**, not by giving up:
 
-* the untraced wall W(N) fails its linearity check (R² or one N off the robust line) or its
-  repeats are spread beyond :data:`hostgap.capture.protocol.validity.SPREAD_LIMIT` -> one more
-  **untraced round**: one run of every N of the sweep, in a shuffled order;
+* the untraced wall W(N) fails its linearity check (R² or one N off the robust line), its
+  repeats are spread beyond :data:`hostgap.capture.protocol.validity.SPREAD_LIMIT`, or slow periods left
+  too few rounds of quiet runs (:func:`slow_reason`) -> one more **untraced round**: one run of
+  every N of the sweep, in a shuffled order;
 * the traced device-time G(N) fails its linearity check, or the host-fraction interval is wider
   than :data:`WIDTH_TARGET` -> one more **traced round**: one traced run of every N (shuffled);
   on a GPU, where that interval also rests on the wall's, an untraced round with it.
@@ -212,16 +213,41 @@ def status_of(d: dict, spread: float | None) -> Status:
             why.append(r)
     if not spread_ok:
         why.append(f"repeat spread {spread:.0%} (limit {SPREAD_LIMIT:.0%})")
+    slow = slow_reason((d.get("ci") or {}).get("wall"))
+    if slow:
+        why.append(slow)
     ci = (d.get("ci") or {}).get("host_fraction")
     width = float(ci[1] - ci[0]) if ci else None
     if width is not None and width > WIDTH_TARGET:
         why.append(f"host fraction interval {width * 100:.0f} points wide (target {WIDTH_TARGET * 100:.0f})")
     return Status(
-        wall_ok=wall_fit_ok and spread_ok,
+        wall_ok=wall_fit_ok and spread_ok and not slow,
         device_ok=dev_ok,
         width=width,
         why=tuple(why),
         wide_needs_wall=d.get("activity") == "gpu",
+    )
+
+
+def slow_reason(wall: dict | None) -> str | None:
+    """Why slow periods ask for an untraced round: runs were left out of the wall's estimate
+    (:func:`hostgap.stats.rounds.slow_runs`) and fewer than
+    :data:`hostgap.stats.rounds.MIN_ROUNDS` usable rounds remain, so its interval falls back to
+    Sen's; None otherwise. More rounds bring quiet runs once the slow period has passed.
+
+    >>> slow_reason({"left_out": 9, "runs": 21, "rounds": 2})
+    'slow periods: 9 of 30 untraced runs left out, 2 usable round(s) remain (need 3)'
+    >>> slow_reason({"left_out": 4, "runs": 26, "rounds": 4}) is None
+    True
+    """
+    from hostgap.stats.rounds import MIN_ROUNDS
+
+    if not wall or not wall.get("left_out") or wall.get("rounds", 0) >= MIN_ROUNDS:
+        return None
+    every = wall["left_out"] + wall["runs"]
+    return (
+        f"slow periods: {wall['left_out']} of {every} untraced runs left out, "
+        f"{wall['rounds']} usable round(s) remain (need {MIN_ROUNDS})"
     )
 
 
