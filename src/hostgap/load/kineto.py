@@ -30,6 +30,9 @@ file.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+
 import msgspec
 import numpy as np
 
@@ -87,25 +90,60 @@ STREAMING = True
 whole first (the path every document the stream cannot split takes anyway)."""
 
 
-def load_kineto(path: str) -> Trace:
+PARALLEL_MIN_BYTES = 16 << 20
+"""Text (an estimate for gzip) below which a trace is decoded on one thread whatever ``jobs``
+says: a few chunks gain less than the worker threads cost (bench/results/ingest-parallel.md)."""
+
+Progress = Callable[[int, "int | None"], None]
+
+
+def load_kineto(path: str, *, jobs: int = 1, progress: Progress | None = None) -> Trace:
     """Load a Kineto JSON trace. Whole-file problems raise :class:`HostgapError`; events that
     do not fit are skipped and counted by reason in ``meta.skipped``, and the kept ones plus
-    the skipped ones (reasons not marked "event kept") add up to ``len(traceEvents)``."""
+    the skipped ones (reasons not marked "event kept") add up to ``len(traceEvents)``.
+
+    ``jobs`` > 1 decodes chunks of the text on that many threads (compiled decoder only; the
+    result is the same). ``progress(bytes_read, file_size)`` is called on this thread after
+    each chunk and once at the end (bytes of the file: compressed bytes for gzip)."""
     if STREAMING:
         try:
-            return _load_streaming(path)
+            return _load_streaming(path, jobs, progress)
         except NotStreamable:
             pass  # an unusual document: loaded whole, where odd text is fenced or reported
-    return _load_whole(path)
+    trace = _load_whole(path)
+    if progress is not None:
+        size = os.path.getsize(path)
+        progress(size, size)
+    return trace
 
 
-def _load_streaming(path: str) -> Trace:
+def _load_streaming(path: str, jobs: int, progress: Progress | None) -> Trace:
     ext = native()
     builder = _Builder() if ext is None else _NativeBuilder(ext)
-    stream = EventStream(path, builder.decode_list)
+    if ext is not None and jobs > 1 and text_size_hint(path) >= PARALLEL_MIN_BYTES:
+        stream = EventStream(path, builder.decode_list, speculate=ext.decode, jobs=jobs)
+    else:
+        stream = EventStream(path, builder.decode_list)
+    size = os.path.getsize(path) if progress is not None else None
     for events in stream:
         builder.add(events)
-    return _trace(path, builder, {k: _meta_value(v) for k, v in stream.meta.items()})
+        if progress is not None:
+            progress(stream.bytes_read[0], size)
+    trace = _trace(path, builder, {k: _meta_value(v) for k, v in stream.meta.items()})
+    if progress is not None:
+        progress(stream.bytes_read[0], size)
+    return trace
+
+
+def text_size_hint(path: str) -> int:
+    """The size of a file's JSON text, for choosing a decoding path only: the file's size, or
+    for gzip the size its trailer gives (mod 2^32) or 8x the compressed size, the larger."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b" or size < 18:
+            return size
+        f.seek(size - 4)
+        return max(int.from_bytes(f.read(4), "little"), 8 * size)
 
 
 def _load_whole(path: str) -> Trace:
@@ -267,6 +305,9 @@ class _Builder:
         return refine(columns, names), names
 
 
+_UNSET = object()
+
+
 class _NativeChunk:
     """A chunk decoded by the compiled decoder (its raw tuple, see kineto_columns)."""
 
@@ -290,8 +331,10 @@ class _NativeBuilder(_Builder):
         self.batches = Batches(self.strings, self.codes)
         self.raw_carry: RawColumns | None = None
 
-    def decode_list(self, text) -> list[Event] | _NativeChunk:  # type: ignore[override]
-        t = self.ext.decode(text)
+    def decode_list(self, text, speculated=_UNSET) -> list[Event] | _NativeChunk:  # type: ignore[override]
+        """:meth:`_Builder.decode_list` by the compiled decoder; ``speculated``: its result for
+        ``text``, computed on a worker thread (:class:`~hostgap.load.kineto_stream.EventStream`)."""
+        t = self.ext.decode(text) if speculated is _UNSET else speculated
         if t is None:  # not plain: the msgspec path decides, exactly as without the extension
             return super().decode_list(text)
         self.n_input += t[0]
