@@ -75,7 +75,8 @@ static int fast_ns(const char *t, size_t n, int64_t *out) {
     return 1;
 }
 
-/* An integer text that fits int64 (what msgspec's int64-bounded int accepts): 1 and *out. */
+/* An integer text that fits int64 (what msgspec's int64-bounded int accepts): 1 and *out. The
+ * same grammar decides whether a string is a number: -?[0-9]+ (ASCII, leading zeros allowed). */
 static int int64_text(const char *t, size_t n, int64_t *out) {
     size_t i = 0;
     int neg = 0;
@@ -270,14 +271,19 @@ static void time_field(yyjson_val *v, int64_t *val, int8_t *st, Str *raw, size_t
     }
 }
 
-/* An ``I64 | str | None`` field: 0, or -1 to refuse the chunk. */
-static int int_str_null(Table *t, yyjson_val *v, int64_t *val, int8_t *kind) {
+/* An ``I64 | str | None`` field: 0, or -1 to refuse the chunk. With ``numeric_strings`` (the
+ * args) a string that is a number by the loader's rule (int64_text: an optional '-' and ASCII
+ * digits within int64, hostgap.load.kineto_events.int_text) is that integer; a pid or tid string
+ * stays a string (its kind decides whether a process name is read). */
+static int int_str_null(Table *t, yyjson_val *v, int64_t *val, int8_t *kind, int numeric_strings) {
     if (yyjson_is_raw(v)) {
         if (!int64_text(yyjson_get_raw(v), yyjson_get_len(v), val)) return -1;
         *kind = K_INT;
     } else if (yyjson_is_null(v)) {
         *val = NONE_ID;
         *kind = K_NULL;
+    } else if (numeric_strings && yyjson_is_str(v) && int64_text(yyjson_get_str(v), yyjson_get_len(v), val)) {
+        *kind = K_INT;
     } else if (yyjson_is_str(v)) {
         int32_t c = table_code(t, yyjson_get_str(v), yyjson_get_len(v));
         if (c < 0) return -1;
@@ -304,7 +310,7 @@ static int read_args(Cols *c, size_t i, yyjson_val *args) {
         if (j < N_ARGS) {
             if (seen & (1u << j)) return -1;
             seen |= 1u << j;
-            if (int_str_null(&c->strings, v, &c->args[(size_t)j * c->n + i], &c->args_k[(size_t)j * c->n + i]) < 0)
+            if (int_str_null(&c->strings, v, &c->args[(size_t)j * c->n + i], &c->args_k[(size_t)j * c->n + i], 1) < 0)
                 return -1;
         } else if (key_is(k, "name")) {
             if (seen & (1u << N_ARGS)) return -1;
@@ -371,10 +377,10 @@ static int read_event(Cols *c, size_t i, yyjson_val *ev) {
             time_field(v, &c->dur[i], &c->dur_st[i], c->dur_raw, &c->n_dur_raw);
             break;
         case 5:
-            if (int_str_null(&c->strings, v, &c->pid[i], &c->pid_k[i]) < 0) return -1;
+            if (int_str_null(&c->strings, v, &c->pid[i], &c->pid_k[i], 0) < 0) return -1;
             break;
         case 6:
-            if (int_str_null(&c->strings, v, &c->tid[i], &c->tid_k[i]) < 0) return -1;
+            if (int_str_null(&c->strings, v, &c->tid[i], &c->tid_k[i], 0) < 0) return -1;
             break;
         case 7:
             if (read_args(c, i, v) < 0) return -1;

@@ -44,8 +44,7 @@ from hostgap.load.kineto_events import (
     MALFORMED_ARGS,
     Event,
     _category_reason,
-    _small_int,
-    int_or_none,
+    int_text,
 )
 
 try:
@@ -128,8 +127,8 @@ def raw_from_native(t: tuple, strings: Strings) -> RawColumns:
     a = np.frombuffer(args, dtype=np.int64).reshape(len(_ARG_NAMES), n).copy()
     ak = np.frombuffer(args_k, dtype=np.int8).reshape(len(_ARG_NAMES), n)
     bad = np.zeros(n, dtype=np.int8)
-    for j, i in zip(*np.nonzero(ak == _K_STR)):
-        arg = int_or_none(table[a[j, i]])
+    for j, i in zip(*np.nonzero(ak == _K_STR)):  # strings that are not numbers (int_text)
+        arg = int_text(table[a[j, i]])
         if arg is None:
             bad[i] += 1
         a[j, i] = NONE if arg is None else arg
@@ -138,9 +137,9 @@ def raw_from_native(t: tuple, strings: Strings) -> RawColumns:
 
 
 def _id_value(s: str, strings: Strings) -> tuple[int, int]:
-    """A string pid/tid: (its value, -1) when it holds a small integer, else (0, its string id)
-    for the per-batch mapping (:func:`hostgap.load.kineto_events._ids`)."""
-    n = _small_int(s) if s.isascii() and s.isdigit() else None
+    """A string pid/tid: (its value, -1) when it is a number (:func:`int_text`), else (0, its
+    string id) for the per-batch mapping (:func:`hostgap.load.kineto_events._ids`)."""
+    n = int_text(s)
     return (n, -1) if n is not None else (0, strings.id(s))
 
 
@@ -185,7 +184,7 @@ def raw_from_events(events: list[Event], strings: Strings) -> RawColumns:
             if x is None:
                 x = NONE
             elif isinstance(x, str):
-                y = int_or_none(x)
+                y = int_text(x)
                 if y is None:
                     bad[i] += 1
                 x = NONE if y is None else y
