@@ -34,6 +34,7 @@ enum { ST_OK = 0, ST_MISSING = 1, ST_MALFORMED = 2, ST_FLAGGED = 4 };
 enum { K_INT = 0, K_NULL = 1, K_STR = 2 };
 #define N_ARGS 6
 static const char *ARG_KEYS[N_ARGS] = {"correlation", "External id", "external id", "device", "stream", "bytes"};
+static const size_t ARG_LENS[N_ARGS] = {11, 11, 11, 6, 6, 5};
 #define NONE_ID (-1)
 
 /* ---------------------------------------------------------------- number texts */
@@ -237,8 +238,7 @@ static int too_deep(yyjson_doc *doc) {
     return 0;
 }
 
-static int key_is(yyjson_val *k, const char *s) {
-    size_t n = strlen(s);
+static int key_is(yyjson_val *k, const char *s, size_t n) {
     return yyjson_get_len(k) == n && memcmp(yyjson_get_str(k), s, n) == 0;
 }
 
@@ -306,13 +306,13 @@ static int read_args(Cols *c, size_t i, yyjson_val *args) {
         yyjson_val *v = yyjson_obj_iter_get_val(k);
         int j;
         for (j = 0; j < N_ARGS; j++)
-            if (key_is(k, ARG_KEYS[j])) break;
+            if (key_is(k, ARG_KEYS[j], ARG_LENS[j])) break;
         if (j < N_ARGS) {
             if (seen & (1u << j)) return -1;
             seen |= 1u << j;
             if (int_str_null(&c->strings, v, &c->args[(size_t)j * c->n + i], &c->args_k[(size_t)j * c->n + i], 1) < 0)
                 return -1;
-        } else if (key_is(k, "name")) {
+        } else if (key_is(k, "name", 4)) {
             if (seen & (1u << N_ARGS)) return -1;
             seen |= 1u << N_ARGS;
             if (!yyjson_is_str(v)) return -1;
@@ -394,6 +394,11 @@ static PyObject *bytes_of(const void *p, size_t n) {
     return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
 }
 
+/* A column the caller changes in place (numpy over a bytearray is writable: no second copy). */
+static PyObject *bytearray_of(const void *p, size_t n) {
+    return PyByteArray_FromStringAndSize((const char *)p, (Py_ssize_t)n);
+}
+
 static PyObject *raw_list(const Str *raw, size_t n) {
     PyObject *l = PyList_New((Py_ssize_t)n);
     if (!l) return NULL;
@@ -426,10 +431,10 @@ static PyObject *build_result(Cols *c) {
     return Py_BuildValue(
         "nNNNNNNNNNNNNNNNNN", (Py_ssize_t)n, strings,
         bytes_of(c->ph, n * 4), bytes_of(c->cat, n * 4), bytes_of(c->name, n * 4), bytes_of(c->aname, n * 4),
-        bytes_of(c->ts, n * 8), bytes_of(c->ts_st, n), raw_list(c->ts_raw, c->n_ts_raw),
-        bytes_of(c->dur, n * 8), bytes_of(c->dur_st, n), raw_list(c->dur_raw, c->n_dur_raw),
-        bytes_of(c->pid, n * 8), bytes_of(c->pid_k, n), bytes_of(c->tid, n * 8), bytes_of(c->tid_k, n),
-        bytes_of(c->args, n * 8 * N_ARGS), bytes_of(c->args_k, n * N_ARGS));
+        bytearray_of(c->ts, n * 8), bytearray_of(c->ts_st, n), raw_list(c->ts_raw, c->n_ts_raw),
+        bytearray_of(c->dur, n * 8), bytearray_of(c->dur_st, n), raw_list(c->dur_raw, c->n_dur_raw),
+        bytearray_of(c->pid, n * 8), bytes_of(c->pid_k, n), bytearray_of(c->tid, n * 8), bytes_of(c->tid_k, n),
+        bytearray_of(c->args, n * 8 * N_ARGS), bytes_of(c->args_k, n * N_ARGS));
 }
 
 static PyObject *decode(PyObject *self, PyObject *arg) {

@@ -94,6 +94,9 @@ PARALLEL_MIN_BYTES = 16 << 20
 """Text (an estimate for gzip) below which a trace is decoded on one thread whatever ``jobs``
 says: a few chunks gain less than the worker threads cost (bench/results/ingest-parallel.md)."""
 
+PARALLEL_FINISH_ROWS = 1 << 20
+"""Events below which the loaded columns are joined and sorted on one thread."""
+
 Progress = Callable[[int, "int | None"], None]
 
 
@@ -129,7 +132,7 @@ def _load_streaming(path: str, jobs: int, progress: Progress | None) -> Trace:
         builder.add(events)
         if progress is not None:
             progress(stream.bytes_read[0], size)
-    trace = _trace(path, builder, {k: _meta_value(v) for k, v in stream.meta.items()})
+    trace = _trace(path, builder, {k: _meta_value(v) for k, v in stream.meta.items()}, jobs)
     if progress is not None:
         progress(stream.bytes_read[0], size)
     return trace
@@ -160,9 +163,9 @@ def _load_whole(path: str) -> Trace:
     return _trace(path, builder, meta)
 
 
-def _trace(path: str, builder: _Builder, top: dict) -> Trace:
+def _trace(path: str, builder: _Builder, top: dict, jobs: int = 1) -> Trace:
     """The trace from the decoded events and the top-level metadata values."""
-    columns, names = builder.finish()
+    columns, names = builder.finish(jobs)
     if not builder.n_input:
         raise HostgapError(path, "traceEvents is empty: the trace holds no events")
     table = EventTable.from_columns(columns)
@@ -291,17 +294,29 @@ class _Builder:
         self._columns(self.carry)
         self.carry = []
 
-    def finish(self) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
-        """The columns (sorted by start, stable) and the name table."""
+    def finish(self, jobs: int = 1) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+        """The columns (sorted by start, stable) and the name table; on ``jobs`` threads when
+        there are at least :data:`PARALLEL_FINISH_ROWS` rows (numpy copies without the GIL)."""
         self._flush()
         names = tuple("" if n is None else n for n in self.codes)
         start = _join(self.pieces.pop("start_ns"))
         order = np.argsort(start, kind="stable")
         columns = {"start_ns": start[order]}
         del start
-        for c in list(self.pieces):
-            columns[c] = _join(self.pieces.pop(c))[order]
+
+        def column(c: str) -> np.ndarray:
+            out = _join(self.pieces.pop(c))[order]
             _release_freed_memory()  # the pieces' memory, before the next column is built
+            return out
+
+        rest = list(self.pieces)
+        if jobs > 1 and len(order) >= PARALLEL_FINISH_ROWS:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(jobs, len(rest)), thread_name_prefix="hostgap-columns") as pool:
+                columns.update(zip(rest, pool.map(column, rest)))
+        else:
+            columns.update((c, column(c)) for c in rest)
         return refine(columns, names), names
 
 

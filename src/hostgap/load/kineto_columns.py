@@ -110,21 +110,22 @@ def raw_from_native(t: tuple, strings: Strings) -> RawColumns:
         return lut[np.frombuffer(b, dtype=np.int32)]
 
     out: RawColumns = {"ph": codes(ph), "cat": codes(cat), "name": codes(name), "aname": codes(aname)}
+    # ts, dur, their statuses, pid, tid and args arrive as bytearrays: writable, not copied
     for key, val, st, raw in (("ts", ts, ts_st, ts_raw), ("dur", dur, dur_st, dur_raw)):
-        v = np.frombuffer(val, dtype=np.int64).copy()
-        s = np.frombuffer(st, dtype=np.int8).copy()
+        v = np.frombuffer(val, dtype=np.int64)
+        s = np.frombuffer(st, dtype=np.int8)
         if raw:  # texts the fast path does not convert exactly: the exact decimal path
             at = np.flatnonzero(s == FLAGGED)
             v[at], s[at] = ns_from_text(raw)
         out[key], out[key + "_st"] = v, s
     for key, val, kind in (("pid", pid, pid_k), ("tid", tid, tid_k)):
-        v = np.frombuffer(val, dtype=np.int64).copy()
+        v = np.frombuffer(val, dtype=np.int64)
         k = np.frombuffer(kind, dtype=np.int8)
         m = np.full(n, -1, dtype=np.int32)
         for i in np.flatnonzero(k == _K_STR).tolist():
             v[i], m[i] = _id_value(table[v[i]], strings)
         out[key], out[key + "_k"], out[key + "_map"] = v, k, m
-    a = np.frombuffer(args, dtype=np.int64).reshape(len(_ARG_NAMES), n).copy()
+    a = np.frombuffer(args, dtype=np.int64).reshape(len(_ARG_NAMES), n)
     ak = np.frombuffer(args_k, dtype=np.int8).reshape(len(_ARG_NAMES), n)
     bad = np.zeros(n, dtype=np.int8)
     for j, i in zip(*np.nonzero(ak == _K_STR)):  # strings that are not numbers (int_text)
