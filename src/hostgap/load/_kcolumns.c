@@ -208,6 +208,12 @@ static void cols_free(Cols *c) {
     memset(c, 0, sizeof(*c));
 }
 
+/* Forget the strings of the previous chunk (they pointed into its freed document). */
+static void table_reset(Table *t) {
+    t->count = 0;
+    if (t->slots) memset(t->slots, 0, t->cap_slots * sizeof(int32_t));
+}
+
 static int cols_alloc(Cols *c, size_t n) {
     size_t m = n ? n : 1;
     c->n = n;
@@ -437,26 +443,97 @@ static PyObject *build_result(Cols *c) {
         bytearray_of(c->args, n * 8 * N_ARGS), bytes_of(c->args_k, n * N_ARGS));
 }
 
-static PyObject *decode(PyObject *self, PyObject *arg) {
+/* ---------------------------------------------------------------- scratch */
+
+/* Memory one thread reuses from chunk to chunk: yyjson's documents come from a dynamic allocator
+ * that keeps what they freed, and the column buffers stay allocated, so a long load does not ask
+ * the system for fresh pages (each one a page fault) at every chunk. One scratch serves one call
+ * at a time (``busy``, set and cleared with the GIL held); everything is freed with the capsule. */
+typedef struct {
+    yyjson_alc *alc;
+    Cols cols;
+    size_t cap; /* rows the column buffers hold */
+    int busy;
+} Scratch;
+
+#define SCRATCH_NAME "hostgap.load._kcolumns.scratch"
+
+static void scratch_destroy(PyObject *capsule) {
+    Scratch *s = (Scratch *)PyCapsule_GetPointer(capsule, SCRATCH_NAME);
+    if (!s) return;
+    cols_free(&s->cols);
+    yyjson_alc_dyn_free(s->alc);
+    free(s);
+}
+
+static PyObject *scratch(PyObject *self, PyObject *noargs) {
     (void)self;
+    (void)noargs;
+    Scratch *s = calloc(1, sizeof(Scratch));
+    if (!s) return PyErr_NoMemory();
+    s->alc = yyjson_alc_dyn_new();
+    if (!s->alc) {
+        free(s);
+        return PyErr_NoMemory();
+    }
+    PyObject *capsule = PyCapsule_New(s, SCRATCH_NAME, scratch_destroy);
+    if (!capsule) {
+        yyjson_alc_dyn_free(s->alc);
+        free(s);
+    }
+    return capsule;
+}
+
+/* The scratch's columns for n rows (buffers grown when too small): 0, or -1 out of memory. */
+static int scratch_cols(Scratch *s, size_t n) {
+    if (n > s->cap || !s->cols.ph) {
+        Table keep = s->cols.strings;
+        memset(&s->cols.strings, 0, sizeof(Table));
+        cols_free(&s->cols);
+        s->cols.strings = keep;
+        s->cap = 0;
+        if (cols_alloc(&s->cols, n) < 0) return -1;
+        s->cap = n;
+    }
+    s->cols.n = n;
+    s->cols.n_ts_raw = s->cols.n_dur_raw = 0;
+    table_reset(&s->cols.strings);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- decode */
+
+static PyObject *decode(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *arg, *capsule = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O:decode", &arg, &capsule)) return NULL;
+    Scratch *s = NULL;
+    if (capsule != Py_None) {
+        s = (Scratch *)PyCapsule_GetPointer(capsule, SCRATCH_NAME);
+        if (!s) return NULL;
+        if (s->busy) s = NULL; /* another thread holds it: plain allocations this time */
+    }
     Py_buffer b;
     if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
+    if (s) s->busy = 1;
     yyjson_doc *doc = NULL;
-    Cols c;
-    memset(&c, 0, sizeof(c));
+    Cols own;
+    memset(&own, 0, sizeof(own));
+    Cols *cp = s ? &s->cols : &own;
     int refused = 0, nomem = 0;
     PyObject *result = NULL;
 
     Py_BEGIN_ALLOW_THREADS
     {
         yyjson_read_err err;
-        doc = yyjson_read_opts((char *)b.buf, (size_t)b.len, YYJSON_READ_NUMBER_AS_RAW, NULL, &err);
+        doc = yyjson_read_opts((char *)b.buf, (size_t)b.len, YYJSON_READ_NUMBER_AS_RAW, s ? s->alc : NULL, &err);
         yyjson_val *root = doc ? yyjson_doc_get_root(doc) : NULL;
         if (!root || !yyjson_is_arr(root) || too_deep(doc)) {
             refused = 1;
-        } else if (cols_alloc(&c, yyjson_arr_size(root)) < 0) {
+        } else if ((s ? scratch_cols(s, yyjson_arr_size(root)) : cols_alloc(&own, yyjson_arr_size(root))) < 0) {
             nomem = 1;
         } else {
+            Cols c = *cp; /* a local copy: read_event's stores stay in registers and the stack */
             yyjson_arr_iter it;
             yyjson_arr_iter_init(root, &it);
             yyjson_val *ev;
@@ -467,6 +544,7 @@ static PyObject *decode(PyObject *self, PyObject *arg) {
                     break;
                 }
             }
+            *cp = c; /* the table may have grown, the raw counts moved */
         }
     }
     Py_END_ALLOW_THREADS
@@ -474,20 +552,23 @@ static PyObject *decode(PyObject *self, PyObject *arg) {
     if (nomem) {
         PyErr_NoMemory();
     } else if (!refused) {
-        result = build_result(&c);
+        result = build_result(cp);
         if (!result && !PyErr_Occurred()) refused = 1;
     }
-    cols_free(&c);
+    if (!s) cols_free(&own);
     if (doc) yyjson_doc_free(doc);
+    if (s) s->busy = 0;
     PyBuffer_Release(&b);
     if (refused) Py_RETURN_NONE;
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"decode", decode, METH_O,
-     "decode(text) -> tuple | None: the raw columns of a JSON list of Kineto events, or None when "
-     "the chunk must take the msgspec path (see hostgap.load.kineto_columns)."},
+    {"decode", decode, METH_VARARGS,
+     "decode(text, scratch=None) -> tuple | None: the raw columns of a JSON list of Kineto events, or "
+     "None when the chunk must take the msgspec path (see hostgap.load.kineto_columns). scratch: "
+     "memory from scratch() reused from call to call (one thread's)."},
+    {"scratch", scratch, METH_NOARGS, "scratch() -> memory one thread's decode() calls reuse (freed with it)."},
     {"number_ns", number_ns, METH_O,
      "number_ns(text) -> int | None: ns of a us number text on the fast path, None when flagged."},
     {NULL, NULL, 0, NULL},

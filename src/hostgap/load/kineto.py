@@ -31,6 +31,7 @@ file.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 
 import msgspec
@@ -124,7 +125,7 @@ def _load_streaming(path: str, jobs: int, progress: Progress | None) -> Trace:
     ext = native()
     builder = _Builder() if ext is None else _NativeBuilder(ext)
     if ext is not None and jobs > 1 and text_size_hint(path) >= PARALLEL_MIN_BYTES:
-        stream = EventStream(path, builder.decode_list, speculate=ext.decode, jobs=jobs)
+        stream = EventStream(path, builder.decode_list, speculate=_speculator(ext), jobs=jobs)
     else:
         stream = EventStream(path, builder.decode_list)
     size = os.path.getsize(path) if progress is not None else None
@@ -136,6 +137,19 @@ def _load_streaming(path: str, jobs: int, progress: Progress | None) -> Trace:
     if progress is not None:
         progress(stream.bytes_read[0], size)
     return trace
+
+
+def _speculator(ext) -> Callable[[bytearray], object]:
+    """``ext.decode`` with memory each thread reuses from chunk to chunk (``ext.scratch()``)."""
+    local = threading.local()
+
+    def speculate(text: bytearray) -> object:
+        scratch = getattr(local, "scratch", None)
+        if scratch is None:
+            scratch = local.scratch = ext.scratch()
+        return ext.decode(text, scratch)
+
+    return speculate
 
 
 def text_size_hint(path: str) -> int:
@@ -342,6 +356,7 @@ class _NativeBuilder(_Builder):
     def __init__(self, ext) -> None:
         super().__init__()
         self.ext = ext
+        self.scratch = ext.scratch()
         self.strings = Strings()
         self.batches = Batches(self.strings, self.codes)
         self.raw_carry: RawColumns | None = None
@@ -349,7 +364,7 @@ class _NativeBuilder(_Builder):
     def decode_list(self, text, speculated=_UNSET) -> list[Event] | _NativeChunk:  # type: ignore[override]
         """:meth:`_Builder.decode_list` by the compiled decoder; ``speculated``: its result for
         ``text``, computed on a worker thread (:class:`~hostgap.load.kineto_stream.EventStream`)."""
-        t = self.ext.decode(text) if speculated is _UNSET else speculated
+        t = self.ext.decode(text, self.scratch) if speculated is _UNSET else speculated
         if t is None:  # not plain: the msgspec path decides, exactly as without the extension
             return super().decode_list(text)
         self.n_input += t[0]
