@@ -208,6 +208,11 @@ def rows(raw: RawColumns) -> int:
     return len(raw["ph"])
 
 
+_X, _M, _FLOW = 1, 2, 3
+_PHASE_CLASS = {"X": _X, "M": _M, "s": _FLOW, "f": _FLOW, "t": _FLOW}
+"""Phases the columns tell apart (any other phase: 0, counted as a non-duration event)."""
+
+
 class Batches:
     """State shared by the batches of one load: the string table, the name codes (as
     ``batch_columns``' ``codes``) and the id → name-code and id → kind lookups."""
@@ -217,14 +222,18 @@ class Batches:
         self.codes = codes
         self.name_lut = np.full(1, -1, dtype=np.int32)  # index: id + 1 (0: no name)
         self.kind_lut = np.full(1, -1, dtype=np.int16)  # index: id + 1 (0: no category)
+        self.phase_lut = np.zeros(1, dtype=np.int8)  # index: id + 1 (0: no phase): _PHASE_CLASS
 
     def _grow(self) -> None:
         n = len(self.strings.items) + 1
         if len(self.kind_lut) < n:
             old = len(self.kind_lut)
             self.name_lut = np.concatenate([self.name_lut, np.full(n - old, -1, dtype=np.int32)])
-            new = [_CATEGORY_KIND.get(s, -1) for s in self.strings.items[old - 1 :]]
+            added = self.strings.items[old - 1 :]
+            new = [_CATEGORY_KIND.get(s, -1) for s in added]
             self.kind_lut = np.concatenate([self.kind_lut, np.array(new, dtype=np.int16)])
+            phases = np.array([_PHASE_CLASS.get(s, 0) for s in added], dtype=np.int8)
+            self.phase_lut = np.concatenate([self.phase_lut, phases])
 
     def _sid(self, s: str) -> int:
         return self.strings.ids.get(s, -2)  # -2 matches no id
@@ -233,11 +242,10 @@ class Batches:
         """What :func:`~hostgap.load.kineto_events.batch_columns` returns for these events."""
         self._grow()
         n = rows(raw)
-        ph = raw["ph"]
-        x_id, m_id = self._sid("X"), self._sid("M")
-        is_x, is_m = ph == x_id, ph == m_id
+        phase = self.phase_lut[raw["ph"] + 1]
+        is_x, is_m = phase == _X, phase == _M
         n_x, n_m = int(is_x.sum()), int(is_m.sum())
-        flows = int(np.isin(ph, [self._sid(p) for p in ("s", "f", "t")]).sum())
+        flows = int(np.count_nonzero(phase == _FLOW))
         processes = self._process_names(raw, is_m) if n_m else {}
         skipped.add("instant or other non-duration events", n - n_x - flows - n_m)
         xs = np.flatnonzero(is_x)
