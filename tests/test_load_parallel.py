@@ -258,3 +258,32 @@ def test_jobs_below_one_is_refused(tmp_path):
     p.write_text(json.dumps({"traceEvents": tricky_events(2)}))
     with pytest.raises(ValueError, match="at least 1"):
         load_trace(str(p), jobs=0)
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled decoder is not built")
+@pytest.mark.parametrize(("spaces", "cut"), [(254, True), (255, True), (257, False)])
+def test_a_cut_needs_the_next_event_within_256_bytes(tmp_path, parallel, monkeypatch, spaces, cut):
+    """Between ``},`` and the next ``{`` up to 255 bytes of whitespace still make a candidate cut
+    (what the one-thread stream accepts too); more, and no chunk is cut there: the text is read
+    on until the end and decoded at once."""
+    sep = b"}," + b" " * spaces + b"{"
+    plain = [
+        {"ph": "X", "cat": "cpu_op", "name": "k", "ts": float(i), "dur": 0.5, "pid": 1, "tid": 1, "args": {"a": i}}
+        for i in range(60)
+    ]
+    text = json.dumps({"traceEvents": plain}).encode().replace(b"}, {", sep)
+    assert text.count(b"},") == text.count(sep) == 59
+    p = tmp_path / "t.json"
+    p.write_bytes(text)
+    monkeypatch.setattr(kstream, "CHUNK", 2000)
+    monkeypatch.setattr(kstream, "MAX_PENDING", 1 << 30)
+    speculated = []
+    original = kineto._speculator
+
+    def counting(ext):
+        f = original(ext)
+        return lambda t: speculated.append(len(t)) or f(t)
+
+    monkeypatch.setattr(kineto, "_speculator", counting)
+    assert same(outcome(str(p), 1), outcome(str(p), 2))
+    assert (len(speculated) > 5) == cut
