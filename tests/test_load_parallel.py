@@ -287,3 +287,41 @@ def test_a_cut_needs_the_next_event_within_256_bytes(tmp_path, parallel, monkeyp
     monkeypatch.setattr(kineto, "_speculator", counting)
     assert same(outcome(str(p), 1), outcome(str(p), 2))
     assert (len(speculated) > 5) == cut
+
+
+def decoding_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name.startswith(("hostgap-decode", "hostgap-columns"))]
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled decoder is not built")
+def test_no_decoding_thread_outlives_the_load(tmp_path, parallel, monkeypatch):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": tricky_events(300)}))
+    monkeypatch.setattr(kstream, "CHUNK", 3000)
+    for _ in range(3):
+        load_trace(str(p), jobs=3)
+        assert not decoding_threads()
+    assert parallel["pools"] == 3
+
+
+def test_a_stream_closed_early_waits_for_the_chunks_in_flight(tmp_path, monkeypatch):
+    """Stopping the iteration (an error in the caller, a fallback to the whole text) returns only
+    once every worker is done with its chunk: no thread outlives the stream."""
+    import time
+
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": tricky_events(300)}))
+    monkeypatch.setattr(kstream, "CHUNK", 3000)
+    monkeypatch.setattr(text_mod, "READ_PIECE", 1000)
+
+    def slow(text):
+        time.sleep(0.3)
+        return None
+
+    stream = kstream.EventStream(str(p), lambda view, spec=None: kstream._RAWS.decode(view), speculate=slow, jobs=3)
+    it = iter(stream)
+    assert next(it)
+    it.close()
+    assert not decoding_threads()
