@@ -287,6 +287,8 @@ def test_a_cut_needs_the_next_event_within_256_bytes(tmp_path, parallel, monkeyp
     monkeypatch.setattr(kineto, "_speculator", counting)
     assert same(outcome(str(p), 1), outcome(str(p), 2))
     assert (len(speculated) > 5) == cut
+    chunks = list(kstream.EventStream(str(p)))  # the one-thread stream, the same rule
+    assert sum(map(len, chunks)) == 60 and (len(chunks) > 5) == cut
 
 
 def decoding_threads() -> list[str]:
