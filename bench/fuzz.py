@@ -12,9 +12,10 @@ outcome classed:
   time, so that other work on a shared machine does not count as a hang);
 - ``over memory``: traced peak above ``MEMORY_PER_BYTE`` x the input's text size + ``MEMORY_SLACK``;
 - ``decoders differ``: a Kineto input whose outcome under the compiled decoder
-  (``hostgap.readers._kcolumns``) is not the pure-Python decoder's (``HOSTGAP_PURE_PYTHON=1``): not the
-  same error, or not the same columns, names and metadata. Checked on every Kineto input when the
-  extension is built (``--one-decoder`` skips it).
+  (``hostgap.readers._kcolumns``) is not the pure-Python decoder's (``HOSTGAP_PURE_PYTHON=1``), or
+  not the compiled decoder's on two threads with tiny chunks: not the same error, or not the same
+  columns, names and metadata. Checked on every Kineto input when the extension is built
+  (``--one-decoder`` skips it).
 
 Usage::
 
@@ -403,15 +404,30 @@ def balanced(trace) -> bool:
     return total == trace.meta.extra["events_in_file"]
 
 
-def _load_outcome(path: str):
-    """A loaded trace, or the text of the HostgapError it raised."""
+def _load_outcome(path: str, jobs: int = 1):
+    """A loaded trace, or the text of the HostgapError it raised (``jobs`` decoding threads)."""
     from hostgap.errors import HostgapError
     from hostgap.readers import load_trace
 
     try:
-        return load_trace(path)
+        return load_trace(path, jobs=jobs)
     except HostgapError as e:
         return f"hostgap error: {e.problem}"
+
+
+def _threaded_outcome(path: str):
+    """:func:`_load_outcome` on two decoding threads, whatever the file's size, with chunks of
+    about 700 bytes read in 4 kB pieces: most inputs are cut many times, often inside strings."""
+    import hostgap.readers.kineto as kineto
+    import hostgap.readers.kineto_stream as kstream
+    import hostgap.readers.text as text_mod
+
+    saved = kineto.PARALLEL_MIN_BYTES, kineto.PARALLEL_FINISH_ROWS, kstream.CHUNK, text_mod.READ_PIECE
+    kineto.PARALLEL_MIN_BYTES, kineto.PARALLEL_FINISH_ROWS, kstream.CHUNK, text_mod.READ_PIECE = 0, 0, 701, 4096
+    try:
+        return _load_outcome(path, jobs=2)
+    finally:
+        kineto.PARALLEL_MIN_BYTES, kineto.PARALLEL_FINISH_ROWS, kstream.CHUNK, text_mod.READ_PIECE = saved
 
 
 def same_trace(a, b) -> bool:
@@ -430,11 +446,13 @@ def same_trace(a, b) -> bool:
 
 
 def decoders_differ(path: str) -> str:
-    """'' when the compiled and the pure-Python decoders give the same outcome, else what differs."""
+    """'' when the compiled decoder on one thread, the compiled decoder on two threads and the
+    pure-Python decoder give the same outcome, else what differs."""
     old = os.environ.get("HOSTGAP_PURE_PYTHON")
     try:
         os.environ.pop("HOSTGAP_PURE_PYTHON", None)
         fast = _load_outcome(path)
+        threaded = _threaded_outcome(path)
         os.environ["HOSTGAP_PURE_PYTHON"] = "1"
         slow = _load_outcome(path)
     finally:
@@ -442,10 +460,11 @@ def decoders_differ(path: str) -> str:
             os.environ.pop("HOSTGAP_PURE_PYTHON", None)
         else:
             os.environ["HOSTGAP_PURE_PYTHON"] = old
-    if same_trace(fast, slow):
-        return ""
-    show = [x if isinstance(x, str) else f"{len(x.events)} events" for x in (fast, slow)]
-    return f"compiled {show[0][:60]} / pure {show[1][:60]}"
+    for other, label in ((slow, "pure"), (threaded, "2 threads")):
+        if not same_trace(fast, other):
+            show = [x if isinstance(x, str) else f"{len(x.events)} events" for x in (fast, other)]
+            return f"compiled {show[0][:60]} / {label} {show[1][:60]}"
+    return ""
 
 
 def compiled_decoder_built() -> bool:

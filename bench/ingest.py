@@ -13,10 +13,15 @@ any size for memory and throughput, and per-stage times. Prints ratios measured 
     ``--large-gzip``), analysed once as a whole process: peak RSS (``wait4``) over the JSON size,
     MB of JSON per CPU-second. The file is deleted afterwards; it is never kept.
 (c) per-stage times in a fresh process: import, text (read + inflate only), decode + columns
-    (``load_trace`` minus the text stage), link, anatomy (overview + steps).
+    (``load_trace`` minus the text stage), link, anatomy (overview + steps); with one decoding
+    worker and with two (``HOSTGAP_JOBS``), in alternation, and the ratio of their decode
+    stages. The decode stage is profiled too: CPU in the compiled decoder's calls (``decode``,
+    on whichever thread ran them), in joining and sorting the columns (``finish``), and the rest
+    (reading, cutting, building each chunk's columns in Python).
 
-hostgap is measured with its compiled Kineto decoder (``hostgap.readers._kcolumns``) and with the
-pure-Python one (``HOSTGAP_PURE_PYTHON=1``) in the same run.
+hostgap is measured with its compiled Kineto decoder (``hostgap.readers._kcolumns``) on one worker
+(``HOSTGAP_JOBS=1``) and on the default (the cores available), and with the pure-Python one
+(``HOSTGAP_PURE_PYTHON=1``), in the same run.
 
 HTA runs in ``bench/.venv-hta`` (see bench/README.md); ``--no-hta`` skips it.
 
@@ -44,8 +49,18 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "hta" / "a100_deep_queue_rank0.json.gz"
 DEFAULT_HTA_PYTHON = ROOT / "bench" / ".venv-hta" / "bin" / "python"
 HOSTGAP = [sys.executable, "-m", "hostgap"]
-TARGETS = {"speedup_vs_hta": 10.0, "peak_rss_per_json_byte": 0.7, "json_mb_per_cpu_s": 250.0}
+TARGETS = {
+    "speedup_vs_hta": 10.0,
+    "peak_rss_per_json_byte": 0.7,
+    "json_mb_per_cpu_s": 250.0,
+    "decode_mb_per_cpu_s": 390.0,
+    "decode_scaling_2_workers": 1.7,
+    "wall_s_per_gb": 4.0,
+}
+"""The whole first analysis of a 2 GB trace in 8 s of wall time on 2 cores is ``wall_s_per_gb``."""
 PURE = {"HOSTGAP_PURE_PYTHON": "1"}
+ONE = {"HOSTGAP_JOBS": "1"}
+"""One decoding worker (the default is one per core available to the process)."""
 """The children's extra environment for the pure-Python Kineto decoder (the compiled one is the
 default where it is built): every measurement of hostgap is made with both, side by side."""
 
@@ -117,6 +132,7 @@ def whole_process_vs_hta(trace: Path, repeats: int, hta_python: str | None) -> d
         "trace": str(trace),
         "json_bytes": json_size(trace),
         "hostgap": best_of(cmd, repeats),
+        "hostgap_one_worker": best_of(cmd, repeats, env={**ENV, **ONE}),
         "hostgap_pure_python": best_of(cmd, repeats, env={**ENV, **PURE}),
         "hostgap_no_bytecode_cache": best_of(cmd, repeats, env=child_env(None)),
     }
@@ -183,7 +199,9 @@ def generate(src: Path, dest: Path, min_bytes: int) -> dict:
     return {"path": str(dest), "json_bytes": written, "events": n, "copies": copies}
 
 
-def large_trace(src: Path, gb: float, tmp_root: str | None, with_gzip: bool, with_stages: bool) -> dict:
+def large_trace(
+    src: Path, gb: float, tmp_root: str | None, with_gzip: bool, with_stages: bool, repeats: int = 1
+) -> dict:
     d = tempfile.mkdtemp(prefix="hostgap-ingest-", dir=tmp_root)
     try:
         t0 = time.perf_counter()
@@ -198,14 +216,14 @@ def large_trace(src: Path, gb: float, tmp_root: str | None, with_gzip: bool, wit
             gen["gzip_s"] = time.perf_counter() - t0
             gen["gzip_bytes"] = os.path.getsize(paths["json.gz"])
         for kind, p in paths.items():
-            for decoder, env in (("", ENV), (" pure-Python", {**ENV, **PURE})):
+            for decoder, env in (("", ENV), (" one worker", {**ENV, **ONE}), (" pure-Python", {**ENV, **PURE})):
                 r = run_process([*HOSTGAP, "analyze", "--json", "--quiet", p], env=env)
                 r["peak_rss_per_json_byte"] = r["peak_rss_bytes"] / gen["json_bytes"]
                 r["json_mb_per_cpu_s"] = gen["json_bytes"] / 1e6 / r["cpu_s"]
                 r["json_mb_per_wall_s"] = gen["json_bytes"] / 1e6 / r["wall_s"]
                 out["runs"][kind + decoder] = r
         if with_stages:
-            out["stages"] = stages(gen["path"])
+            out["stages"] = stages_side_by_side(gen["path"], repeats)
             out["stages_pure_python"] = stages(gen["path"], PURE)
         return out
     finally:
@@ -237,9 +255,30 @@ def enter(name):
 out, t = {}, clock()
 import hostgap.cli
 hostgap.cli.no_huge_pages()  # as the command does, before numpy is imported
-from hostgap.readers import load_trace
+from hostgap.readers import default_jobs, load_trace
 from hostgap.readers.text import text_pieces
 out["import"] = since(t)
+# the decode stage's profile: CPU in the compiled decoder's calls (on whichever thread) and in
+# finish (joining and sorting the columns, all its threads), wall of finish
+from hostgap.readers import kineto, kineto_columns
+prof, lock = {"decoder_cpu_s": 0.0, "finish_cpu_s": 0.0, "finish_wall_s": 0.0}, threading.Lock()
+nat = kineto_columns._NATIVE
+if nat is not None:
+    class Timed:
+        scratch, number_ns = staticmethod(nat.scratch), staticmethod(nat.number_ns)
+        @staticmethod
+        def decode(*a):
+            c = time.thread_time(); r = nat.decode(*a); c = time.thread_time() - c
+            with lock:
+                prof["decoder_cpu_s"] += c
+            return r
+    kineto_columns._NATIVE = Timed
+finish = kineto._Builder.finish
+def timed_finish(self, *a):
+    w, c = clock(); r = finish(self, *a)
+    prof["finish_wall_s"] += time.perf_counter() - w; prof["finish_cpu_s"] += time.process_time() - c
+    return r
+kineto._Builder.finish = timed_finish
 path = sys.argv[1]
 enter("text (read + inflate)")
 t = clock(); n = sum(len(p) for p in text_pieces(path)); out["text (read + inflate)"] = since(t)
@@ -260,16 +299,31 @@ analyze(trace, AnalysisOptions(gap_threshold_ns=30_000, top=10), links).to_dict(
 out["anatomy (overview + steps)"] = since(t)
 enter("end")
 time.sleep(0.01)
-print(json.dumps({"json_bytes": n, "events": len(trace.events), "stages": out, "peak_rss_bytes": peak}))
+print(json.dumps({"json_bytes": n, "events": len(trace.events), "stages": out, "peak_rss_bytes": peak,
+                  "jobs": default_jobs(), "decode_profile": prof}))
 """
 
 
-def stages(trace: str, extra_env: dict | None = None) -> dict:
+def stages(trace: str, extra_env: dict | None = None, warm_up: bool = True) -> dict:
     cmd = [sys.executable, "-c", STAGES_SCRIPT, trace]
     env = {**ENV, **(extra_env or {})}
-    subprocess.run(cmd, capture_output=True, check=True, env=env)  # warm-up (bytecode cache)
+    if warm_up:
+        subprocess.run(cmd, capture_output=True, check=True, env=env)  # bytecode and page cache
     p = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def stages_side_by_side(trace: str, repeats: int) -> dict:
+    """Stages with one decoding worker and with two, alternating ``repeats`` times (the run
+    with the faster decode stage kept for each); the ratio of their decode-stage wall times."""
+    stages(trace)  # warm-up
+    runs: dict[str, list[dict]] = {"1": [], "2": []}
+    for _ in range(repeats):
+        for jobs in runs:
+            runs[jobs].append(stages(trace, {"HOSTGAP_JOBS": jobs}, warm_up=False))
+    best = {j: min(r, key=lambda x: x["stages"]["decode + columns"]["wall_s"]) for j, r in runs.items()}
+    one, two = (best[j]["stages"]["decode + columns"]["wall_s"] for j in ("1", "2"))
+    return {"one worker": best["1"], "two workers": best["2"], "decode_scaling": one / two, "repeats": repeats}
 
 
 # -- report ----------------------------------------------------------------------------------------
@@ -288,6 +342,8 @@ def report(res: dict) -> str:
         f"    hostgap analyze --json   wall {h['wall_min_s']:.2f} s   CPU {h['cpu_min_s']:.2f} s   "
         f"(min of {h['repeats']})"
     )
+    o = a["hostgap_one_worker"]
+    lines.append(f"      one decoding worker    wall {o['wall_min_s']:.2f} s   CPU {o['cpu_min_s']:.2f} s")
     q = a["hostgap_pure_python"]
     lines.append(f"      pure-Python decoder    wall {q['wall_min_s']:.2f} s   CPU {q['cpu_min_s']:.2f} s")
     n = a["hostgap_no_bytecode_cache"]
@@ -319,18 +375,50 @@ def report(res: dict) -> str:
                 f"(<= {TARGETS['peak_rss_per_json_byte']}: {mem_ok})  {r['json_mb_per_cpu_s']:.0f} MB/CPU-s "
                 f"(>= {TARGETS['json_mb_per_cpu_s']:.0f}: {thr_ok}), {r['json_mb_per_wall_s']:.0f} MB/wall-s"
             )
+            if kind in ("json", "json.gz"):  # the default: one decoding worker per core
+                per_gb = r["wall_s"] / (g["json_bytes"] / 1e9)
+                ok = "met" if per_gb <= TARGETS["wall_s_per_gb"] else "MISSED"
+                lines.append(
+                    f"      whole analysis {per_gb:.1f} s of wall per GB of JSON "
+                    f"(<= {TARGETS['wall_s_per_gb']:.0f}, i.e. 8 s for 2 GB: {ok})"
+                )
     for name, st in res.get("stages", {}).items():
-        lines.append(
-            f"(c) stages on {name} ({st['json_bytes'] / 1e6:.1f} MB, {st['events']:,} events): "
-            + ", ".join(f"{k} {v['wall_s']:.2f} s ({v['cpu_s']:.2f} CPU)" for k, v in st["stages"].items())
-        )
-        if st.get("peak_rss_bytes"):
+        if "decode_scaling" in st:
+            for label in ("one worker", "two workers"):
+                lines += stage_lines(f"{name}, {label}", st[label])
+            ok = "met" if st["decode_scaling"] >= TARGETS["decode_scaling_2_workers"] else "MISSED"
             lines.append(
-                "    peak RSS by stage: "
-                + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in st["peak_rss_bytes"].items() if k != "end")
-                + f" ({max(st['peak_rss_bytes'].values()) / st['json_bytes']:.2f}x the JSON)"
+                f"    decode + columns, 1 -> 2 workers: {st['decode_scaling']:.2f}x wall "
+                f"(>= {TARGETS['decode_scaling_2_workers']}: {ok}; best of {st['repeats']} each, alternating)"
             )
+        else:
+            lines += stage_lines(name, st)
     return "\n".join(lines)
+
+
+def stage_lines(name: str, st: dict) -> list[str]:
+    lines = [
+        f"(c) stages on {name} ({st['json_bytes'] / 1e6:.1f} MB, {st['events']:,} events, "
+        f"{st.get('jobs', '?')} decoding workers): "
+        + ", ".join(f"{k} {v['wall_s']:.2f} s ({v['cpu_s']:.2f} CPU)" for k, v in st["stages"].items())
+    ]
+    dec = st["stages"]["decode + columns"]
+    rate = st["json_bytes"] / 1e6 / dec["cpu_s"]
+    ok = "met" if rate >= TARGETS["decode_mb_per_cpu_s"] else "MISSED"
+    p = st.get("decode_profile") or {}
+    lines.append(
+        f"    decode + columns: {rate:.0f} MB/CPU-s (>= {TARGETS['decode_mb_per_cpu_s']:.0f}: {ok}); "
+        f"CPU in the compiled decoder {p.get('decoder_cpu_s', 0):.2f} s, finish (join + sort) "
+        f"{p.get('finish_cpu_s', 0):.2f} s ({p.get('finish_wall_s', 0):.2f} s wall), the rest "
+        f"{dec['cpu_s'] - p.get('decoder_cpu_s', 0) - p.get('finish_cpu_s', 0):.2f} s"
+    )
+    if st.get("peak_rss_bytes"):
+        lines.append(
+            "    peak RSS by stage: "
+            + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in st["peak_rss_bytes"].items() if k != "end")
+            + f" ({max(st['peak_rss_bytes'].values()) / st['json_bytes']:.2f}x the JSON)"
+        )
+    return lines
 
 
 def main() -> None:
@@ -342,6 +430,7 @@ def main() -> None:
     ap.add_argument("--large-gb", type=float, default=0.0, help="also generate and analyse a trace this large")
     ap.add_argument("--large-gzip", action="store_true", help="the large trace also as gzip -1")
     ap.add_argument("--large-stages", action="store_true", help="per-stage times on the large trace too")
+    ap.add_argument("--large-repeats", type=int, default=1, help="alternating stage runs on the large trace")
     ap.add_argument("--tmp", default=None, help="folder for the generated trace (default: system temp)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -360,10 +449,15 @@ def run(args) -> None:
     hta = None if args.no_hta or not Path(args.hta_python).exists() else args.hta_python
     res = {
         "whole_process": whole_process_vs_hta(trace, args.repeats, hta),
-        "stages": {trace.name: stages(str(trace)), f"{trace.name}, pure-Python decoder": stages(str(trace), PURE)},
+        "stages": {
+            trace.name: stages_side_by_side(str(trace), args.repeats),
+            f"{trace.name}, pure-Python decoder": stages(str(trace), PURE),
+        },
     }
     if args.large_gb:
-        res["large"] = large_trace(trace, args.large_gb, args.tmp, args.large_gzip, args.large_stages)
+        res["large"] = large_trace(
+            trace, args.large_gb, args.tmp, args.large_gzip, args.large_stages, args.large_repeats
+        )
         if "stages" in res["large"]:
             res["stages"]["generated large.json"] = res["large"].pop("stages")
             res["stages"]["generated large.json, pure-Python decoder"] = res["large"].pop("stages_pure_python")

@@ -47,9 +47,11 @@ tests_for() {
     src/hostgap/readers/nsys.py|src/hostgap/readers/nsys_db.py) echo tests/test_load_nsys*.py tests/test_load_pins_nsys.py ;;
     src/hostgap/readers/decimal_ns.py) echo tests/test_load_timestamps.py tests/test_load_pins_decimal.py tests/test_load_kineto.py ;;
     src/hostgap/readers/apis.py) echo tests/test_load_kineto.py tests/test_load_nsys.py ;;
-    src/hostgap/readers/kineto.py) echo tests/test_load_kineto.py tests/test_load_streaming.py ;;
-    src/hostgap/readers/kineto_events.py) echo tests/test_load_kineto.py tests/test_load_streaming.py tests/test_load_hostile.py ;;
-    src/hostgap/readers/kineto_stream.py) echo tests/test_load_streaming.py tests/test_load_hostile.py ;;
+    src/hostgap/readers/__init__.py) echo tests/test_load_parallel.py tests/test_load_kineto.py ;;
+    src/hostgap/readers/kineto.py) echo tests/test_load_parallel.py tests/test_load_kineto.py tests/test_load_streaming.py ;;
+    src/hostgap/readers/kineto_events.py) echo tests/test_load_number_strings.py tests/test_load_pins_ints.py tests/test_load_kineto.py tests/test_kcolumns.py tests/test_load_hostile.py ;;
+    src/hostgap/readers/kineto_columns.py) echo tests/test_kcolumns.py tests/test_kcolumns_scratch.py tests/test_load_number_strings.py tests/test_load_parallel.py ;;
+    src/hostgap/readers/kineto_stream.py) echo tests/test_load_parallel.py tests/test_load_streaming.py tests/test_load_hostile.py ;;
     src/hostgap/readers/text.py) echo tests/test_load_text.py tests/test_load_hostile.py tests/test_load_pins_text.py ;;
     src/hostgap/readers/*)    echo tests/test_load_*.py tests/test_kineto_fuzz.py tests/test_corpus.py ;;
     src/hostgap/anatomy/link.py|src/hostgap/events.py)

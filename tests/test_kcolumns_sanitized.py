@@ -32,8 +32,9 @@ hostile = [b"", b"[", b"[{", b'[{"ph": "X", "ts": 1', b"[" * 100000, b'[{"name":
            b'[{' + b", ".join(b'"k%d": %d' % (i, i) for i in range(20000)) + b'}]',
            b'[{"args": {' + b", ".join(b'"a%d": "%d"' % (i, i) for i in range(20000)) + b'}}]',
            b'[{"ts": ' + b"9" * 100000 + b', "dur": -' + b"1" * 5000 + b'.5}]', b'[{"x": "\\ud800"}]']
-for h in hostile:
-    _kcolumns.decode(h); _kcolumns.number_ns(h[:64])
+sc = _kcolumns.scratch()
+for h in hostile * 2:  # with a scratch too, reused after each hostile chunk
+    _kcolumns.decode(h); _kcolumns.decode(h, sc); _kcolumns.number_ns(h[:64])
 n = differ = 0
 rng = random.Random(int(sys.argv[3]))
 with tempfile.TemporaryDirectory() as d:

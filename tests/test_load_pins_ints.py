@@ -1,6 +1,8 @@
 """Integers read from Kineto JSON (readers/kineto_events.py ``int_or_none``): only a real int64 is
 an integer; a bool, a float or a value past 2**63 is not (mutation audit: the guard's ``and``
-turned ``or`` let a bool and a 2**70 id through, and no test noticed)."""
+turned ``or`` let a bool and a 2**70 id through, and no test noticed). A string is one only when
+it is written as a JSON integer is (``int_text``; tests/test_load_number_strings.py): `` 42 ``
+is not, since the two decoders once disagreed on such strings."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from hostgap.readers.kineto_events import int_or_none
         (-(2**63), -(2**63)),
         (2**63 - 1, 2**63 - 1),
         ("1700000000000000000", 1700000000000000000),
-        (" 42 ", 42),
+        (" 42 ", None),
+        ("+42", None),
+        ("0042", 42),
         ("-7", -7),
         (2**63, None),
         (-(2**63) - 1, None),

@@ -262,8 +262,11 @@ def long_events_text(n: int) -> bytes:
     return json.dumps({"traceEvents": ev}).encode()
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
 @pytest.mark.parametrize("gz", [False, True])
-def test_memory_grows_with_the_columns_not_the_text(tmp_path, monkeypatch, gz):
+def test_memory_grows_with_the_columns_not_the_text(tmp_path, monkeypatch, gz, jobs):
+    monkeypatch.setenv("HOSTGAP_JOBS", str(jobs))
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 0)  # both sizes on the same path
     monkeypatch.setattr(kstream, "CHUNK", 1 << 20)
     monkeypatch.setattr(text_mod, "AHEAD", 1)  # the inflated pieces queued: a constant, kept small
     peaks = {}

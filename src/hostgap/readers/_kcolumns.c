@@ -34,6 +34,7 @@ enum { ST_OK = 0, ST_MISSING = 1, ST_MALFORMED = 2, ST_FLAGGED = 4 };
 enum { K_INT = 0, K_NULL = 1, K_STR = 2 };
 #define N_ARGS 6
 static const char *ARG_KEYS[N_ARGS] = {"correlation", "External id", "external id", "device", "stream", "bytes"};
+static const size_t ARG_LENS[N_ARGS] = {11, 11, 11, 6, 6, 5};
 #define NONE_ID (-1)
 
 /* ---------------------------------------------------------------- number texts */
@@ -75,7 +76,8 @@ static int fast_ns(const char *t, size_t n, int64_t *out) {
     return 1;
 }
 
-/* An integer text that fits int64 (what msgspec's int64-bounded int accepts): 1 and *out. */
+/* An integer text that fits int64 (what msgspec's int64-bounded int accepts): 1 and *out. The
+ * same grammar decides whether a string is a number: -?[0-9]+ (ASCII, leading zeros allowed). */
 static int int64_text(const char *t, size_t n, int64_t *out) {
     size_t i = 0;
     int neg = 0;
@@ -206,6 +208,12 @@ static void cols_free(Cols *c) {
     memset(c, 0, sizeof(*c));
 }
 
+/* Forget the strings of the previous chunk (they pointed into its freed document). */
+static void table_reset(Table *t) {
+    t->count = 0;
+    if (t->slots) memset(t->slots, 0, t->cap_slots * sizeof(int32_t));
+}
+
 static int cols_alloc(Cols *c, size_t n) {
     size_t m = n ? n : 1;
     c->n = n;
@@ -236,8 +244,7 @@ static int too_deep(yyjson_doc *doc) {
     return 0;
 }
 
-static int key_is(yyjson_val *k, const char *s) {
-    size_t n = strlen(s);
+static int key_is(yyjson_val *k, const char *s, size_t n) {
     return yyjson_get_len(k) == n && memcmp(yyjson_get_str(k), s, n) == 0;
 }
 
@@ -270,14 +277,19 @@ static void time_field(yyjson_val *v, int64_t *val, int8_t *st, Str *raw, size_t
     }
 }
 
-/* An ``I64 | str | None`` field: 0, or -1 to refuse the chunk. */
-static int int_str_null(Table *t, yyjson_val *v, int64_t *val, int8_t *kind) {
+/* An ``I64 | str | None`` field: 0, or -1 to refuse the chunk. With ``numeric_strings`` (the
+ * args) a string that is a number by the loader's rule (int64_text: an optional '-' and ASCII
+ * digits within int64, hostgap.readers.kineto_events.int_text) is that integer; a pid or tid string
+ * stays a string (its kind decides whether a process name is read). */
+static int int_str_null(Table *t, yyjson_val *v, int64_t *val, int8_t *kind, int numeric_strings) {
     if (yyjson_is_raw(v)) {
         if (!int64_text(yyjson_get_raw(v), yyjson_get_len(v), val)) return -1;
         *kind = K_INT;
     } else if (yyjson_is_null(v)) {
         *val = NONE_ID;
         *kind = K_NULL;
+    } else if (numeric_strings && yyjson_is_str(v) && int64_text(yyjson_get_str(v), yyjson_get_len(v), val)) {
+        *kind = K_INT;
     } else if (yyjson_is_str(v)) {
         int32_t c = table_code(t, yyjson_get_str(v), yyjson_get_len(v));
         if (c < 0) return -1;
@@ -300,13 +312,13 @@ static int read_args(Cols *c, size_t i, yyjson_val *args) {
         yyjson_val *v = yyjson_obj_iter_get_val(k);
         int j;
         for (j = 0; j < N_ARGS; j++)
-            if (key_is(k, ARG_KEYS[j])) break;
+            if (key_is(k, ARG_KEYS[j], ARG_LENS[j])) break;
         if (j < N_ARGS) {
             if (seen & (1u << j)) return -1;
             seen |= 1u << j;
-            if (int_str_null(&c->strings, v, &c->args[(size_t)j * c->n + i], &c->args_k[(size_t)j * c->n + i]) < 0)
+            if (int_str_null(&c->strings, v, &c->args[(size_t)j * c->n + i], &c->args_k[(size_t)j * c->n + i], 1) < 0)
                 return -1;
-        } else if (key_is(k, "name")) {
+        } else if (key_is(k, "name", 4)) {
             if (seen & (1u << N_ARGS)) return -1;
             seen |= 1u << N_ARGS;
             if (!yyjson_is_str(v)) return -1;
@@ -371,10 +383,10 @@ static int read_event(Cols *c, size_t i, yyjson_val *ev) {
             time_field(v, &c->dur[i], &c->dur_st[i], c->dur_raw, &c->n_dur_raw);
             break;
         case 5:
-            if (int_str_null(&c->strings, v, &c->pid[i], &c->pid_k[i]) < 0) return -1;
+            if (int_str_null(&c->strings, v, &c->pid[i], &c->pid_k[i], 0) < 0) return -1;
             break;
         case 6:
-            if (int_str_null(&c->strings, v, &c->tid[i], &c->tid_k[i]) < 0) return -1;
+            if (int_str_null(&c->strings, v, &c->tid[i], &c->tid_k[i], 0) < 0) return -1;
             break;
         case 7:
             if (read_args(c, i, v) < 0) return -1;
@@ -386,6 +398,11 @@ static int read_event(Cols *c, size_t i, yyjson_val *ev) {
 
 static PyObject *bytes_of(const void *p, size_t n) {
     return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
+}
+
+/* A column the caller changes in place (numpy over a bytearray is writable: no second copy). */
+static PyObject *bytearray_of(const void *p, size_t n) {
+    return PyByteArray_FromStringAndSize((const char *)p, (Py_ssize_t)n);
 }
 
 static PyObject *raw_list(const Str *raw, size_t n) {
@@ -420,32 +437,103 @@ static PyObject *build_result(Cols *c) {
     return Py_BuildValue(
         "nNNNNNNNNNNNNNNNNN", (Py_ssize_t)n, strings,
         bytes_of(c->ph, n * 4), bytes_of(c->cat, n * 4), bytes_of(c->name, n * 4), bytes_of(c->aname, n * 4),
-        bytes_of(c->ts, n * 8), bytes_of(c->ts_st, n), raw_list(c->ts_raw, c->n_ts_raw),
-        bytes_of(c->dur, n * 8), bytes_of(c->dur_st, n), raw_list(c->dur_raw, c->n_dur_raw),
-        bytes_of(c->pid, n * 8), bytes_of(c->pid_k, n), bytes_of(c->tid, n * 8), bytes_of(c->tid_k, n),
-        bytes_of(c->args, n * 8 * N_ARGS), bytes_of(c->args_k, n * N_ARGS));
+        bytearray_of(c->ts, n * 8), bytearray_of(c->ts_st, n), raw_list(c->ts_raw, c->n_ts_raw),
+        bytearray_of(c->dur, n * 8), bytearray_of(c->dur_st, n), raw_list(c->dur_raw, c->n_dur_raw),
+        bytearray_of(c->pid, n * 8), bytes_of(c->pid_k, n), bytearray_of(c->tid, n * 8), bytes_of(c->tid_k, n),
+        bytearray_of(c->args, n * 8 * N_ARGS), bytes_of(c->args_k, n * N_ARGS));
 }
 
-static PyObject *decode(PyObject *self, PyObject *arg) {
+/* ---------------------------------------------------------------- scratch */
+
+/* Memory one thread reuses from chunk to chunk: yyjson's documents come from a dynamic allocator
+ * that keeps what they freed, and the column buffers stay allocated, so a long load does not ask
+ * the system for fresh pages (each one a page fault) at every chunk. One scratch serves one call
+ * at a time (``busy``, set and cleared with the GIL held); everything is freed with the capsule. */
+typedef struct {
+    yyjson_alc *alc;
+    Cols cols;
+    size_t cap; /* rows the column buffers hold */
+    int busy;
+} Scratch;
+
+#define SCRATCH_NAME "hostgap.readers._kcolumns.scratch"
+
+static void scratch_destroy(PyObject *capsule) {
+    Scratch *s = (Scratch *)PyCapsule_GetPointer(capsule, SCRATCH_NAME);
+    if (!s) return;
+    cols_free(&s->cols);
+    yyjson_alc_dyn_free(s->alc);
+    free(s);
+}
+
+static PyObject *scratch(PyObject *self, PyObject *noargs) {
     (void)self;
+    (void)noargs;
+    Scratch *s = calloc(1, sizeof(Scratch));
+    if (!s) return PyErr_NoMemory();
+    s->alc = yyjson_alc_dyn_new();
+    if (!s->alc) {
+        free(s);
+        return PyErr_NoMemory();
+    }
+    PyObject *capsule = PyCapsule_New(s, SCRATCH_NAME, scratch_destroy);
+    if (!capsule) {
+        yyjson_alc_dyn_free(s->alc);
+        free(s);
+    }
+    return capsule;
+}
+
+/* The scratch's columns for n rows (buffers grown when too small): 0, or -1 out of memory. */
+static int scratch_cols(Scratch *s, size_t n) {
+    if (n > s->cap || !s->cols.ph) {
+        Table keep = s->cols.strings;
+        memset(&s->cols.strings, 0, sizeof(Table));
+        cols_free(&s->cols);
+        s->cols.strings = keep;
+        s->cap = 0;
+        if (cols_alloc(&s->cols, n) < 0) return -1;
+        s->cap = n;
+    }
+    s->cols.n = n;
+    s->cols.n_ts_raw = s->cols.n_dur_raw = 0;
+    table_reset(&s->cols.strings);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- decode */
+
+static PyObject *decode(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *arg, *capsule = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O:decode", &arg, &capsule)) return NULL;
+    Scratch *s = NULL;
+    if (capsule != Py_None) {
+        s = (Scratch *)PyCapsule_GetPointer(capsule, SCRATCH_NAME);
+        if (!s) return NULL;
+        if (s->busy) s = NULL; /* another thread holds it: plain allocations this time */
+    }
     Py_buffer b;
     if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
+    if (s) s->busy = 1;
     yyjson_doc *doc = NULL;
-    Cols c;
-    memset(&c, 0, sizeof(c));
+    Cols own;
+    memset(&own, 0, sizeof(own));
+    Cols *cp = s ? &s->cols : &own;
     int refused = 0, nomem = 0;
     PyObject *result = NULL;
 
     Py_BEGIN_ALLOW_THREADS
     {
         yyjson_read_err err;
-        doc = yyjson_read_opts((char *)b.buf, (size_t)b.len, YYJSON_READ_NUMBER_AS_RAW, NULL, &err);
+        doc = yyjson_read_opts((char *)b.buf, (size_t)b.len, YYJSON_READ_NUMBER_AS_RAW, s ? s->alc : NULL, &err);
         yyjson_val *root = doc ? yyjson_doc_get_root(doc) : NULL;
         if (!root || !yyjson_is_arr(root) || too_deep(doc)) {
             refused = 1;
-        } else if (cols_alloc(&c, yyjson_arr_size(root)) < 0) {
+        } else if ((s ? scratch_cols(s, yyjson_arr_size(root)) : cols_alloc(&own, yyjson_arr_size(root))) < 0) {
             nomem = 1;
         } else {
+            Cols c = *cp; /* a local copy: read_event's stores stay in registers and the stack */
             yyjson_arr_iter it;
             yyjson_arr_iter_init(root, &it);
             yyjson_val *ev;
@@ -456,6 +544,7 @@ static PyObject *decode(PyObject *self, PyObject *arg) {
                     break;
                 }
             }
+            *cp = c; /* the table may have grown, the raw counts moved */
         }
     }
     Py_END_ALLOW_THREADS
@@ -463,20 +552,23 @@ static PyObject *decode(PyObject *self, PyObject *arg) {
     if (nomem) {
         PyErr_NoMemory();
     } else if (!refused) {
-        result = build_result(&c);
+        result = build_result(cp);
         if (!result && !PyErr_Occurred()) refused = 1;
     }
-    cols_free(&c);
+    if (!s) cols_free(&own);
     if (doc) yyjson_doc_free(doc);
+    if (s) s->busy = 0;
     PyBuffer_Release(&b);
     if (refused) Py_RETURN_NONE;
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"decode", decode, METH_O,
-     "decode(text) -> tuple | None: the raw columns of a JSON list of Kineto events, or None when "
-     "the chunk must take the msgspec path (see hostgap.readers.kineto_columns)."},
+    {"decode", decode, METH_VARARGS,
+     "decode(text, scratch=None) -> tuple | None: the raw columns of a JSON list of Kineto events, or "
+     "None when the chunk must take the msgspec path (see hostgap.readers.kineto_columns). scratch: "
+     "memory from scratch() reused from call to call (one thread's)."},
+    {"scratch", scratch, METH_NOARGS, "scratch() -> memory one thread's decode() calls reuse (freed with it)."},
     {"number_ns", number_ns, METH_O,
      "number_ns(text) -> int | None: ns of a us number text on the fast path, None when flagged."},
     {NULL, NULL, 0, NULL},

@@ -30,6 +30,10 @@ file.
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Callable
+
 import msgspec
 import numpy as np
 
@@ -87,25 +91,76 @@ STREAMING = True
 whole first (the path every document the stream cannot split takes anyway)."""
 
 
-def load_kineto(path: str) -> Trace:
+PARALLEL_MIN_BYTES = 16 << 20
+"""Text (an estimate for gzip) below which a trace is decoded on one thread whatever ``jobs``
+says: a few chunks gain less than the worker threads cost (bench/results/ingest-parallel.md)."""
+
+PARALLEL_FINISH_ROWS = 1 << 20
+"""Events below which the loaded columns are joined and sorted on one thread."""
+
+Progress = Callable[[int, "int | None"], None]
+
+
+def load_kineto(path: str, *, jobs: int = 1, progress: Progress | None = None) -> Trace:
     """Load a Kineto JSON trace. Whole-file problems raise :class:`HostgapError`; events that
     do not fit are skipped and counted by reason in ``meta.skipped``, and the kept ones plus
-    the skipped ones (reasons not marked "event kept") add up to ``len(traceEvents)``."""
+    the skipped ones (reasons not marked "event kept") add up to ``len(traceEvents)``.
+
+    ``jobs`` > 1 decodes chunks of the text on that many threads (compiled decoder only; the
+    result is the same). ``progress(bytes_read, file_size)`` is called on this thread after
+    each chunk and once at the end (bytes of the file: compressed bytes for gzip)."""
     if STREAMING:
         try:
-            return _load_streaming(path)
+            return _load_streaming(path, jobs, progress)
         except NotStreamable:
             pass  # an unusual document: loaded whole, where odd text is fenced or reported
-    return _load_whole(path)
+    trace = _load_whole(path)
+    if progress is not None:
+        size = os.path.getsize(path)
+        progress(size, size)
+    return trace
 
 
-def _load_streaming(path: str) -> Trace:
+def _load_streaming(path: str, jobs: int, progress: Progress | None) -> Trace:
     ext = native()
     builder = _Builder() if ext is None else _NativeBuilder(ext)
-    stream = EventStream(path, builder.decode_list)
+    if ext is not None and jobs > 1 and text_size_hint(path) >= PARALLEL_MIN_BYTES:
+        stream = EventStream(path, builder.decode_list, speculate=_speculator(ext), jobs=jobs)
+    else:
+        stream = EventStream(path, builder.decode_list)
+    size = os.path.getsize(path) if progress is not None else None
     for events in stream:
         builder.add(events)
-    return _trace(path, builder, {k: _meta_value(v) for k, v in stream.meta.items()})
+        if progress is not None:
+            progress(stream.bytes_read[0], size)
+    trace = _trace(path, builder, {k: _meta_value(v) for k, v in stream.meta.items()}, jobs)
+    if progress is not None:
+        progress(stream.bytes_read[0], size)
+    return trace
+
+
+def _speculator(ext) -> Callable[[bytearray], object]:
+    """``ext.decode`` with memory each thread reuses from chunk to chunk (``ext.scratch()``)."""
+    local = threading.local()
+
+    def speculate(text: bytearray) -> object:
+        scratch = getattr(local, "scratch", None)
+        if scratch is None:
+            scratch = local.scratch = ext.scratch()
+        return ext.decode(text, scratch)
+
+    return speculate
+
+
+def text_size_hint(path: str) -> int:
+    """The size of a file's JSON text, for choosing a decoding path only: the file's size, or
+    for gzip the size its trailer gives (mod 2^32) or 8x the compressed size, the larger."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b" or size < 18:
+            return size
+        f.seek(size - 4)
+        return max(int.from_bytes(f.read(4), "little"), 8 * size)
 
 
 def _load_whole(path: str) -> Trace:
@@ -122,9 +177,9 @@ def _load_whole(path: str) -> Trace:
     return _trace(path, builder, meta)
 
 
-def _trace(path: str, builder: _Builder, top: dict) -> Trace:
+def _trace(path: str, builder: _Builder, top: dict, jobs: int = 1) -> Trace:
     """The trace from the decoded events and the top-level metadata values."""
-    columns, names = builder.finish()
+    columns, names = builder.finish(jobs)
     if not builder.n_input:
         raise HostgapError(path, "traceEvents is empty: the trace holds no events")
     table = EventTable.from_columns(columns)
@@ -253,18 +308,33 @@ class _Builder:
         self._columns(self.carry)
         self.carry = []
 
-    def finish(self) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
-        """The columns (sorted by start, stable) and the name table."""
+    def finish(self, jobs: int = 1) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+        """The columns (sorted by start, stable) and the name table; on ``jobs`` threads when
+        there are at least :data:`PARALLEL_FINISH_ROWS` rows (numpy copies without the GIL)."""
         self._flush()
         names = tuple("" if n is None else n for n in self.codes)
         start = _join(self.pieces.pop("start_ns"))
         order = np.argsort(start, kind="stable")
         columns = {"start_ns": start[order]}
         del start
-        for c in list(self.pieces):
-            columns[c] = _join(self.pieces.pop(c))[order]
+
+        def column(c: str) -> np.ndarray:
+            out = _join(self.pieces.pop(c))[order]
             _release_freed_memory()  # the pieces' memory, before the next column is built
+            return out
+
+        rest = list(self.pieces)
+        if jobs > 1 and len(order) >= PARALLEL_FINISH_ROWS:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(jobs, len(rest)), thread_name_prefix="hostgap-columns") as pool:
+                columns.update(zip(rest, pool.map(column, rest)))
+        else:
+            columns.update((c, column(c)) for c in rest)
         return refine(columns, names), names
+
+
+_UNSET = object()
 
 
 class _NativeChunk:
@@ -286,12 +356,15 @@ class _NativeBuilder(_Builder):
     def __init__(self, ext) -> None:
         super().__init__()
         self.ext = ext
+        self.scratch = ext.scratch()
         self.strings = Strings()
         self.batches = Batches(self.strings, self.codes)
         self.raw_carry: RawColumns | None = None
 
-    def decode_list(self, text) -> list[Event] | _NativeChunk:  # type: ignore[override]
-        t = self.ext.decode(text)
+    def decode_list(self, text, speculated=_UNSET) -> list[Event] | _NativeChunk:  # type: ignore[override]
+        """:meth:`_Builder.decode_list` by the compiled decoder; ``speculated``: its result for
+        ``text``, computed on a worker thread (:class:`~hostgap.readers.kineto_stream.EventStream`)."""
+        t = self.ext.decode(text, self.scratch) if speculated is _UNSET else speculated
         if t is None:  # not plain: the msgspec path decides, exactly as without the extension
             return super().decode_list(text)
         self.n_input += t[0]

@@ -44,8 +44,7 @@ from hostgap.readers.kineto_events import (
     MALFORMED_ARGS,
     Event,
     _category_reason,
-    _small_int,
-    int_or_none,
+    int_text,
 )
 
 try:
@@ -111,25 +110,26 @@ def raw_from_native(t: tuple, strings: Strings) -> RawColumns:
         return lut[np.frombuffer(b, dtype=np.int32)]
 
     out: RawColumns = {"ph": codes(ph), "cat": codes(cat), "name": codes(name), "aname": codes(aname)}
+    # ts, dur, their statuses, pid, tid and args arrive as bytearrays: writable, not copied
     for key, val, st, raw in (("ts", ts, ts_st, ts_raw), ("dur", dur, dur_st, dur_raw)):
-        v = np.frombuffer(val, dtype=np.int64).copy()
-        s = np.frombuffer(st, dtype=np.int8).copy()
+        v = np.frombuffer(val, dtype=np.int64)
+        s = np.frombuffer(st, dtype=np.int8)
         if raw:  # texts the fast path does not convert exactly: the exact decimal path
             at = np.flatnonzero(s == FLAGGED)
             v[at], s[at] = ns_from_text(raw)
         out[key], out[key + "_st"] = v, s
     for key, val, kind in (("pid", pid, pid_k), ("tid", tid, tid_k)):
-        v = np.frombuffer(val, dtype=np.int64).copy()
+        v = np.frombuffer(val, dtype=np.int64)
         k = np.frombuffer(kind, dtype=np.int8)
         m = np.full(n, -1, dtype=np.int32)
         for i in np.flatnonzero(k == _K_STR).tolist():
             v[i], m[i] = _id_value(table[v[i]], strings)
         out[key], out[key + "_k"], out[key + "_map"] = v, k, m
-    a = np.frombuffer(args, dtype=np.int64).reshape(len(_ARG_NAMES), n).copy()
+    a = np.frombuffer(args, dtype=np.int64).reshape(len(_ARG_NAMES), n)
     ak = np.frombuffer(args_k, dtype=np.int8).reshape(len(_ARG_NAMES), n)
     bad = np.zeros(n, dtype=np.int8)
-    for j, i in zip(*np.nonzero(ak == _K_STR)):
-        arg = int_or_none(table[a[j, i]])
+    for j, i in zip(*np.nonzero(ak == _K_STR)):  # strings that are not numbers (int_text)
+        arg = int_text(table[a[j, i]])
         if arg is None:
             bad[i] += 1
         a[j, i] = NONE if arg is None else arg
@@ -138,9 +138,9 @@ def raw_from_native(t: tuple, strings: Strings) -> RawColumns:
 
 
 def _id_value(s: str, strings: Strings) -> tuple[int, int]:
-    """A string pid/tid: (its value, -1) when it holds a small integer, else (0, its string id)
-    for the per-batch mapping (:func:`hostgap.readers.kineto_events._ids`)."""
-    n = _small_int(s) if s.isascii() and s.isdigit() else None
+    """A string pid/tid: (its value, -1) when it is a number (:func:`int_text`), else (0, its
+    string id) for the per-batch mapping (:func:`hostgap.readers.kineto_events._ids`)."""
+    n = int_text(s)
     return (n, -1) if n is not None else (0, strings.id(s))
 
 
@@ -185,7 +185,7 @@ def raw_from_events(events: list[Event], strings: Strings) -> RawColumns:
             if x is None:
                 x = NONE
             elif isinstance(x, str):
-                y = int_or_none(x)
+                y = int_text(x)
                 if y is None:
                     bad[i] += 1
                 x = NONE if y is None else y
@@ -208,6 +208,11 @@ def rows(raw: RawColumns) -> int:
     return len(raw["ph"])
 
 
+_X, _M, _FLOW = 1, 2, 3
+_PHASE_CLASS = {"X": _X, "M": _M, "s": _FLOW, "f": _FLOW, "t": _FLOW}
+"""Phases the columns tell apart (any other phase: 0, counted as a non-duration event)."""
+
+
 class Batches:
     """State shared by the batches of one load: the string table, the name codes (as
     ``batch_columns``' ``codes``) and the id → name-code and id → kind lookups."""
@@ -217,14 +222,18 @@ class Batches:
         self.codes = codes
         self.name_lut = np.full(1, -1, dtype=np.int32)  # index: id + 1 (0: no name)
         self.kind_lut = np.full(1, -1, dtype=np.int16)  # index: id + 1 (0: no category)
+        self.phase_lut = np.zeros(1, dtype=np.int8)  # index: id + 1 (0: no phase): _PHASE_CLASS
 
     def _grow(self) -> None:
         n = len(self.strings.items) + 1
         if len(self.kind_lut) < n:
             old = len(self.kind_lut)
             self.name_lut = np.concatenate([self.name_lut, np.full(n - old, -1, dtype=np.int32)])
-            new = [_CATEGORY_KIND.get(s, -1) for s in self.strings.items[old - 1 :]]
+            added = self.strings.items[old - 1 :]
+            new = [_CATEGORY_KIND.get(s, -1) for s in added]
             self.kind_lut = np.concatenate([self.kind_lut, np.array(new, dtype=np.int16)])
+            phases = np.array([_PHASE_CLASS.get(s, 0) for s in added], dtype=np.int8)
+            self.phase_lut = np.concatenate([self.phase_lut, phases])
 
     def _sid(self, s: str) -> int:
         return self.strings.ids.get(s, -2)  # -2 matches no id
@@ -233,11 +242,10 @@ class Batches:
         """What :func:`~hostgap.readers.kineto_events.batch_columns` returns for these events."""
         self._grow()
         n = rows(raw)
-        ph = raw["ph"]
-        x_id, m_id = self._sid("X"), self._sid("M")
-        is_x, is_m = ph == x_id, ph == m_id
+        phase = self.phase_lut[raw["ph"] + 1]
+        is_x, is_m = phase == _X, phase == _M
         n_x, n_m = int(is_x.sum()), int(is_m.sum())
-        flows = int(np.isin(ph, [self._sid(p) for p in ("s", "f", "t")]).sum())
+        flows = int(np.count_nonzero(phase == _FLOW))
         processes = self._process_names(raw, is_m) if n_m else {}
         skipped.add("instant or other non-duration events", n - n_x - flows - n_m)
         xs = np.flatnonzero(is_x)

@@ -202,28 +202,32 @@ def _intern(ev: list[Event], codes: dict) -> np.ndarray:
 
 
 def _ids(ev: list[Event], field: str) -> np.ndarray:
-    """pid/tid column: ints kept; strings ("Spans", "stream 7 ...") mapped to stable negatives
-    below -1 so they never collide with a real id or with NONE."""
-    try:
-        return np.fromiter(map(attrgetter(field), ev), dtype=np.int64, count=len(ev))  # all ints
-    except (ValueError, TypeError, OverflowError):
-        pass
+    """pid/tid column: ints kept, strings that are numbers (:func:`int_text`) converted, other
+    strings ("Spans", "stream 7 ...") mapped to stable negatives below -1 so they never collide
+    with a real id or with NONE."""
+    values = list(map(attrgetter(field), ev))
+    col = _int64_or_none(values)
+    if col is not None:
+        return col
     mapping: dict[str, int] = {}
 
     def code(v) -> int:
         if v is None:
             return NONE
-        s = str(v)
-        n = _small_int(s) if s.isascii() and s.isdigit() else None
-        return n if n is not None else mapping.setdefault(s, -2 - len(mapping))
+        n = int_text(v)
+        return n if n is not None else mapping.setdefault(v, -2 - len(mapping))
 
-    return np.array([v if type(v) is int else code(v) for v in map(attrgetter(field), ev)], dtype=np.int64)
+    return np.array([v if type(v) is int else code(v) for v in values], dtype=np.int64)
 
 
-def _small_int(s: str) -> int | None:
-    # 19 digits at most: int() of a long digit string is slow and, past 4300 digits, refused
-    n = int(s) if len(s) <= 19 else 2**63
-    return n if n < 2**63 else None
+def _int64_or_none(values: list) -> np.ndarray | None:
+    """``values`` as int64 when every one is an int (msgspec's I64: they fit); None when a string
+    or a null is among them. (``np.fromiter(..., dtype=np.int64)`` would convert a string with
+    Python's ``int()``, which takes spaces, ``+``, ``_`` and any script's digits.)"""
+    col = np.array(values)
+    if col.dtype == np.int64:
+        return col
+    return np.zeros(0, dtype=np.int64) if not values else None
 
 
 def _args_columns(ev: list[Event], skipped: SkipCounter) -> list[np.ndarray]:
@@ -231,10 +235,9 @@ def _args_columns(ev: list[Event], skipped: SkipCounter) -> list[np.ndarray]:
     hold an integer are converted; other strings and nulls count as malformed args (the event is
     kept, the arg ignored)."""
     args = [a if a is not None else _EMPTY_ARGS for a in map(attrgetter("args"), ev)]
-    try:
-        return [np.fromiter(map(attrgetter(f), args), dtype=np.int64, count=len(args)) for f in _ARG_NAMES]
-    except (ValueError, OverflowError, TypeError):  # strings or nulls among them
-        pass
+    cols = [_int64_or_none(list(map(attrgetter(f), args))) for f in _ARG_NAMES]
+    if all(c is not None for c in cols):
+        return cols  # type: ignore[return-value]
     rows = [attrgetter(*_ARG_NAMES)(a) for a in args]
     out = np.empty((len(_ARG_NAMES), len(rows)), dtype=np.int64)
     for i, row in enumerate(rows):
@@ -242,8 +245,8 @@ def _args_columns(ev: list[Event], skipped: SkipCounter) -> list[np.ndarray]:
             if v is None:  # an explicit JSON null
                 v = NONE
             elif isinstance(v, str):
-                n = int_or_none(v)
-                if n is None or not -(2**63) <= n < 2**63:
+                n = int_text(v)
+                if n is None:
                     skipped.add(MALFORMED_ARGS)
                     n = NONE
                 v = n
@@ -261,10 +264,31 @@ def _process_names(events: Iterable[Event]) -> dict[int, str]:
 
 
 def int_or_none(v) -> int | None:
-    """An int64 from an int or a decimal string; None otherwise (bools, floats, out of range)."""
+    """An int64 from an int or a string that is one (:func:`int_text`); None otherwise (bools,
+    floats, other strings, out of range)."""
     if isinstance(v, str):
-        t = v.strip()
-        v = int(t) if t.isascii() and 0 < len(t) <= 20 and t.lstrip("+-").isdigit() else None
+        return int_text(v)
     if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63:
         return v
     return None
+
+
+def int_text(s: str) -> int | None:
+    """The number a string holds where Kineto wants an integer (pid, tid, the integer args; ROCm
+    writes ``"bytes": "9216"``): exactly an optional ``-`` and ASCII digits, as a JSON integer is
+    written (leading zeros allowed), within int64; None for anything else: spaces, ``+``,
+    ``_``, other scripts' digits (``"\u0661\u0662"``), an empty string. The compiled decoder
+    applies the same rule (``int64_text`` in ``_kcolumns.c``); docs/input.md, "Numbers written as
+    strings".
+
+    >>> int_text("-0042"), int_text(" 12"), int_text("+5"), int_text("\u0661\u0662")
+    (-42, None, None, None)
+    """
+    body = s[1:] if s[:1] == "-" else s
+    if not (body.isascii() and body.isdigit()):
+        return None
+    body = body.lstrip("0") or "0"
+    if len(body) > 19:  # past int64 (and int() of thousands of digits is slow, then refused)
+        return None
+    n = -int(body) if s[:1] == "-" else int(body)
+    return n if -(2**63) <= n < 2**63 else None

@@ -16,11 +16,21 @@ Anything else (a document this shape does not fit, ``traceEvents`` given twice, 
 not decode: lone surrogate escapes, raw control characters, bad nesting, an event larger than
 :data:`MAX_PENDING`) raises :class:`NotStreamable` before a result is built: the caller then
 loads the file whole, where such text is fenced or reported exactly as before.
+
+With ``jobs`` > 1 and a ``speculate`` function (the compiled decoder, which releases the GIL),
+chunks are decoded on ``jobs`` threads while the text is still being read: each chunk is cut at
+its last candidate without a decode, speculated on a worker, and confirmed in document order on
+the calling thread. The rule above still decides every cut: a chunk is accepted only when the
+chunk before it was (so it starts where an event starts) and it decodes as a JSON list (so it
+ends where one ends). A chunk that does not decode is joined with the text after it and decoded
+again, the speculative result of that text discarded; the events yielded, their order and
+every error are those of the one-thread stream.
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable, Iterator
 
 import msgspec
@@ -38,6 +48,9 @@ CUT_TRIES = 8
 """Candidate cuts tried (each one a decode of the buffer) before more text is read."""
 TAIL_TRIES = 4096
 """``]`` tried as the end of ``traceEvents`` (each a decode of the last event only)."""
+IN_FLIGHT = 2
+"""Chunks cut ahead per worker thread (bounds the text and results held by the parallel path)."""
+_DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 
 _ABSENT = msgspec.Raw(b"")
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -71,11 +84,22 @@ class EventStream:
     :class:`NotStreamable` (see the module docstring) and the HostgapErrors of
     :func:`text_pieces` (limits, corrupt gzip)."""
 
-    def __init__(self, path: str, decode: Callable[[memoryview], list] = _RAWS.decode):
+    def __init__(
+        self,
+        path: str,
+        decode: Callable[..., list] = _RAWS.decode,
+        *,
+        speculate: Callable[[bytearray], object] | None = None,
+        jobs: int = 1,
+    ):
         self.path = path
         self.decode = decode
+        self.speculate = speculate
+        self.jobs = jobs if speculate is not None else 1
         self.meta: dict[str, msgspec.Raw] = {}
-        self._pieces = text_pieces(path)
+        self.bytes_read = [0]
+        """Bytes of the file read so far (compressed bytes for gzip), in its only item."""
+        self._pieces = text_pieces(path, self.bytes_read)
         self._eof = False
 
     def _read(self, buf: bytearray, want: int) -> bytearray:
@@ -94,7 +118,7 @@ class EventStream:
 
     def __iter__(self) -> Iterator[list]:
         try:
-            yield from self._events()
+            yield from self._events() if self.jobs < 2 else self._events_parallel()
         finally:
             self._pieces.close()  # the file, and the inflating thread when one runs
 
@@ -114,6 +138,77 @@ class EventStream:
             if self._eof:
                 yield from self._tail(buf)
                 return
+
+    def _events_parallel(self) -> Iterator[list]:
+        """:meth:`_events` with chunks speculated on worker threads (see the module docstring):
+        ``speculate(chunk)`` runs on a worker, ``decode(view, speculated)`` here, in order."""
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        speculate = self.speculate
+        assert speculate is not None
+        buf, lo, want = self._prefix(), 0, CHUNK
+        window: deque[tuple[bytearray, Future]] = deque()
+        pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="hostgap-decode")
+        try:
+            while window or not self._eof:
+                if window and (self._eof or len(window) >= self.jobs * IN_FLIGHT):
+                    seg, fut = window.popleft()
+                    events, seg = self._confirm(seg, fut.result(), window)
+                    if events is not None:
+                        yield events
+                    else:  # back into the buffer: cuts after the failed one only
+                        buf, lo, want = _rejoin(seg, buf), len(seg) - 2, CHUNK
+                    continue
+                buf = self._read(buf, want)
+                if self._eof:
+                    continue
+                cut, buf, lo = self._split(buf, lo)
+                if cut is not None:
+                    window.append((cut, pool.submit(speculate, cut)))
+                    want = CHUNK
+                elif len(buf) > MAX_PENDING:
+                    raise NotStreamable("no event boundary found in the text held")
+                else:
+                    want = len(buf) + CHUNK
+        finally:
+            for _, fut in window:
+                fut.cancel()
+            pool.shutdown(wait=True)
+        yield from self._tail(buf)
+
+    def _confirm(self, seg: bytearray, spec, window: deque) -> tuple[list | None, bytearray]:
+        """(the events of ``seg``, seg); (None, the text held) when neither ``seg`` nor ``seg``
+        joined with each next chunk of ``window`` decodes."""
+        while True:
+            try:
+                return self.decode(memoryview(seg), spec), seg
+            except _DECODE_ERRORS:
+                pass
+            if not window:
+                return None, seg
+            nxt, fut = window.popleft()
+            fut.cancel()  # it may start inside an event: its result is not used
+            seg = _rejoin(seg, nxt)
+            if len(seg) > MAX_PENDING:
+                raise NotStreamable("no event boundary found in the text held")
+            spec = self.speculate(seg)  # type: ignore[misc]
+
+    @staticmethod
+    def _split(buf: bytearray, lo: int) -> tuple[bytearray | None, bytearray, int]:
+        """(chunk, rest, 0): ``buf`` cut at its last candidate past ``lo`` (``[`` + events +
+        ``]``, not decoded) and ``[`` + the text after it; (None, buf, lo) when there is none."""
+        end = len(buf)
+        while True:
+            p = buf.rfind(b"},", lo + 1, end)
+            if p < 0:
+                return None, buf, lo
+            end = p
+            if buf[p + 2 : p + 2 + 256].lstrip(_WS)[:1] == b"{":
+                break
+        rest = bytearray(b"[") + buf[p + 2 :]
+        del buf[p + 2 :]
+        buf[p + 1] = 0x5D  # "]"
+        return buf, rest, 0
 
     def _prefix(self) -> bytearray:
         """Read up to ``"traceEvents": [``, decode what precedes it; return ``[`` and the text
@@ -198,3 +293,9 @@ class EventStream:
             yield events
             return
         raise NotStreamable("the end of traceEvents not found")
+
+
+def _rejoin(seg: bytearray, rest: bytearray) -> bytearray:
+    """The text of a chunk and of what followed its cut, as it was before the cut: ``seg`` ends
+    in the ``]`` that replaced the comma, ``rest`` starts with the ``[`` added after it."""
+    return seg[:-1] + b"," + rest[1:]

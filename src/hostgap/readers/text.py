@@ -78,10 +78,12 @@ READ_PIECE = 1 << 20
 """Bytes read from a plain JSON file at a time by :func:`text_pieces`."""
 
 
-def text_pieces(path: str) -> Generator[bytes, None, None]:
+def text_pieces(path: str, read: list[int] | None = None) -> Generator[bytes, None, None]:
     """The JSON text of a Kineto file (plain or gzip) in pieces, within the limits of
     :func:`read_trace_text` (a leading BOM is left to the caller). Only one piece is held
-    here at a time; a gzip file is inflated as it is read."""
+    here at a time; a gzip file is inflated as it is read. ``read[0]``, when given, counts the
+    bytes read from the file (compressed bytes for gzip; they may be read ahead of the text
+    yielded)."""
     limit = max_trace_bytes()
     try:
         size = os.path.getsize(path)
@@ -95,6 +97,8 @@ def text_pieces(path: str) -> Generator[bytes, None, None]:
             gz = f.read(2) == b"\x1f\x8b"
             f.seek(0)
             reads = iter(lambda: f.read(IN_PIECE if gz else READ_PIECE), b"")
+            if read is not None:
+                reads = _counted(reads, read)
             if not gz:
                 yield from reads
                 return
@@ -103,6 +107,12 @@ def text_pieces(path: str) -> Generator[bytes, None, None]:
             raise HostgapError(path, f"cannot read ({e.strerror})") from None
         except (EOFError, zlib.error) as e:
             raise HostgapError(path, f"truncated or corrupt gzip ({_short(e)})") from None
+
+
+def _counted(pieces: Iterable[bytes], read: list[int]) -> Generator[bytes, None, None]:
+    for piece in pieces:
+        read[0] += len(piece)
+        yield piece
 
 
 AHEAD = 8
