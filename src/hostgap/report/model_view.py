@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN, classify
-from hostgap.model.accounting import Account
-from hostgap.model.fit_sources import FitOutcome
-from hostgap.model.fitting import FittedModel, tp_label
-from hostgap.model.prediction import CellPrediction, error_total
-from hostgap.model.regimes import RegimeMap
+from hostgap.model.fitting import tp_label
+from hostgap.model.prediction import error_total
+
+if TYPE_CHECKING:
+    from hostgap.model.accounting import Account
+    from hostgap.model.fit_sources import FitOutcome
+    from hostgap.model.fitting import FittedModel
+    from hostgap.model.prediction import CellPrediction
+    from hostgap.model.regimes import RegimeMap
 
 
 def dumps(obj: Any) -> str:
