@@ -404,3 +404,29 @@ def test_fit_paper_is_the_shipped_cells():
     assert o.model.provenance["n_cells"] == len(fit_rows) and o.model.provenance["source"] == "paper_cells.json"
     assert o.report == {"host": host.to_dict(), "device_scale": scale, "cells": [r.to_dict() for r in rows]}
     assert list(o.to_dict()) == ["schema_version", "host", "device_scale", "cells", "model"]
+
+
+def test_fit_sources_wires_kernel_times_and_the_all_reduce(monkeypatch, fitted):
+    from hostgap.model import tp, vidur
+
+    _, _, files = fitted
+    samples = {"a.csv": _ops(30, 0), "b.csv": _ops(30, 1), "t.csv": _ops(12, 2)}
+    monkeypatch.setattr(vidur, "read_mlp", lambda p, dev: p)
+    monkeypatch.setattr(vidur, "as_hostgap_ops", lambda p: samples[str(p)])
+    monkeypatch.setattr(vidur, "GEMM_KEYS", ("attn_q", "mlp_up"))
+    monkeypatch.setattr(vidur, "read_all_reduce", lambda p: f"rows of {p}")
+    ar = AllReduceModel("a100-80gb", {2: 1e4}, {2: 1e11}, 3e11, "test")
+    seen = []
+    monkeypatch.setattr(tp, "fit_all_reduce", lambda rows, dev: seen.append((rows, dev.name)) or ar)
+    monkeypatch.setattr(fitting, "file_hash", lambda p: f"hash of {p}")
+    o = fit_sources.fit_sources(vidur_mlp=["a.csv", "b.csv"], device="a100", test_mlp=["t.csv"], test_device="h100")
+    assert (o.kernel_files, o.kernel_device, o.test_device) == (2, "a100-80gb", "h100-sxm")
+    assert o.model.groups == () and o.model.rooflines[0].device == "a100-80gb" and o.model.all_reduce is None
+    assert len(o.report["heldout_files"]) == 2 and o.report["tests"][0]["device"] == "h100-sxm"
+    assert o.model.provenance["kernel_data_sha256"] == {"a.csv": "hash of a.csv", "b.csv": "hash of b.csv"}
+    same = fit_sources.fit_sources(vidur_mlp=["a.csv"], device="a100", test_mlp=["t.csv"])
+    assert same.test_device == same.kernel_device == "a100-80gb" and same.report["heldout_files"] == []
+    o = fit_sources.fit_sources(files, device="a100", all_reduce="ar.csv")
+    assert seen == [("rows of ar.csv", "a100-80gb")] and o.model.all_reduce == ar
+    assert (o.kernel_files, o.kernel_device, o.test_device) == (0, None, None) and len(o.model.groups) == 1
+    assert o.model.provenance["kernel_data_sha256"] == {"ar.csv": "hash of ar.csv"}

@@ -85,11 +85,13 @@ def fit_sources(
     kernel_data: dict = {}
     report: dict = {"heldout_files": [], "tests": []}
     dev = find_device(device, extra) if device else None
-    rl, test_dev = None, None
+    rl = None
+    names: tuple[str | None, str | None] = (None, None)  # the GPUs kernel times were fitted, tested on
     if vidur_mlp:
         assert dev is not None  # _check_options: kernel times need --device
         test_dev = find_device(test_device, extra) if test_device else dev
         rl = fit_kernel_times(vidur_mlp, dev, test_mlp, test_dev, kernel_data, report)
+        names = (dev.name, test_dev.name)
     ar = None
     if all_reduce:
         assert dev is not None
@@ -111,7 +113,6 @@ def fit_sources(
         }
         for g in model.groups
     ]
-    names = (dev.name if dev and vidur_mlp else None, test_dev.name if test_dev else None)
     return FitOutcome(model, report, len(vidur_mlp), *names)
 
 

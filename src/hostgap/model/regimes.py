@@ -28,7 +28,7 @@ class RegimeMap:
     boundaries: tuple[Boundary, ...]
     invalid: dict[str, list[str]]
     busy: frozenset[str]
-    predicted: bool = False
+    predicted: bool
 
     def to_dict(self) -> dict:
         """``regimes --json``."""
