@@ -76,18 +76,22 @@ tests_for() {
     src/hostgap/model/arch.py) echo tests/test_model_pins_arch.py tests/test_model_accounting.py tests/test_model_numbers.py ;;
     src/hostgap/model/whatif_overlap.py|src/hostgap/model/whatif_cpu.py|src/hostgap/model/whatif_megakernel.py|src/hostgap/model/graphlaunch.py)
                            echo tests/test_model_whatif_operators.py ;;
-    src/hostgap/model/published.py|src/hostgap/model/spec_reconcile.py|src/hostgap/model/scenarios.py)
+    src/hostgap/model/published.py|src/hostgap/model/spec_reconcile.py)
                            echo tests/test_model_published.py tests/test_model_whatif_operators.py ;;
+    src/hostgap/model/scenarios.py) echo tests/test_model_library.py tests/test_model_published.py tests/test_model_whatif_operators.py ;;
+    src/hostgap/model/prediction.py|src/hostgap/model/regimes.py|src/hostgap/model/fit_sources.py)
+                           echo tests/test_model_library.py tests/test_model_api.py tests/test_model_cli.py tests/test_model_stepmodel.py ;;
     src/hostgap/model/*)   echo tests/test_model_*.py ;;
     src/hostgap/analysis/*)   echo tests/test_ranks*.py ;;
-    src/hostgap/cli/fit.py) echo tests/test_model_cli.py tests/test_attribution_cli.py tests/test_model_calibrate.py ;;
     src/hostgap/cli/runs.py) echo tests/test_cli_runs.py tests/test_report_runs.py tests/test_capture_validity.py ;;
     src/hostgap/report/figures_kernels.py)
                            echo tests/test_report_kernels.py tests/test_report_html.py tests/test_report_words.py ;;
     src/hostgap/cli/models.py|src/hostgap/cli/models_common.py|src/hostgap/cli/predict.py)
-                           echo tests/test_model_cli.py tests/test_model_regimes.py tests/test_model_roofline.py tests/test_model_stepmodel.py tests/test_cli_common.py tests/test_capture_validity.py ;;
+                           echo tests/test_model_cli.py tests/test_model_regimes.py tests/test_model_roofline.py tests/test_model_stepmodel.py tests/test_cli_common.py tests/test_capture_validity.py tests/test_attribution_cli.py tests/test_model_calibrate.py ;;
     src/hostgap/cli/measure_console.py)
                            echo tests/test_capture_cli.py tests/test_capture_measure.py tests/test_capture_validity.py tests/test_capture_coverage_noise.py tests/test_cli_*.py ;;
+    src/hostgap/report/model_view.py)
+                           echo tests/test_model_api.py tests/test_model_cli.py tests/test_model_stepmodel.py tests/test_model_regimes.py tests/test_model_published.py tests/test_capture_validity.py ;;
     src/hostgap/report/*)  echo tests/test_report_*.py tests/test_ranks_report.py tests/test_anatomy_cli.py ;;
     *)                     echo tests ;;
   esac

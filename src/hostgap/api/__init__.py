@@ -6,6 +6,7 @@ which prints the command's terminal output (``print()``) and shows itself in a n
 
 from hostgap.api._cache import CacheListing, cache
 from hostgap.api._measure import MeasureResult, MeasureResults, PresetsResult, RunResult, measure, presets
+from hostgap.api._models import Prediction, predict
 from hostgap.api._results import Result
 from hostgap.api._runs import Comparison, Report, RunsTable, compare, run, runs, write_report
 from hostgap.api._servers import AttachResult, Watch, attach, watch
@@ -29,6 +30,7 @@ __all__ = [
     "KernelsResult",
     "MeasureResult",
     "MeasureResults",
+    "Prediction",
     "PresetsResult",
     "Report",
     "Result",
@@ -47,6 +49,7 @@ __all__ = [
     "kernels",
     "load",
     "measure",
+    "predict",
     "presets",
     "run",
     "runs",

@@ -1,16 +1,14 @@
-"""`hostgap account`, `fit`, `predict`, `regimes`: the latency models on the command line.
-``fit`` and ``predict`` live in :mod:`hostgap.cli.fit` and :mod:`hostgap.cli.predict`; this
-module registers all four."""
+"""`hostgap account`, `fit`, `predict`, `regimes`: the latency models on the command line, glue
+over :mod:`hostgap.model` (the numbers) and :mod:`hostgap.report.model_view` (their text).
+``predict`` lives in :mod:`hostgap.cli.predict` (over :func:`hostgap.predict`); this module
+registers all four."""
 
 from __future__ import annotations
 
 import click
-import numpy as np
 
-from hostgap.cli.fit import fit_cmd
-from hostgap.cli.models_common import _DTYPES, _ENGINES, _echo_json, _table
-from hostgap.cli.predict import _setup, predict_cmd
-from hostgap.errors import HostgapError
+from hostgap.cli.models_common import _DTYPES, _ENGINES, _echo, _echo_json
+from hostgap.cli.predict import predict_cmd
 
 # -- account ------------------------------------------------------------------------------
 
@@ -34,66 +32,111 @@ def account_cmd(preset, batch, context, q_tokens, tp, dtype, engine, as_json, as
     """
     from hostgap.model.accounting import Cell, account
     from hostgap.model.arch import get_preset
+    from hostgap.report import model_view as view
 
-    arch = get_preset(preset)
-    acc = account(
-        arch, Cell(batch=batch, q_tokens=q_tokens, context=max(context, q_tokens), tp=tp, dtype=dtype, engine=engine)
-    )
+    cell = Cell(batch=batch, q_tokens=q_tokens, context=max(context, q_tokens), tp=tp, dtype=dtype, engine=engine)
+    acc = account(get_preset(preset), cell)
     if as_json:
         _echo_json(acc.to_dict())
-        return
-    keys = (
-        "name",
-        "family",
-        "count",
-        "flops",
-        "weight_bytes",
-        "kv_read_bytes",
-        "kv_write_bytes",
-        "act_bytes",
-        "launches",
-    )
-    if as_csv:
-        click.echo(",".join(keys))
-        for o in acc.ops:
-            click.echo(",".join(str(getattr(o, k)) for k in keys))
-        return
-    rows: list[tuple[object, ...]] = [
-        (
-            o.name,
-            o.family,
-            o.count,
-            f"{o.count * o.flops / 1e9:.3f}",
-            f"{o.count * o.weight_bytes / 1e6:.2f}",
-            f"{o.count * o.kv_read_bytes / 1e6:.2f}",
-            f"{o.count * o.kv_write_bytes / 1e6:.3f}",
-            f"{o.count * o.act_bytes / 1e6:.3f}",
-            f"{o.count * o.launches:g}",
-        )
-        for o in acc.ops
-    ]
-    t = acc.totals()
-    rows.append(
-        (
-            "total",
-            "",
-            "",
-            f"{t['flops'] / 1e9:.3f}",
-            f"{t['weight_bytes'] / 1e6:.2f}",
-            f"{t['kv_read_bytes'] / 1e6:.2f}",
-            f"{t['kv_write_bytes'] / 1e6:.3f}",
-            f"{t['act_bytes'] / 1e6:.3f}",
-            f"{t['launches']:g}",
-        )
-    )
-    click.echo(
-        f"{arch.name}: batch {batch}, {q_tokens} token(s)/seq, KV {context}, TP {tp} (per rank), {dtype}, {engine} launches"
-    )
-    click.echo(
-        _table(
-            ("op", "family", "count", "GFLOP", "weights MB", "KV read MB", "KV write MB", "act MB", "launches"), rows
-        )
-    )
+    else:
+        _echo(view.account_csv_lines(acc) if as_csv else view.account_lines(acc, context))
+
+
+# -- fit ------------------------------------------------------------------------------------
+
+
+@click.command("fit")
+@click.option(
+    "--results",
+    "results",
+    multiple=True,
+    type=click.Path(),
+    help="Results JSON of `hostgap measure` (repeatable); each must carry the keys a fit needs.",
+)
+@click.option("--db", default=None, help="Runs database (default: hostgap's, when no files are given).")
+@click.option(
+    "--paper-cells",
+    is_flag=True,
+    help="Fit the default vLLM/H100 host term on the published cells shipped with hostgap and print "
+    "every cell's published value, default and leave-one-out prediction.",
+)
+@click.option(
+    "--vidur-mlp",
+    "vidur_mlp",
+    multiple=True,
+    type=click.Path(),
+    help="vidur *_mlp.csv kernel times to fit efficiencies on (GEMMs one family, other ops each their own; repeatable; needs --device).",
+)
+@click.option(
+    "--device",
+    "mlp_device",
+    default=None,
+    help="The GPU the --vidur-mlp and --all-reduce files were MEASURED on (e.g. a100-80gb for vidur's a100_* files). "
+    "Not a prediction target: `predict --gpu` chooses that.",
+)
+@click.option(
+    "--test-mlp",
+    "test_mlp",
+    multiple=True,
+    type=click.Path(),
+    help="vidur *_mlp.csv files to score the fit on, never fitted on (repeatable).",
+)
+@click.option("--test-device", default=None, help="The GPU the --test-mlp files were measured on (default: --device).")
+@click.option(
+    "--all-reduce",
+    "all_reduce",
+    default=None,
+    type=click.Path(),
+    help="vidur all_reduce.csv to fit collective cost on (needs --device: the GPU it was measured on).",
+)
+@click.option("--device-file", default=None, type=click.Path(), help="Extra device specs (JSON/TOML).")
+@click.option(
+    "-o",
+    "--output",
+    default=None,
+    type=click.Path(),
+    help="Model JSON to write [default: $HOSTGAP_MODEL, else ~/.local/share/hostgap/model.json].",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="JSON to stdout (tables go to stderr): held-out scores, vidur test scores ('tests') and the model.",
+)
+@click.argument("files", nargs=-1, type=click.Path())
+def fit_cmd(results, db, paper_cells, vidur_mlp, mlp_device, test_mlp, test_device, all_reduce, device_file, output, as_json, files):  # fmt: skip
+    """Fit device efficiencies and the host term; print held-out errors.
+
+    From measured runs: device scale and host term per (device, engine, TP degree), each cell
+    scored by a fit on the others (leave-one-out). From vidur kernel times (--vidur-mlp with
+    --device): efficiencies for that device (GEMMs one family, other ops per op), each file scored by a fit on the others,
+    and --test-mlp files (another model or another GPU) scored by the fit on all of them.
+
+    \b
+    Examples:
+      hostgap fit --results runs/*.json -o model.json
+      hostgap fit --paper-cells
+      hostgap fit --vidur-mlp a100_llama3-8b_mlp.csv --device a100 \\
+                  --test-mlp a100_llama2-7b_mlp.csv --all-reduce a100_dgx_all_reduce.csv -o a100.json
+    """
+    from hostgap.model import fit_sources
+    from hostgap.report import model_view as view
+
+    if paper_cells:
+        o = fit_sources.fit_paper(device_file)
+        _echo(view.paper_fit_lines(o), err=as_json)
+    else:
+        o = fit_sources.fit_sources(
+            [*results, *files], db, vidur_mlp=vidur_mlp, device=mlp_device, test_mlp=test_mlp,
+            test_device=test_device, all_reduce=all_reduce, device_file=device_file,
+        )  # fmt: skip
+        _echo(view.kernel_fit_lines(o), err=as_json)
+        _echo((f"skipped: {s}" for s in o.model.skipped), err=True)
+        _echo(view.model_lines(o.model), err=as_json)
+    path = fit_sources.write_model(o.model, output)
+    click.echo(view.wrote_line(o.model, path, output is not None), err=as_json)
+    if as_json:
+        _echo_json(o.to_dict())
 
 
 # -- regimes ------------------------------------------------------------------------------
@@ -109,7 +152,6 @@ def account_cmd(preset, batch, context, q_tokens, tp, dtype, engine, as_json, as
 )
 @click.option(
     "--model",
-    "model_path",
     default=None,
     type=click.Path(),
     help="Model JSON from `hostgap fit` for --predict (default: the shipped defaults).",
@@ -129,156 +171,29 @@ def account_cmd(preset, batch, context, q_tokens, tp, dtype, engine, as_json, as
 @click.option("--json", "as_json", is_flag=True, help="JSON to stdout: cells and boundaries.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV to stdout: one row per cell.")
 @click.argument("files", nargs=-1, type=click.Path())
-def regimes_cmd(results, db, predict, model_path, paper_cells, published, as_json, as_csv, files):
+def regimes_cmd(results, db, predict, model, paper_cells, published, as_json, as_csv, files):
     """Place each measured cell by host fraction (verdict thresholds) and find the boundary.
 
     \b
     Example:
       hostgap regimes --results runs/*.json
     """
-    from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN
-    from hostgap.model import fitting
+    from hostgap.model import regimes
+    from hostgap.report import model_view as view
 
     if published:
-        from hostgap.cli.published import show
+        from hostgap.model.published import table
 
-        show(as_json, as_csv)
+        if as_json:
+            _echo_json(regimes.published_document())
+        else:
+            _echo((view.published_csv_lines if as_csv else view.published_lines)(table()))
         return
-    invalid: dict[str, list[str]] = {}
-    busy: set[str] = set()
-    if paper_cells:
-        from hostgap.model import calibrate
-
-        cells = calibrate.regime_cells()
-    else:
-        if not (results or files or db):
-            db = fitting.default_db()
-        docs = fitting.load_results([*results, *files], db)
-        invalid, busy = _validity(docs)
-        cells = fitting.regime_cells([d for d in docs if str(d.get("run_id", "")) not in invalid])
-    if predict:
-        cells = [_predicted(c, model_path) for c in cells]
-    if not cells:
-        raise HostgapError("--results", "no measured cell with a host fraction, batch and prompt length")
-    bounds = fitting.boundaries(cells)
+    m = regimes.regime_map([*results, *files], db, paper_cells=paper_cells, predict=predict, model=model)
     if as_json:
-        _echo_json(
-            {
-                "schema_version": __import__("hostgap").SCHEMA_VERSION,
-                "thresholds": {"host_bound_min": HOST_BOUND_MIN, "device_bound_max": DEVICE_BOUND_MAX},
-                "cells": [dict(c.__dict__, contended=c.run_id in busy) for c in cells],
-                "boundaries": [b.__dict__ for b in bounds],
-                "invalid": [{"run_id": k, "reasons": v} for k, v in invalid.items()],
-            }
-        )
-        return
-    if as_csv:
-        click.echo(
-            "model,device,engine,mode,batch,prompt_len,host_fraction,regime,run_id,contended"
-            + (",predicted_host_fraction,predicted_regime" if predict else "")
-        )
-        for c in cells:
-            click.echo(
-                f"{c.model},{c.device},{c.engine},{c.mode},{c.batch},{c.prompt_len},{c.host_fraction:.4f},"
-                f"{c.regime},{c.run_id},{int(c.run_id in busy)}"
-                + (f",{c.predicted_host_fraction:.4f},{c.predicted_regime}" if predict else "")
-            )
-        return
-    click.echo(
-        f"regimes by host fraction: host-bound >= {HOST_BOUND_MIN}, balanced >= {DEVICE_BOUND_MAX}, else device-bound"
-    )
-    short = {"host-bound": "H", "balanced": "B", "device-bound": "D"}
-    groups: dict = {}
-    for c in cells:
-        groups.setdefault((c.model, c.device, c.engine, c.mode, c.tp), []).append(c)
-    for (model, dev, eng, mode, k), cs in sorted(groups.items()):
-        prompts = sorted({c.prompt_len for c in cs})
-        batches = sorted({c.batch for c in cs})
-        grid: dict = {}
-        for c in cs:
-            grid.setdefault((c.batch, c.prompt_len), []).append((c.host_fraction, c.predicted_host_fraction))
-            if c.run_id in busy:
-                grid.setdefault(("busy", c.batch, c.prompt_len), [])
-        click.echo(
-            f"\n{model} on {dev} ({eng} {mode}{fitting.tp_label(k)}): host fraction (median over runs), rows batch, columns prompt length"
-        )
-        rows = [
-            (
-                str(b),
-                *(
-                    _regime_text(grid[(b, p)], short) + ("!" if ("busy", b, p) in grid else "")
-                    if (b, p) in grid
-                    else "."
-                    for p in prompts
-                ),
-            )
-            for b in batches
-        ]
-        click.echo(_table(("batch", *map(str, prompts)), rows))
-    click.echo("\nH: host-bound, B: balanced, D: device-bound; !: measured on a busy machine. Boundaries:")
-    for b in bounds:
-        click.echo(f"  {b.model}: {b.note}")
-    labels = {f"{c.model} ({c.device}, {c.engine} {c.mode}{fitting.tp_label(c.tp)})" for c in cells}
-    for label in sorted(labels - {b.model for b in bounds}):
-        click.echo(f"  {label}: no boundary: needs two or more batch sizes or prompt lengths")
-    for rid, why in invalid.items():
-        click.echo(f"left out, invalid measurement {rid}: {why[0]}")
-
-
-def _validity(docs: list[dict]) -> tuple[dict, set]:
-    """({run_id: reasons} of invalid measurements, {run_id} measured on a busy machine); a
-    result from before validity existed is judged by its numbers."""
-    from hostgap.capture.protocol.validity import reasons
-
-    invalid: dict[str, list[str]] = {}
-    busy: set[str] = set()
-    for d in docs:
-        rid, diff = str(d.get("run_id", "")), d.get("differencing") or {}
-        why = list(d.get("invalid_reasons") or []) if "valid" in d else reasons(diff)
-        if ("valid" in d and not d["valid"]) or why:
-            invalid[rid] = why or ["checks failed"]
-        if diff.get("contended"):
-            busy.add(rid)
-    return invalid, busy
-
-
-def _regime_text(pairs, short) -> str:
-    """Median measured host fraction and class; ``p`` and the model's, when predicted."""
-    from hostgap.anatomy.verdict import classify
-
-    f = float(np.median([m for m, _ in pairs]))
-    n = f" (n={len(pairs)})" if len(pairs) > 1 else ""
-    text = f"{f:.2f} {short.get(classify(f), '?')}{n}"
-    p = float(np.median([q for _, q in pairs]))
-    return text + (f" | p {p:.2f} {short.get(classify(p), '?')}" if p == p else "")
-
-
-def _predicted(c, model_path):
-    """``c`` with the model's host fraction for the same cell (NaN where it cannot be predicted)."""
-    from dataclasses import replace
-
-    from hostgap.anatomy.verdict import classify
-    from hostgap.model import whatif
-
-    try:
-        engine = c.engine if c.engine in ("vllm", "hf") else "vllm"
-        setup, _, _ = _setup(
-            c.model,
-            c.batch,
-            max(c.context or c.prompt_len, 1),
-            c.tp,
-            c.dtype,
-            engine,
-            c.mode if c.mode in ("eager", "graph") else "eager",
-            c.device,
-            None,
-            model_path,
-            None,
-        )
-    except HostgapError:
-        return c
-    f = whatif.predict(setup).host_fraction
-    return replace(c, predicted_host_fraction=f, predicted_regime=classify(f))
+        _echo_json(m.to_dict())
+    else:
+        _echo((view.regime_csv_lines if as_csv else view.regime_lines)(m))
 
 
 def register(cli: click.Group) -> None:

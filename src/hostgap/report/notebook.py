@@ -23,6 +23,8 @@ def result_html(kind: str, doc) -> str:
             return _watch(doc)
         if kind == "comparison":
             return _comparison(doc)
+        if kind == "prediction":
+            return _prediction(doc)
     except Exception as exc:  # a view must never hide the result: fall back to its summary
         return _wrap(f"<p>hostgap {esc(kind)} (no view: {esc(type(exc).__name__)}: {esc(str(exc))})</p>")
     return _table(kind, doc)
@@ -80,6 +82,26 @@ def _comparison(doc: dict) -> str:
         f"<h3>B − A ({esc(doc['basis'])} basis)</h3><p>A: {esc(str(doc['a'].get('label')))}; "
         f"B: {esc(str(doc['b'].get('label')))} {esc(verdict)}</p>"
         f"<table><tr><th>metric</th><th>A</th><th>B</th><th>B − A</th><th>relative</th></tr>{rows}</table>"
+    )
+
+
+def _prediction(doc: dict) -> str:
+    """``hostgap predict``: the cell, its basis, and the step predicted beside each what-if."""
+
+    def row(label: str, p: dict, change: str = "") -> str:
+        nums = (p["device_ns"], p["collective_ns"] + p["collective_wait_ns"], p["host_ns"], p["total_ns"])
+        cells = "".join(f"<td>{v / 1e6:.3f}</td>" for v in nums)
+        return f"<tr><td>{esc(label)}</td>{cells}<td>{p['host_fraction']:.2f}</td><td>{esc(change)}</td></tr>"
+
+    c = doc["cell"]
+    rows = row("predicted", doc["prediction"]) + "".join(
+        row(f"what-if {w['name']}", w["scenario"], f"{w['step_change'] * 100:+.1f} %") for w in doc["what_ifs"]
+    )
+    return _wrap(
+        f"<h3>{esc(doc['preset'])} on {esc(doc['device'])}: batch {c['batch']}, KV {c['context']}, TP {c['tp']}, "
+        f"{esc(c['dtype'])}, {esc(c['engine'])} {esc(doc['mode'])}</h3><p>{esc(doc['basis'])}</p>"
+        "<table><tr><th></th><th>device ms</th><th>collective ms</th><th>host ms</th><th>total ms</th>"
+        f"<th>host frac</th><th>step change</th></tr>{rows}</table>"
     )
 
 
