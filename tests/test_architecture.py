@@ -25,6 +25,15 @@ CLI_ALLOWED = {
     "hostgap.capture.protocol.null_kernel",  # floor: measure_to_file
     "hostgap.capture.engines",  # harvest: the live harvest
     "hostgap.capture.engines.vllm_common",  # harvest: vllm_version before the run
+    # the model commands without an API function of their own wrap one library function each
+    "hostgap.model",  # fit: fit_sources; regimes: regimes.regime_map
+    "hostgap.model.accounting",  # account: account
+    "hostgap.model.arch",  # account: get_preset (the preset's error before the model)
+    "hostgap.model.published",  # regimes --published: the published table
+    # the text of the model and attribution commands (predict's is hostgap.predict's own)
+    "hostgap.report",
+    "hostgap.report.model_view",
+    "hostgap.report.attribution_view",
 }
 
 

@@ -11,10 +11,10 @@ import click
 
 def _load(path: str, requests: str | None):
     """STEPS (and its requests table), with what reading left out noted on stderr."""
-    from hostgap.model.attribution import load_steps
+    from hostgap import attribution as A
     from hostgap.report.attribution_view import log_notes
 
-    steps = load_steps(path, requests)
+    steps = A.load_steps(path, requests)
     log_notes(steps)
     return steps
 
@@ -88,7 +88,7 @@ def fit_cmd(
     Example:
       hostgap attribute fit run.parquet -o model.json --test-fraction 0.25
     """
-    from hostgap.model import attribution as A
+    from hostgap import attribution as A
     from hostgap.report import attribution_view as view
 
     steps = _load(steps_path, requests_path)
@@ -132,7 +132,7 @@ def eval_cmd(model_path, steps_path, requests_path, as_json, as_csv, include_tra
     Example:
       hostgap attribute eval model.json run.parquet --json
     """
-    from hostgap.model import attribution as A
+    from hostgap import attribution as A
     from hostgap.report import attribution_view as view
 
     model = A.load_model(model_path)
@@ -169,7 +169,7 @@ def explain_cmd(model_path, steps_path, step_id, source, requests_path, rescale,
     Example:
       hostgap attribute explain model.json run.parquet --step 42 --split model
     """
-    from hostgap.model import attribution as A
+    from hostgap import attribution as A
     from hostgap.report import attribution_view as view
 
     model = A.load_model(model_path)
@@ -216,10 +216,10 @@ def synth_cmd(output, n_steps, seed, noise, context) -> None:
     Example:
       hostgap attribute synth demo.parquet --steps 800 --seed 1
     """
-    from hostgap.model.attribution import write_synthetic
+    from hostgap import attribution as A
     from hostgap.report.attribution_view import log
 
-    for p in write_synthetic(output, n_steps=n_steps, seed=seed, noise=noise, context=context):
+    for p in A.write_synthetic(output, n_steps=n_steps, seed=seed, noise=noise, context=context):
         log(f"wrote {p}")
 
 
