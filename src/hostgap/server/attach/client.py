@@ -33,7 +33,7 @@ class AttachError(HostgapError):
         self.reason = reason  # NO_ROUTES, BUSY, CANCELLED, or "" (for callers that retry)
 
 
-NO_ROUTES, BUSY, CANCELLED = "no-routes", "busy", "cancelled"
+NO_ROUTES, BUSY, CANCELLED, NOT_VISIBLE = "no-routes", "busy", "cancelled", "not-visible"
 
 
 @dataclass(frozen=True)

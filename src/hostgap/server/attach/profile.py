@@ -31,7 +31,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from hostgap.server.attach.client import CANCELLED, EXIT_NO_RESULT, AttachError, ProfileClient, ProfileRequest
+from hostgap.server.attach.client import (
+    CANCELLED,
+    EXIT_NO_RESULT,
+    NOT_VISIBLE,
+    AttachError,
+    ProfileClient,
+    ProfileRequest,
+)
 from hostgap.server.attach.config import AttachConfig, Session, config_dict
 from hostgap.server.attach.loadgen import LoadGenerator
 from hostgap.server.attach.overhead import Overhead, pause
@@ -414,6 +421,7 @@ def finish(cfg: AttachConfig, client: ProfileClient, session: Session, run_dir, 
             f"profiled, but the files are not visible here: they are in {where} on the "
             f"server, named {prefix}*; copy them here and run: hostgap analyze DIR/",
             EXIT_NO_RESULT,
+            reason=NOT_VISIBLE,
         )
     want_frontend = client.frontend_file is not None and client.engine == "vllm"
     found = wait_complete(
