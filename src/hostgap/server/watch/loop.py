@@ -145,13 +145,16 @@ def parse_conditions(expr: str) -> list[Condition]:
 # --------------------------------------------------------------------------- one interval
 
 
-def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None) -> dict:
+def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None, *, calibrating: bool = False) -> dict:
     """The row of one interval: step telemetry, host-share estimate, notes; ``calibration``
-    names the calibration the estimate used (its source), None without one."""
+    names the calibration the estimate used (its source), None without one; ``calibrating``:
+    the watch takes its own (the note without one says so)."""
     stats = step_stats(d)
     engine = stats.engine
     if engine == "sglang":
         e = est.sglang_device_timer(d, stats)
+    elif engine == "vllm" and calibration is None and calibrating:
+        e = est.no_estimate("no calibration yet: the watch profiles the server's traffic for one")
     elif engine == "vllm":
         e = est.vllm_model(stats, calibration)
     else:
@@ -348,7 +351,7 @@ def intervals(
                 f"new series ({len(d.appeared)}): {', '.join(d.appeared[:2])}"
                 f"{' …' if len(d.appeared) > 2 else ''}; counted from the next interval"
             )
-        row = interval_row(d, t_origin, current())
+        row = interval_row(d, t_origin, current(), calibrating=config.calibrating)
         count += 1
         yield row
         base = now

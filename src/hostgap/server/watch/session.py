@@ -117,7 +117,7 @@ class WatchSession:
                 self.on_note(f"--calibrate: {self.first.engine} needs no calibration (see docs/watch.md)")
             return None
         interval = self.config.interval_s
-        policy = Policy(max_age_s=max_age_s, min_gap_s=max(60.0, 6 * interval), retry_s=max(60.0, 6 * interval))
+        policy = Policy(max_age_s=max_age_s, min_gap_s=max(30.0, 6 * interval), retry_s=max(30.0, 6 * interval))
         for key in ("min_gap_s", "retry_s", "persist"):
             if key in options:
                 policy = dataclasses.replace(policy, **{key: options.pop(key)})
