@@ -159,8 +159,11 @@ def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None,
         e = est.vllm_model(stats, calibration)
     else:
         e = est.no_estimate("no vllm: or sglang: metrics")
-    status = RESET if d.reset else (OK if stats.steps else IDLE)
+    renamed = stats.steps is None and bool(d.appeared) and not d.reset
+    status = RESET if d.reset or renamed else (OK if stats.steps else IDLE)
     notes = list(stats.notes)
+    if renamed:
+        notes.append("the step series were replaced (a new model name?): nothing to difference; counted from the next interval")
     if e.note:
         notes.append(e.note)
     stepped = (d.b.t_wall_s - d.a.t_wall_s) - d.interval_s
