@@ -362,7 +362,9 @@ def test_server_fault_mid_calibration(standin, tmp_path, fault):  # noqa: F811
     try:
         load.start()
         assert load.wait_streaming(60)
-        p = watch_cli(s.url, tmp_path, "--calibrate", "--trace-dir", str(s.trace_dir), "--timeout", "1")
+        # 200 steps of 200 ms: the fault comes while the Worker still records
+        args = ("--calibrate", "--calibrate-steps", "200", "--trace-dir", str(s.trace_dir), "--timeout", "1")
+        p = watch_cli(s.url, tmp_path, *args)
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
         reader.start()

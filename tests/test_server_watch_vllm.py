@@ -178,7 +178,10 @@ def test_watch_calibrates_itself_serves_gauges_and_survives_a_restart(vllm_serve
         both = lambda r: r["host_share"] is not None and "," in (r["calibration"] or "")  # noqa: E731
         _until(lambda: any(both(r) for r in rows()), 60, "an interval estimated with both profiles", err)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-            _, gauges, _ = parse(r.read().decode())
+            scraped = r.read().decode()
+        _, gauges, _ = parse(scraped)
+        if os.environ.get("HOSTGAP_TEST_WATCH_LOG"):
+            Path(os.environ["HOSTGAP_TEST_WATCH_LOG"] + ".scrape").write_text(scraped)
         (labels,) = gauges["hostgap_host_exposed_share"]
         lab = dict(labels)
         assert lab["engine_kind"] == "vllm" and lab["server"] == vllm_server.url.split("//")[1]

@@ -423,7 +423,8 @@ def finish(cfg: AttachConfig, client: ProfileClient, session: Session, run_dir, 
             EXIT_NO_RESULT,
             reason=NOT_VISIBLE,
         )
-    want_frontend = client.frontend_file is not None and client.engine == "vllm"
+    # the API server writes its file when the stop reaches it: a stop without an answer may never have
+    want_frontend = client.frontend_file is not None and client.engine == "vllm" and not session.stop_problem
     found = wait_complete(
         folder,
         session.before,

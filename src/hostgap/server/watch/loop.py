@@ -163,7 +163,9 @@ def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None,
     status = RESET if d.reset or renamed else (OK if stats.steps else IDLE)
     notes = list(stats.notes)
     if renamed:
-        notes.append("the step series were replaced (a new model name?): nothing to difference; counted from the next interval")
+        notes.append(
+            "the step series were replaced (a new model name?): nothing to difference; counted from the next interval"
+        )
     if e.note:
         notes.append(e.note)
     stepped = (d.b.t_wall_s - d.a.t_wall_s) - d.interval_s
