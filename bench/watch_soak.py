@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def soak(intervals: int) -> dict:
-    from test_server_watch_soak import check_rows, footprint, soak as run
+    from test_server_watch_soak import check_rows, footprint
+    from test_server_watch_soak import soak as run
 
     marks = tuple(m for m in (1_000, 3_000, 6_000, 9_000, 12_000, intervals) if m <= intervals)
     with tempfile.TemporaryDirectory() as tmp:

@@ -550,11 +550,10 @@ def _empty_fields() -> dict:
 
 def _derive(engine: str, interval_s: float, f: dict, notes: tuple[str, ...]) -> StepStats:
     steps, tokens, itl = _finite(f["steps"]), _finite(f["tokens"]), f["itl"]
-    has_steps = steps is not None and steps > 0
     period = _finite(itl.mean()) if itl is not None else None
     p90 = _finite(itl.quantile(0.9)) if itl is not None else None
     busy = None
-    if has_steps and period is not None and interval_s > 0:
+    if steps and period is not None and interval_s > 0:
         busy = min(1.0, steps * period / interval_s)
     prefill, decode = _finite(f["prefill_tokens"]), _finite(f["decode_tokens"])
     mix = None
@@ -565,8 +564,8 @@ def _derive(engine: str, interval_s: float, f: dict, notes: tuple[str, ...]) -> 
         interval_s=interval_s,
         steps=steps,
         steps_per_s=steps / interval_s if steps is not None and interval_s > 0 else None,
-        tokens_per_step=tokens / steps if has_steps and tokens is not None else None,
-        seqs_per_step=decode / steps if has_steps and decode is not None else None,
+        tokens_per_step=tokens / steps if steps and tokens is not None else None,
+        seqs_per_step=decode / steps if steps and decode is not None else None,
         step_period_s=period,
         step_period_p90_s=p90,
         step_period_basis=f["basis"],

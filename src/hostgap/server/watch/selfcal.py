@@ -154,9 +154,9 @@ class SelfCalibration:
     def _profile(self) -> dict:
         from hostgap.server.attach.config import AttachConfig
 
-        attach = self._attach
-        if attach is None:
-            from hostgap.server.attach.profile import attach
+        from hostgap.server.attach.profile import attach as attach_server
+
+        attach = self._attach or attach_server
         folder = self.output if self.store else tempfile.mkdtemp(prefix="hostgap-calibration-")
         try:
             cfg = AttachConfig(

@@ -23,6 +23,7 @@ from hostgap.errors import HostgapError
 from hostgap.server.metrics import metrics_url, scrape
 from hostgap.server.watch import loop as w
 from hostgap.server.watch.window import Window
+from hostgap.store.rundir import RunDir
 
 CHECKPOINT_S = 600.0
 """A long watch's run is stored (results.json and the database row rewritten) this often, so a
@@ -86,7 +87,7 @@ class WatchSession:
         self.stop = threading.Event()
         self.document: dict | None = None
         self.run_id: str | None = None
-        self._run = None
+        self._run: RunDir | None = None
         self._stored_at = clock.monotonic()
         self._stack = ExitStack()
         self.first = w.first_scrape(self.config, read)
@@ -255,15 +256,16 @@ class WatchSession:
     def _save(self, doc: dict) -> tuple[str, str]:
         """Store the run (the first call creates it; later ones rewrite it: results.json and the
         database row are replaced, so the database holds one bounded row per watch)."""
-        from hostgap.store.rundir import RunDir
         from hostgap.store.save import save_run
 
         engine = self.first.engine
         if self._run is None:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
             self.run_id = f"{stamp}-watch-{engine}-{uuid.uuid4().hex[:6]}"
-            self._run = RunDir.create(Path(self.output) / self.run_id)
-            self._run.path.joinpath("traces").rmdir()  # a watch keeps no traces
+            run = RunDir.create(Path(self.output) / self.run_id)
+            run.path.joinpath("traces").rmdir()  # a watch keeps no traces
+            self._run = run
+        run = self._run
         kept = self.window.retained()
         stored: dict = {
             "run_id": self.run_id,
@@ -274,7 +276,7 @@ class WatchSession:
             "valid": True,
             "invalid_reasons": [],
             "schema_version": w.SCHEMA_VERSION,
-            "run_dir": str(self._run.path.resolve()),
+            "run_dir": str(run.path.resolve()),
             "watch": {
                 "interval_s": self.config.interval_s,
                 "calibration": doc["calibration"],
@@ -284,7 +286,7 @@ class WatchSession:
             },
         }
         series = "".join(json.dumps(r) + "\n" for r in kept["intervals"])
-        path = save_run(stored, self._run, self.db, files={"watch.jsonl": series})
+        path = save_run(stored, run, self.db, files={"watch.jsonl": series})
         return str(self.run_id), path
 
 
