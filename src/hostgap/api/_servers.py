@@ -194,7 +194,7 @@ class Watch(Result):
         line), as ``hostgap watch`` prints it."""
         from hostgap.report.watch_view import HEADER, table_line
 
-        rows = self._session.rows
+        rows = self._session.window.recent  # a bounded deque: no copy per line
         latest = bool(rows) and rows[-1] is row
         previous = rows[-2] if latest and len(rows) > 1 else None
         line = table_line(row, previous)
