@@ -130,6 +130,23 @@ def test_watch_a_real_server_under_load(vllm_server, tmp_path):
     assert doc["summary"]["host_share"] is not None
 
 
+def test_attach_on_the_idle_server_ends_after_idle(vllm_server, tmp_path):
+    """No traffic: attach must end --idle seconds after the profile started (issue #44: it used
+    to wait --files for a Worker file vLLM never writes without a step), saying it waits."""
+    _wait_idle(vllm_server.url)
+    t0 = time.monotonic()
+    p = subprocess.run(
+        [sys.executable, "-m", "hostgap", "attach", vllm_server.url, "--steps", "8", "--idle", "12",
+         "--baseline", "0", "--db", str(tmp_path / "runs.sqlite"), "-o", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    took = time.monotonic() - t0
+    assert p.returncode == 3, p.stderr
+    assert "ran no steps while profiled (no traffic)" in p.stderr
+    assert "profiling: 0/" in p.stderr and "of --idle 12" in p.stderr  # the wait was said
+    assert took < 12 + 60, took  # the idle time, the start and stop requests, imports on a busy machine
+
+
 def _lines_of(stream, into: list[str]) -> threading.Thread:
     t = threading.Thread(target=lambda: [into.append(line) for line in stream], daemon=True)
     t.start()
