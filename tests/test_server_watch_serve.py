@@ -194,3 +194,24 @@ def test_exported_names_are_what_a_scrape_shows():
     (labels,) = gauges["hostgap_server_up"]
     assert gauges["hostgap_server_up"][labels] == 1.0
     assert gauges["hostgap_last_interval_timestamp_seconds"][labels] == pytest.approx(rows[0]["t_end"])
+
+
+def test_the_api_serves_on_host_port():
+    """``hostgap.watch(serve="127.0.0.1:0")`` mirrors ``--serve HOST:PORT``: the gauges are up
+    while the watch runs, the address is said, and they are gone when it is closed."""
+    import re
+
+    import hostgap
+
+    notes: list[str] = []
+    with MetricsStandIn(texts(6)) as srv:
+        with hostgap.watch(srv.url, interval=0.15, serve="127.0.0.1:0", store=False, on_note=notes.append) as wt:
+            (said,) = [n for n in notes if n.startswith("serving hostgap gauges on ")]
+            port = int(re.search(r":(\d+)/metrics$", said).group(1))
+            rows = [r for _, r in zip(range(2), wt, strict=False)]
+            status, body = get(port, "/metrics")
+        assert status == 200 and b"hostgap_host_exposed_share{" in body
+        assert not any("readable" in n for n in notes)  # loopback: no exposure line
+        assert len(rows) == 2 and wt.summary["intervals"] == 2
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
