@@ -153,7 +153,6 @@ class SelfCalibration:
 
     def _profile(self) -> dict:
         from hostgap.server.attach.config import AttachConfig
-
         from hostgap.server.attach.profile import attach as attach_server
 
         attach = self._attach or attach_server
