@@ -123,3 +123,68 @@ def test_soak_long_memory_flat(tmp_path):
     check_rows(rows, out["server"].seen)
     size = (Path(out["doc"]["run_dir"]) / "results.json").stat().st_size
     assert size < 4 * 1024 * 1024, size
+
+
+def test_window_buckets_merge_and_keep_the_sums():
+    """Buckets merge in pairs and stay aligned (each covers a run of bucket_intervals
+    consecutive intervals), and the window's sums equal the sums over every row, by hand."""
+    from hostgap.server.watch.window import Window
+
+    statuses = ["ok", "ok", "idle", "ok", "no-scrape", "ok", "reset", "ok"]
+    rows = []
+    for i in range(53):
+        status = statuses[i % len(statuses)]
+        steps = (10 + i % 7) if status == "ok" else (0 if status == "idle" else None)
+        share = 0.2 + 0.01 * (i % 11) if status == "ok" else None
+        rows.append(
+            {
+                "t_start": 100.0 + i,
+                "t_end": 101.0 + i,
+                "t_rel_s": float(i),
+                "interval_s": 1.0 + (i % 3),
+                "status": status,
+                "steps": steps,
+                "host_share": share,
+                "host_share_low": None if share is None else share - 0.05,
+                "host_share_high": None if share is None else share + 0.05,
+                "host_share_basis": "model estimate" if share is not None else "none",
+                "seqs_per_step": None if share is None else 1.0 + i % 5,
+                "step_period_s": None if share is None else 0.01 * (1 + i % 4),
+                "host_breakdown": {"a": 0.25, "b": 0.75} if status == "ok" else {},
+            }
+        )
+    win = Window(recent=5, max_buckets=4, bucket_intervals=3)
+    for r in rows:
+        win.add(r)
+    assert win.rows == rows[-5:] and win.dropped == 48 and win.count == 53
+    assert win.bucket_intervals == 24 and len(win.buckets) == 3  # 3 → 6 → 12 → 24
+    for k, b in enumerate(x.to_dict() for x in win.buckets):
+        group = rows[24 * k : 24 * (k + 1)]
+        assert b["intervals"] == len(group) and b["t_start"] == group[0]["t_start"]
+        assert b["t_end"] == group[-1]["t_end"] and b["t_rel_s"] == group[0]["t_rel_s"]
+        assert b["duration_s"] == pytest.approx(sum(r["interval_s"] for r in group))
+        assert b["by_status"] == {s: sum(r["status"] == s for r in group) for s in ("ok", "idle", "reset", "no-scrape")}
+        ok = [r for r in group if r["status"] == "ok"]
+        span = sum(r["interval_s"] for r in group if r["status"] in ("ok", "idle"))
+        assert b["steps"] == sum(r["steps"] for r in ok)
+        assert b["steps_per_s"] == pytest.approx(b["steps"] / span)
+        for key in ("host_share", "host_share_low", "host_share_high", "seqs_per_step", "step_period_s"):
+            want = sum(r[key] * r["steps"] for r in ok) / sum(r["steps"] for r in ok)
+            assert b[key] == pytest.approx(want), key
+        assert b["host_share_min"] == min(r["host_share"] for r in ok)
+        assert b["host_share_max"] == max(r["host_share"] for r in ok)
+    s = win.summary()
+    ok = [r for r in rows if r["status"] == "ok"]
+    steps = sum(r["steps"] for r in ok)
+    assert s["intervals"] == 53 and s["steps"] == steps
+    assert s["duration_s"] == pytest.approx(sum(r["interval_s"] for r in rows))
+    assert s["steps_per_s"] == pytest.approx(
+        steps / sum(r["interval_s"] for r in rows if r["status"] in ("ok", "idle"))
+    )
+    assert s["host_share"] == pytest.approx(sum(r["host_share"] * r["steps"] for r in ok) / steps)
+    assert (s["host_share_min"], s["host_share_max"]) == (0.2, pytest.approx(0.3))
+    assert s["host_share_intervals"] == len(ok) and s["host_share_basis"] == "model estimate"
+    assert s["host_breakdown"] == pytest.approx({"a": 0.25, "b": 0.75})
+    assert s["tokens_per_step"] is None  # no row has it
+    kept = win.retained()
+    assert kept["intervals_total"] == 53 and kept["intervals_dropped"] == 48 and len(kept["buckets"]) == 3
