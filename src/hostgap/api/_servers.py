@@ -136,7 +136,9 @@ class Watch(Result):
     rows ``watch --jsonl`` writes); it ends after ``duration`` (or ``max_intervals``), on
     :meth:`close`, or when the caller stops iterating and closes it. Then ``to_dict()`` is the
     ``watch --json`` object (intervals and the window's summary), ``run_id`` the stored run,
-    ``intervals`` the rows as an Arrow table and ``failed`` the ``fail_if`` conditions that held."""
+    ``intervals`` the rows as an Arrow table and ``failed`` the ``fail_if`` conditions that held.
+    ``rows`` and ``intervals`` hold the most recent intervals (docs/watch.md, "Long runs"); the
+    summary covers the whole watch."""
 
     kind = "watch"
 
@@ -192,7 +194,7 @@ class Watch(Result):
         line), as ``hostgap watch`` prints it."""
         from hostgap.report.watch_view import HEADER, table_line
 
-        rows = self._session.rows
+        rows = self._session.window.recent  # a bounded deque: no copy per line
         latest = bool(rows) and rows[-1] is row
         previous = rows[-2] if latest and len(rows) > 1 else None
         line = table_line(row, previous)
@@ -217,10 +219,14 @@ def watch(
     interval: float = 5.0,
     duration: float | None = None,
     calibration: str | Sequence[str] = (),
+    calibrate: bool | None = None,
+    calibrate_steps: int = 32,
+    recalibrate_after: float = 3600.0,
+    trace_dir: str | None = None,
     timeout: float | None = None,
     fail_if: str | None = None,
     jsonl: str | None = None,
-    serve: int | None = None,
+    serve: str | int | None = None,
     db: str | None = None,
     output: str = "runs",
     store: bool = True,
@@ -230,8 +236,10 @@ def watch(
     """Watch a running vLLM or SGLang server's Prometheus metrics every ``interval`` seconds, as
     ``hostgap watch`` does (same options; ``store=False`` is ``--no-store``): an iterator of one
     dict per interval with the decode telemetry and the host-exposed share with its basis and
-    interval. The opening scrape happens here (a server without metrics raises
-    :class:`~hostgap.HostgapError` at once)."""
+    interval (and the ``calibration`` it used). ``calibrate``: True is ``--calibrate``, False
+    ``--no-calibrate``, None the default (vLLM without ``calibration``: the watch calibrates on
+    the server's own traffic; ``trace_dir`` as attach's). ``serve``: ``"HOST:PORT"`` or a port on 127.0.0.1. The opening
+    scrape happens here (a server without metrics raises :class:`~hostgap.HostgapError` at once)."""
     from hostgap.server.watch.session import WatchSession
 
     refs = [calibration] if isinstance(calibration, str) else list(calibration)
@@ -241,10 +249,14 @@ def watch(
             interval_s=interval,
             duration_s=duration,
             calibrations=refs,
+            calibrate=calibrate,
+            calibrate_steps=calibrate_steps,
+            recalibrate_after_s=recalibrate_after,
+            trace_dir=trace_dir,
             timeout_s=timeout,
             fail_if=fail_if,
             jsonl=jsonl,
-            serve_port=serve,
+            serve=serve,
             db=db,
             output=output,
             store=store,

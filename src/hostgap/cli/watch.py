@@ -9,6 +9,7 @@ import sys
 import click
 
 from hostgap import api
+from hostgap.server.attach.profile import sigterm_unwinds
 
 
 def register(cli: click.Group) -> None:
@@ -32,14 +33,36 @@ def register(cli: click.Group) -> None:
         metavar="RUN",
         help="vLLM: an attach run (id, directory or steps JSON) of this server; repeat for several loads.",
     )
+    @click.option(
+        "--calibrate/--no-calibrate",
+        "calibrate",
+        default=None,
+        help="vLLM: profile the server's own traffic for a calibration at the start and when it goes stale "
+        "[default: on for vLLM without --calibration].",
+    )
+    @click.option(
+        "--calibrate-steps", type=int, default=32, show_default=True, help="Engine steps each calibration profiles."
+    )
+    @click.option(
+        "--recalibrate-after",
+        "recalibrate_after_s",
+        type=float,
+        default=3600.0,
+        show_default=True,
+        help="Seconds after which a calibration is renewed.",
+    )
+    @click.option(
+        "--trace-dir",
+        default=None,
+        help="--calibrate: where the server writes its traces, as this machine sees it (as attach's).",
+    )
     @click.option("--jsonl", type=click.Path(dir_okay=False), help="Append one JSON object per interval to FILE.")
     @click.option(
         "--serve",
-        "serve_port",
-        type=click.IntRange(0, 65535),
+        "serve",
         default=None,
-        metavar="PORT",
-        help="Export hostgap_host_exposed_share etc. as Prometheus gauges on 127.0.0.1:PORT.",
+        metavar="[HOST:]PORT",
+        help="Export hostgap_host_exposed_share etc. as Prometheus gauges on HOST:PORT/metrics (HOST: 127.0.0.1).",
     )
     @click.option(
         "--fail-if",
@@ -65,8 +88,12 @@ def register(cli: click.Group) -> None:
         interval_s,
         duration_s,
         calibrations,
+        calibrate,
+        calibrate_steps,
+        recalibrate_after_s,
+        trace_dir,
         jsonl,
-        serve_port,
+        serve,
         fail_if,
         as_json,
         timeout_s,
@@ -79,15 +106,18 @@ def register(cli: click.Group) -> None:
         decode steps per second, tokens and sequences per step, the step period, the prefill/decode
         mix and an estimate of the host-exposed share with its basis and interval: SGLang's device
         timer where the server has it (SGLANG_ENABLE_METRICS_DEVICE_TIMER=1), else a step model
-        calibrated on an attach run of the same server (--calibration). No profiler runs.
+        calibrated on short profiles of the server's own traffic (--calibrate, the default on vLLM;
+        needs the server's profile routes) or on attach runs (--calibration).
 
         Exit status: 0, 1 when a --fail-if condition held, 2 on bad input or a server without
-        metrics. Ctrl-C ends the watch normally (summary, stored run).
+        metrics. Ctrl-C or SIGTERM ends the watch normally (summary, stored run; a calibration
+        profile running is stopped).
 
         \b
         Examples:
           hostgap watch http://127.0.0.1:8000 --interval 5
-          hostgap watch http://127.0.0.1:8000 --calibration 20261203-0112 --duration 600 --jsonl w.jsonl
+          hostgap watch http://127.0.0.1:8000 --calibrate --serve 0.0.0.0:9400 --jsonl w.jsonl
+          hostgap watch http://127.0.0.1:8000 --calibration 20261203-0112 --duration 600
           hostgap watch http://127.0.0.1:30000 --serve 9400          # Grafana beside SGLang's panels
           hostgap watch $URL --duration 300 --fail-if 'host_share>0.3' --json > watch.json
         """
@@ -101,17 +131,21 @@ def register(cli: click.Group) -> None:
             interval=interval_s,
             duration=duration_s,
             calibration=calibrations,
+            calibrate=calibrate,
+            calibrate_steps=calibrate_steps,
+            recalibrate_after=recalibrate_after_s,
+            trace_dir=trace_dir,
             timeout=timeout_s,
             fail_if=fail_if,
             jsonl=jsonl,
-            serve=serve_port,
+            serve=serve,
             db=db,
             output=output,
             store=not no_store,
             on_note=note,
         )
         table = None if quiet else (sys.stderr if as_json else sys.stdout)
-        with session, contextlib.suppress(KeyboardInterrupt):
+        with sigterm_unwinds(), session, contextlib.suppress(KeyboardInterrupt):
             for row in session:
                 if table is not None:
                     print(session.table_line(row), file=table, flush=True)

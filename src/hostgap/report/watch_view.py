@@ -25,6 +25,8 @@ def table_line(row: dict, previous: dict | None = None) -> str:
         )
     seen = set(previous["notes"]) if previous else set()
     notes = "; ".join(n for n in row["notes"] if n not in seen)
+    if row.get("calibrating"):
+        notes = f"calibrating; {notes}" if notes else "calibrating"
     if row["status"] not in ("ok", "idle"):
         notes = f"{row['status']}: {notes}" if notes else row["status"]
     return (
@@ -67,6 +69,14 @@ def stored_lines(r: dict) -> list[str]:
     cal = w.get("calibration")
     if cal:
         out.append(f"calibration {cal['source']}: {cal['steps']} decode steps at batch {list(cal['batches'])}")
+    taken = [h for h in (w.get("calibrations") or {}).get("history") or [] if h.get("ok")]
+    if taken:
+        out.append(f"self-calibrations: {len(taken)} ({', '.join(h['reason'] for h in taken)})")
+    if w.get("intervals_dropped"):
+        out.append(
+            f"{w['intervals_total']} intervals; the last {len(rows)} below, the whole watch in "
+            f"{len(w.get('buckets') or [])} buckets of {w.get('bucket_intervals')} intervals (results.json)"
+        )
     if rows:
         out.append(HEADER)
     for i, row in enumerate(rows):

@@ -135,6 +135,8 @@ class Delta:
     reset_series: tuple[str, ...]
     appeared: tuple[str, ...]
     disappeared: tuple[str, ...]
+    start_stepped_back_s: float | None = None
+    """Seconds ``process_start_time_seconds`` went back by (the server's clock stepped), else None."""
 
     @property
     def interval_s(self) -> float:
@@ -376,8 +378,10 @@ def delta(a: Scrape, b: Scrape) -> Delta:
                 hout[labels] = d_hist
         histograms[name] = hout
     started = (a.gauge(PROCESS_START, "max"), b.gauge(PROCESS_START, "max"))
-    restarted = None not in started and started[0] != started[1]
-    if restarted:
+    moved = started[1] - started[0] if started[0] is not None and started[1] is not None else 0.0
+    # a restart moves the start time forward; one that moves back is the server's clock stepping
+    # (its start time is derived from the wall clock), with every counter still counting
+    if moved > 0:
         reset_series.append(PROCESS_START)
     return Delta(
         a,
@@ -388,6 +392,7 @@ def delta(a: Scrape, b: Scrape) -> Delta:
         tuple(sorted(set(reset_series))),
         tuple(sorted(appeared)),
         tuple(sorted(disappeared)),
+        start_stepped_back_s=-moved if moved < 0 else None,
     )
 
 
@@ -460,6 +465,11 @@ def step_stats(d: Delta) -> StepStats:
         notes.append(f"new series: {', '.join(d.appeared[:3])}{' …' if len(d.appeared) > 3 else ''}")
     if d.disappeared:
         notes.append(f"series gone: {', '.join(d.disappeared[:3])}{' …' if len(d.disappeared) > 3 else ''}")
+    if d.start_stepped_back_s:
+        notes.append(
+            f"the server's process start time went back {d.start_stepped_back_s:.0f} s with every counter "
+            "still counting: its clock stepped (counted as usual)"
+        )
     if engine == "vllm":
         fields = _vllm_fields(d)
     elif engine == "sglang":
@@ -539,14 +549,13 @@ def _empty_fields() -> dict:
 
 
 def _derive(engine: str, interval_s: float, f: dict, notes: tuple[str, ...]) -> StepStats:
-    steps, tokens, itl = f["steps"], f["tokens"], f["itl"]
-    has_steps = steps is not None and steps > 0
-    period = itl.mean() if itl is not None else None
-    p90 = itl.quantile(0.9) if itl is not None else None
+    steps, tokens, itl = _finite(f["steps"]), _finite(f["tokens"]), f["itl"]
+    period = _finite(itl.mean()) if itl is not None else None
+    p90 = _finite(itl.quantile(0.9)) if itl is not None else None
     busy = None
-    if has_steps and period is not None and interval_s > 0:
+    if steps and period is not None and interval_s > 0:
         busy = min(1.0, steps * period / interval_s)
-    prefill, decode = f["prefill_tokens"], f["decode_tokens"]
+    prefill, decode = _finite(f["prefill_tokens"]), _finite(f["decode_tokens"])
     mix = None
     if prefill is not None and decode is not None and prefill + decode > 0:
         mix = prefill / (prefill + decode)
@@ -555,8 +564,8 @@ def _derive(engine: str, interval_s: float, f: dict, notes: tuple[str, ...]) -> 
         interval_s=interval_s,
         steps=steps,
         steps_per_s=steps / interval_s if steps is not None and interval_s > 0 else None,
-        tokens_per_step=tokens / steps if has_steps and tokens is not None else None,
-        seqs_per_step=decode / steps if has_steps and decode is not None else None,
+        tokens_per_step=tokens / steps if steps and tokens is not None else None,
+        seqs_per_step=decode / steps if steps and decode is not None else None,
         step_period_s=period,
         step_period_p90_s=p90,
         step_period_basis=f["basis"],
@@ -568,3 +577,9 @@ def _derive(engine: str, interval_s: float, f: dict, notes: tuple[str, ...]) -> 
         waiting=f["waiting"],
         notes=notes,
     )
+
+
+def _finite(x: float | None) -> float | None:
+    """``x`` when it is a finite number that is not negative, else None: a server's NaN (an
+    unset sum) or a value that went back is no rate."""
+    return x if x is not None and math.isfinite(x) and x >= 0 else None

@@ -27,9 +27,13 @@ a loaded 2-core CPU machine); a server silent for longer counts as hung (the sto
 class AttachError(HostgapError):
     """One line for the user and the documented exit status (2 or 3)."""
 
-    def __init__(self, source: str, problem: str, exit_status: int = EXIT_BAD_INPUT):
+    def __init__(self, source: str, problem: str, exit_status: int = EXIT_BAD_INPUT, reason: str = ""):
         super().__init__(source, problem)
         self.exit_status = exit_status
+        self.reason = reason  # NO_ROUTES, BUSY, CANCELLED, or "" (for callers that retry)
+
+
+NO_ROUTES, BUSY, CANCELLED, NOT_VISIBLE = "no-routes", "busy", "cancelled", "not-visible"
 
 
 @dataclass(frozen=True)
@@ -108,12 +112,15 @@ class ProfileClient:
 
     def explain_start_failure(self, status: int, text: str) -> AttachError:
         if status == 404:
-            return AttachError(self.url, f"{self.engine} {self.version} has no /start_profile route (HTTP 404)")
+            return AttachError(
+                self.url, f"{self.engine} {self.version} has no /start_profile route (HTTP 404)", reason=NO_ROUTES
+            )
         if status == 409 or "already" in text.lower():
             return AttachError(
                 self.url,
                 f"a profile is already running on this server (HTTP {status}: {text}); "
                 f"wait for it to end, or end it with POST {self.url}/stop_profile",
+                reason=BUSY,
             )
         return AttachError(self.url, f"/start_profile refused (HTTP {status}: {text})")
 

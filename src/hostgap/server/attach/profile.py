@@ -25,23 +25,35 @@ import contextlib
 import os
 import shutil
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from hostgap.server.attach.client import EXIT_NO_RESULT, AttachError, ProfileClient, ProfileRequest
+from hostgap.server.attach.client import (
+    CANCELLED,
+    EXIT_NO_RESULT,
+    NOT_VISIBLE,
+    AttachError,
+    ProfileClient,
+    ProfileRequest,
+)
 from hostgap.server.attach.config import AttachConfig, Session, config_dict
 from hostgap.server.attach.loadgen import LoadGenerator
 from hostgap.server.attach.overhead import Overhead, pause
-from hostgap.server.attach.step_counter import Bar, LoadCounter, MetricsCounter
+from hostgap.server.attach.step_counter import PROGRESS_EVERY_S, Bar, LoadCounter, MetricsCounter
 from hostgap.server.attach.tracefiles import Found, listing, new_files, visible, wait_complete
 from hostgap.server.httpcall import Unreachable, call, check_url
 
 FILES_APPEAR_S = 30.0
-"""After the stop, the longest wait for the first file of the profile to appear: vLLM's stop
-returns once its files are written and SGLang stopped by itself, so none by then means none will
-come (a wrong --trace-dir, a server-side failure)."""
+"""After the stop, the longest wait for the first engine (worker) file of the profile to appear:
+vLLM's stop returns once its files are written and SGLang stopped by itself, so none by then
+means none will come (a wrong --trace-dir, a server-side failure). The API server's own file does
+not count: vLLM writes it at every stop, also when the engine ran no step."""
+IDLE_APPEAR_S = 2.0
+"""The same wait when the step counter saw no step during the profile: the engine recorded
+nothing (vLLM's Worker starts its profiler at its first step), so no file is coming."""
 SETTLE_S = 1.0
 """Pause between the stop and the after-window of the metrics: the stall of the stop itself (the
 Worker writing its trace) shows in the inter-token latency of the tokens it held up."""
@@ -150,26 +162,62 @@ def wait_steps(
     watch: Watch,
     bar: Bar,
     done: Callable[[], bool] | None = None,
+    cancel: threading.Event | None = None,
 ) -> int | None:
     """Wait until ``counter()`` advanced by ``target`` steps (or ``done()``), the deadline, or
-    ``idle_s`` without a step. Returns the steps counted (None when nothing counts)."""
+    ``idle_s`` without a counted step. Returns the steps counted (None when nothing counts).
+
+    The idle clock runs from the last step counted: a read that fails (``None``, a busy
+    server's slow /metrics) neither counts as a step nor restarts it. ``cancel`` set ends the
+    wait with :class:`AttachError` (``CANCELLED``)."""
     base = counter()
     last_change, last = time.monotonic(), base
     while time.monotonic() < deadline:
+        if cancel is not None and cancel.is_set():
+            raise AttachError(watch.url, "cancelled while waiting for steps", EXIT_NO_RESULT, reason=CANCELLED)
         watch.check()
         now_count = counter()
+        if base is None:
+            base = last = now_count
         seen = None if base is None or now_count is None else now_count - base
-        bar.show(seen)
+        bar.show(
+            seen, f"(no step for {time.monotonic() - last_change:.0f} s of --idle {idle_s:g})" if seen == 0 else ""
+        )
         if done is not None and done():
             return seen
         if seen is not None and seen >= target:
             return seen
-        if now_count != last:
+        if now_count is not None and now_count != last:
             last, last_change = now_count, time.monotonic()
-        elif now_count is not None and time.monotonic() - last_change > idle_s:
+        elif last is not None and time.monotonic() - last_change > idle_s:
             return seen
         time.sleep(0.2)
     return None if base is None else (counter() or base) - base
+
+
+def wait_or_cancel(session: Session, seconds: float) -> None:
+    """Wait ``seconds`` (a baseline window); AttachError ``CANCELLED`` when the caller's cancel
+    event is set (at once, or during the wait)."""
+    if session.cancel is None:
+        pause(seconds)
+    elif session.cancel.wait(seconds) or session.cancel.is_set():
+        url = session.client.url if session.client is not None else ""
+        raise AttachError(url, "cancelled", EXIT_NO_RESULT, reason=CANCELLED)
+
+
+def files_progress(session: Session, say: Callable[[str], None], files_s: float) -> Callable[[], None]:
+    """The file wait's tick: ends it when cancelled, says it every PROGRESS_EVERY_S seconds."""
+    t0 = time.monotonic()
+    said = [t0]
+
+    def tick() -> None:
+        wait_or_cancel(session, 0.0)
+        now = time.monotonic()
+        if now - said[0] >= PROGRESS_EVERY_S:
+            said[0] = now
+            say(f"waiting for the engine's complete trace file: {now - t0:.0f} s of at most {files_s:.0f} s")
+
+    return tick
 
 
 def step_counter(url: str, load: LoadGenerator | None) -> Callable[[], int | None]:
@@ -181,16 +229,19 @@ def step_counter(url: str, load: LoadGenerator | None) -> Callable[[], int | Non
 # -- one attach -------------------------------------------------------------------------------
 
 
-def attach(cfg: AttachConfig, say: Callable[[str], None] = lambda m: None) -> dict:
+def attach(
+    cfg: AttachConfig, say: Callable[[str], None] = lambda m: None, cancel: threading.Event | None = None
+) -> dict:
     """Profile the server of ``cfg`` and return the result (also stored, with ``cfg.store``).
-    Raises :class:`AttachError` with the documented exit status."""
+    Raises :class:`AttachError` with the documented exit status. ``cancel`` (a caller's event,
+    e.g. a watch that ends) ends the wait early: the stop owed is sent, AttachError ``CANCELLED``."""
     from hostgap.server.attach.detect import client_for
     from hostgap.store.rundir import RunDir
 
     url = check_url(cfg.url)
     client = client_for(url)
     say(f"{client.engine} {client.version} at {url} ({client.protocol})")
-    session = Session(new_run_id(), client)
+    session = Session(new_run_id(), client, cancel=cancel)
     run_dir = RunDir.create(Path(cfg.output) / session.run_id)
     ok = False
     try:
@@ -247,12 +298,21 @@ def profile(cfg: AttachConfig, client: ProfileClient, session: Session, say: Cal
         counter = step_counter(client.url, load)
         if cfg.baseline_s:
             cost.mark("before0")
-            pause(cfg.baseline_s)
+            wait_or_cancel(session, cfg.baseline_s)
             cost.mark("before1")
         if load is not None:
             make_room(client.url, load, cfg.skip + cfg.steps + 1 + START_MARGIN_STEPS, cfg.wait_s, session, say)
         if cfg.skip and not client.counts_steps or (cfg.skip and client.self_stopping):
-            wait_steps(counter, cfg.skip, time.monotonic() + cfg.wait_s, cfg.idle_s, watch, Bar(cfg.skip, "skipping"))
+            wait_steps(
+                counter,
+                cfg.skip,
+                time.monotonic() + cfg.wait_s,
+                cfg.idle_s,
+                watch,
+                Bar(cfg.skip, "skipping", say=say),
+                cancel=session.cancel,
+            )
+        wait_or_cancel(session, 0.0)
         req = ProfileRequest(
             steps=cfg.steps,
             skip=cfg.skip if client.counts_steps and not client.self_stopping else 0,
@@ -261,7 +321,7 @@ def profile(cfg: AttachConfig, client: ProfileClient, session: Session, say: Cal
         )
         client.start(req)
         session.started_at = time.time()
-        session.steps_counted = wait_for_profile(cfg, client, session, folder, before, prefix, counter, watch, req)
+        session.steps_counted = wait_for_profile(cfg, client, session, folder, before, prefix, counter, watch, req, say)
         faulted = False
     finally:
         if client.started:
@@ -322,12 +382,13 @@ def wait_for_profile(
     counter: Callable[[], int | None],
     watch: Watch,
     req: ProfileRequest,
+    say: Callable[[str], None] = lambda m: None,
 ) -> int | None:
     """Wait until the engine recorded the steps: its worker files appear (bounded and
     self-stopping protocols, directory visible) or the counter says so."""
     target = req.skip + req.steps + 1  # the engine stops on the step after the last recorded one
     name_prefix = prefix if client.names_with_prefix else None
-    bar = Bar(target, "profiling")
+    bar = Bar(target, "profiling", say=say)
     deadline = time.monotonic() + cfg.wait_s
     try:
         if folder is not None and (client.counts_steps or client.self_stopping):
@@ -337,8 +398,10 @@ def wait_for_profile(
 
             # a bounded engine is done a few steps after the target: far beyond it without a file,
             # the files go elsewhere (a wrong --trace-dir) and waiting on is pointless
-            return wait_steps(counter, 4 * target + 50, deadline, cfg.idle_s, watch, bar, done=files_done)
-        return wait_steps(counter, target, deadline, cfg.idle_s, watch, bar)
+            return wait_steps(
+                counter, 4 * target + 50, deadline, cfg.idle_s, watch, bar, done=files_done, cancel=session.cancel
+            )
+        return wait_steps(counter, target, deadline, cfg.idle_s, watch, bar, cancel=session.cancel)
     finally:
         bar.close()
 
@@ -358,8 +421,10 @@ def finish(cfg: AttachConfig, client: ProfileClient, session: Session, run_dir, 
             f"profiled, but the files are not visible here: they are in {where} on the "
             f"server, named {prefix}*; copy them here and run: hostgap analyze DIR/",
             EXIT_NO_RESULT,
+            reason=NOT_VISIBLE,
         )
-    want_frontend = client.frontend_file is not None and client.engine == "vllm"
+    # the API server writes its file when the stop reaches it: a stop without an answer may never have
+    want_frontend = client.frontend_file is not None and client.engine == "vllm" and not session.stop_problem
     found = wait_complete(
         folder,
         session.before,
@@ -369,7 +434,8 @@ def finish(cfg: AttachConfig, client: ProfileClient, session: Session, run_dir, 
         time.monotonic() + cfg.files_s,
         min_workers=client.world_size() or 1,
         want_frontend=want_frontend,
-        appear_s=FILES_APPEAR_S,
+        appear_s=IDLE_APPEAR_S if session.steps_counted == 0 else FILES_APPEAR_S,
+        tick=files_progress(session, say, cfg.files_s),
     )
     if not found.workers:
         why = no_trace_reason(

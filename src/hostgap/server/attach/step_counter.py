@@ -80,22 +80,36 @@ def step_count(text: str) -> int | None:
     return int(total) if seen else None
 
 
-class Bar:
-    """A one-line progress display on stderr (a terminal only; silent otherwise)."""
+PROGRESS_EVERY_S = 10.0
+"""Where the bar cannot redraw a line (not a terminal), how often the wait is said instead."""
 
-    def __init__(self, total: int, label: str, enabled: bool | None = None):
+
+class Bar:
+    """Progress while attach waits: a one-line display redrawn on stderr in a terminal;
+    elsewhere, with ``say``, one line every :data:`PROGRESS_EVERY_S` seconds (a log, a watch's
+    notes) so a wait is never silent."""
+
+    def __init__(self, total: int, label: str, enabled: bool | None = None, say=None, clock=time.monotonic):
         self.total = total
         self.label = label
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self.t0 = time.monotonic()
+        self.say = say
+        self.clock = clock
+        self.t0 = clock()
+        self._said = self.t0
         self._last = ""
 
     def show(self, done: int | None, note: str = "") -> None:
         if not self.enabled:
+            now = self.clock()
+            if self.say is not None and now - self._said >= PROGRESS_EVERY_S:
+                self._said = now
+                seen = "steps not counted" if done is None else f"{min(self.total, max(0, done))}/{self.total} steps"
+                self.say(f"{self.label}: {seen} after {now - self.t0:.0f} s {note}".rstrip())
             return
         width = 24
         if done is None:
-            line = f"{self.label}: waiting {time.monotonic() - self.t0:4.0f} s {note}"
+            line = f"{self.label}: waiting {self.clock() - self.t0:4.0f} s {note}"
         else:
             k = min(self.total, max(0, done))
             fill = int(width * k / max(1, self.total))

@@ -99,13 +99,15 @@ def wait_complete(
     """Wait until at least ``min_workers`` worker files (and a frontend file, when
     ``want_frontend``) exist and every file found is complete, or until ``deadline``
     (``time.monotonic()``); return what is complete then. With ``appear_s``, give up early when
-    no file at all has appeared within that many seconds. ``tick()`` is called each look."""
+    no worker file has appeared within that many seconds: a frontend file alone does not hold the
+    wait (vLLM's API server writes its own at every stop, also when the engine ran no step and
+    its Worker writes nothing). ``tick()`` is called each look."""
     sizes: dict[Path, int] = {}
     give_up = None if appear_s is None else time.monotonic() + appear_s
     while True:
         found = new_files(folder, before, worker, frontend, prefix)
-        if give_up is not None and not found.all and time.monotonic() >= give_up:
-            return Found()
+        if give_up is not None and not found.workers and time.monotonic() >= give_up:
+            return Found([], [p for p in found.frontend if is_complete(p, sizes)])
         done = Found(
             [p for p in found.workers if is_complete(p, sizes)], [p for p in found.frontend if is_complete(p, sizes)]
         )

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 
-from hostgap.server.attach.client import LOW_OVERHEAD, AttachError, ProfileClient, ProfileRequest
+from hostgap.server.attach.client import LOW_OVERHEAD, NO_ROUTES, AttachError, ProfileClient, ProfileRequest
 
 BOUNDED_SINCE = (0, 32)
 """First vLLM version whose /start_profile takes the iteration bounds in its body."""
@@ -72,6 +72,7 @@ class VllmClient(ProfileClient):
             return AttachError(
                 self.url,
                 f"vLLM {self.version} serves no /start_profile (HTTP 404): restart the server with {PROFILER_FLAG}",
+                reason=NO_ROUTES,
             )
         return super().explain_start_failure(status, text)
 

@@ -154,6 +154,10 @@ class Calibration:
     step_rel_err_p90: float
     host_fraction: float
     activity: str | None = None
+    prefill_range: tuple[float, float] | None = None
+    """The prefill shares (metrics) of the traffic the profiles were taken under (self-calibration)."""
+    runs: tuple[str, ...] = ()
+    """The runs whose steps were fitted (self-calibration: the attach runs, newest last)."""
 
     def gpu_s(self, batch: float) -> float:
         return self.gpu_intercept_s + self.gpu_slope_s * batch
@@ -166,7 +170,16 @@ class Calibration:
 
     @staticmethod
     def from_dict(d: dict) -> Calibration:
-        return Calibration(**{**d, "batches": tuple(d["batches"])})
+        known = {k: v for k, v in d.items() if k in Calibration.__dataclass_fields__}
+        span = known.get("prefill_range")
+        return Calibration(
+            **{
+                **known,
+                "batches": tuple(d["batches"]),
+                "prefill_range": tuple(span) if span is not None else None,
+                "runs": tuple(known.get("runs") or ()),
+            }
+        )
 
 
 def step_batch(step: dict) -> int | None:
@@ -195,7 +208,14 @@ def usable_steps(steps: Sequence[dict]) -> list[dict]:
     return out
 
 
-def fit_calibration(steps: Sequence[dict], source: str, activity: str | None = None) -> Calibration:
+def fit_calibration(
+    steps: Sequence[dict],
+    source: str,
+    activity: str | None = None,
+    *,
+    prefill_range: tuple[float, float] | None = None,
+    runs: Sequence[str] = (),
+) -> Calibration:
     """Fit the step model on ``steps`` (``steps --json`` rows); ValueError when too few are usable."""
     rows = usable_steps(steps)
     if len(rows) < MIN_STEPS:
@@ -219,6 +239,8 @@ def fit_calibration(steps: Sequence[dict], source: str, activity: str | None = N
         step_rel_err_p90=step_p90,
         host_fraction=float(host.sum() / wall.sum()),
         activity=activity,
+        prefill_range=prefill_range,
+        runs=tuple(runs),
     )
 
 
@@ -268,7 +290,7 @@ def vllm_model(stats: StepStats, cal: Calibration | None) -> Estimate:
     batch = stats.seqs_per_step
     gpu = cal.gpu_s(batch)
     period = stats.step_period_s
-    err = cal.block_rel_err + _extrapolation(cal, batch)
+    err = cal.block_rel_err + extrapolation(cal, batch)
     if gpu <= 0:
         return no_estimate(f"the calibration predicts no GPU time at batch {batch:.1f}")
     share = 1.0 - gpu / period
@@ -292,7 +314,7 @@ def vllm_model(stats: StepStats, cal: Calibration | None) -> Estimate:
     return Estimate(_clip(share), _clip(low), _clip(high), MODEL, gpu, host_s, model_period, note=note)
 
 
-def _extrapolation(cal: Calibration, batch: float) -> float:
+def extrapolation(cal: Calibration, batch: float) -> float:
     """Extra relative error for a batch outside the calibrated range: the GPU time at a batch
     beyond what was profiled is not known to the fit. One calibrated batch: the bound between
     a batch-independent time and one proportional to the batch; several: the distance beyond

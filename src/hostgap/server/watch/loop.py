@@ -20,7 +20,6 @@ and ``host_share_basis``, ``gpu_s_per_step``, ``host_s_per_step``, ``model_perio
 
 from __future__ import annotations
 
-import math
 import operator
 import re
 import threading
@@ -41,6 +40,7 @@ from hostgap.server.metrics import (
     step_stats,
 )
 from hostgap.server.watch import estimate as est
+from hostgap.server.watch.window import Window
 
 SCHEMA_VERSION = 1
 OK, RESET, NO_SCRAPE, IDLE = "ok", "reset", "no-scrape", "idle"
@@ -59,6 +59,24 @@ _CONDITION = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*([-+]?[0-9]*\.?[0-9]+(?:
 
 
 @dataclass(frozen=True)
+class Clock:
+    """The loop's clocks: intervals are timed on ``monotonic``; ``wall`` (Unix time) only labels
+    them. ``wait(stop, s)`` waits ``s`` seconds or until ``stop`` is set (True then). Tests inject
+    a clock that advances without sleeping."""
+
+    monotonic: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+
+    def wait(self, stop: threading.Event, seconds: float) -> bool:
+        return stop.wait(seconds)
+
+
+SYSTEM_CLOCK = Clock()
+WALL_STEP_S = 2.0
+"""A wall-clock move this much larger or smaller than the monotonic one is a clock step."""
+
+
+@dataclass(frozen=True)
 class WatchConfig:
     """One watch: where, how often, for how long, with which calibration."""
 
@@ -68,6 +86,7 @@ class WatchConfig:
     timeout_s: float | None = None
     calibration: est.Calibration | None = None
     max_intervals: int | None = None  # stop after this many rows (the library's callers and tests)
+    calibrating: bool = False  # the session calibrates by itself (watch --calibrate)
 
     @property
     def scrape_timeout_s(self) -> float:
@@ -126,20 +145,32 @@ def parse_conditions(expr: str) -> list[Condition]:
 # --------------------------------------------------------------------------- one interval
 
 
-def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None) -> dict:
-    """The row of one interval: step telemetry, host-share estimate, notes."""
+def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None, *, calibrating: bool = False) -> dict:
+    """The row of one interval: step telemetry, host-share estimate, notes; ``calibration``
+    names the calibration the estimate used (its source), None without one; ``calibrating``:
+    the watch takes its own (the note without one says so)."""
     stats = step_stats(d)
     engine = stats.engine
     if engine == "sglang":
         e = est.sglang_device_timer(d, stats)
+    elif engine == "vllm" and calibration is None and calibrating:
+        e = est.no_estimate("no calibration yet: the watch profiles the server's traffic for one")
     elif engine == "vllm":
         e = est.vllm_model(stats, calibration)
     else:
         e = est.no_estimate("no vllm: or sglang: metrics")
-    status = RESET if d.reset else (OK if stats.steps else IDLE)
+    renamed = stats.steps is None and bool(d.appeared) and not d.reset
+    status = RESET if d.reset or renamed else (OK if stats.steps else IDLE)
     notes = list(stats.notes)
+    if renamed:
+        notes.append(
+            "the step series were replaced (a new model name?): nothing to difference; counted from the next interval"
+        )
     if e.note:
         notes.append(e.note)
+    stepped = (d.b.t_wall_s - d.a.t_wall_s) - d.interval_s
+    if abs(stepped) > WALL_STEP_S:
+        notes.append(f"the wall clock stepped {stepped:+.0f} s (intervals are timed on the monotonic clock)")
     return {
         "t_start": d.a.t_wall_s,
         "t_end": d.b.t_wall_s,
@@ -168,6 +199,7 @@ def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None)
         "host_s_per_step": e.host_s_per_step,
         "model_period_s": e.model_period_s,
         "host_breakdown": e.breakdown,
+        "calibration": calibration.source if calibration is not None and engine == "vllm" else None,
         "notes": notes,
     }
 
@@ -207,6 +239,7 @@ def failed_row(last: Scrape, now_wall: float, now_mono: float, t_origin: float, 
             "step_period_basis": "none",
             "host_share_basis": est.NONE,
             "host_breakdown": {},
+            "calibration": None,
             "notes": [why],
         }
     )
@@ -216,11 +249,15 @@ def failed_row(last: Scrape, now_wall: float, now_mono: float, t_origin: float, 
 # --------------------------------------------------------------------------- the loop
 
 
-def first_scrape(config: WatchConfig) -> Scrape:
+Reader = Callable[[str, float], Scrape]
+"""Reads a server's metrics: ``(url, timeout_s) -> Scrape`` (:func:`hostgap.server.metrics.scrape`)."""
+
+
+def first_scrape(config: WatchConfig, read: Reader = scrape) -> Scrape:
     """The opening scrape: a server that cannot be read, or exports neither engine's metrics,
     is a user error (HostgapError, exit 2) naming the flag that enables them."""
     try:
-        s = scrape(config.url, config.opening_timeout_s)
+        s = read(config.url, config.opening_timeout_s)
     except ScrapeFailed as exc:
         raise HostgapError(config.url, f"no metrics from the server: {exc.problem}") from None
     except MetricsUnavailable as exc:
@@ -245,10 +282,10 @@ def opening_notes(s: Scrape, config: WatchConfig) -> list[str]:
         )
     if s.engine == "sglang" and est.STAGES not in s.counters:
         notes.append("SGLang exports no scheduler stage seconds (sglang < 0.5.20): busy time from idle time")
-    if s.engine == "vllm" and config.calibration is None:
+    if s.engine == "vllm" and config.calibration is None and not config.calibrating:
         notes.append(
-            "vLLM exports no GPU time: host_share needs --calibration RUN (a `hostgap attach URL --load C` "
-            "run on this server); showing the telemetry only"
+            "vLLM exports no GPU time: host_share needs a calibration (--calibrate, or --calibration RUN: "
+            "a `hostgap attach URL --load C` run on this server); showing the telemetry only"
         )
     return notes
 
@@ -273,11 +310,18 @@ def intervals(
     on_note: Callable[[str], None],
     stop: threading.Event | None = None,
     first: Scrape | None = None,
+    *,
+    read: Reader = scrape,
+    clock: Clock = SYSTEM_CLOCK,
+    calibration: Callable[[], est.Calibration | None] | None = None,
 ) -> Iterator[dict]:
     """The loop as a generator: one row per interval until ``duration_s``, ``max_intervals`` or
-    ``stop``."""
+    ``stop``. ``calibration`` gives the calibration in use at each interval (default: the
+    config's); ``read`` and ``clock`` are injected by tests (a stand-in server, a clock that
+    does not sleep)."""
     stop = stop or threading.Event()
-    base = first or first_scrape(config)
+    base = first or first_scrape(config, read)
+    current = calibration or (lambda: config.calibration)
     for note in opening_notes(base, config):
         on_note(note)
     engine = base.engine
@@ -291,16 +335,16 @@ def intervals(
         due = t_origin + tick * config.interval_s
         if config.duration_s is not None and due > t_origin + config.duration_s + 1e-9:
             break
-        if stop.wait(max(0.0, due - time.monotonic())):
+        if clock.wait(stop, max(0.0, due - clock.monotonic())):
             break
         tick += 1
         try:
-            now = scrape(config.url, config.scrape_timeout_s)
+            now = read(config.url, config.scrape_timeout_s)
         except (ScrapeFailed, MetricsUnavailable) as exc:
             if not failing:
                 on_note(f"scrape failed: {exc.problem}; retrying every {config.interval_s:g} s")
             failing = True
-            row = failed_row(base, time.time(), time.monotonic(), t_origin, exc.problem, engine)
+            row = failed_row(base, clock.wall(), clock.monotonic(), t_origin, exc.problem, engine)
             count += 1
             yield row
             continue
@@ -317,13 +361,13 @@ def intervals(
                 f"new series ({len(d.appeared)}): {', '.join(d.appeared[:2])}"
                 f"{' …' if len(d.appeared) > 2 else ''}; counted from the next interval"
             )
-        row = interval_row(d, t_origin, config.calibration)
+        row = interval_row(d, t_origin, current(), calibrating=config.calibrating)
         count += 1
         yield row
         base = now
         engine = now.engine or engine
         # a tick that fell far behind (a slow scrape, a stopped process) restarts the schedule
-        behind = int((time.monotonic() - t_origin) / config.interval_s) + 1
+        behind = int((clock.monotonic() - t_origin) / config.interval_s) + 1
         tick = max(tick, behind)
 
 
@@ -332,66 +376,14 @@ def intervals(
 
 def summary(rows: Sequence[dict], conditions: Sequence[Condition] = ()) -> dict:
     """The window's numbers: counts of intervals by status, step-weighted means of the per-step
-    quantities, the host share's mean/min/max and basis, and each ``--fail-if`` condition."""
-    good = [r for r in rows if r["status"] in (OK, IDLE) and r["steps"]]
-    steps = math.fsum(r["steps"] for r in good)
-    span = math.fsum(r["interval_s"] for r in rows if r["status"] in (OK, IDLE))
-    shares = [r for r in good if r["host_share"] is not None]
-    bases = sorted({r["host_share_basis"] for r in shares})
-    out = {
-        "intervals": len(rows),
-        "by_status": {s: sum(1 for r in rows if r["status"] == s) for s in (OK, IDLE, RESET, NO_SCRAPE)},
-        "duration_s": math.fsum(r["interval_s"] for r in rows),
-        "steps": steps,
-        "steps_per_s": steps / span if span > 0 else None,
-        "host_share_basis": bases[0] if len(bases) == 1 else ("+".join(bases) if bases else est.NONE),
-        "host_share_intervals": len(shares),
-        "host_share_min": min((r["host_share"] for r in shares), default=None),
-        "host_share_max": max((r["host_share"] for r in shares), default=None),
-    }
-    for key in (
-        "tokens_per_step",
-        "seqs_per_step",
-        "step_period_s",
-        "host_share",
-        "host_share_low",
-        "host_share_high",
-        "busy_share",
-        "prefill_share",
-        "gpu_s_per_step",
-        "host_s_per_step",
-    ):
-        out[key] = _weighted(good, key)
-    out["host_breakdown"] = _weighted_breakdown(good)
-    out["fail_if"] = [
-        {
-            "condition": c.text,
-            "metric": c.metric,
-            "value": window_value(out, c.metric),
-            "holds": c.holds(window_value(out, c.metric)),
-        }
-        for c in conditions
-    ]
-    return out
+    quantities, the host share's mean/min/max and basis, and each ``--fail-if`` condition
+    (:class:`hostgap.server.watch.window.Window`, which a session keeps as it goes)."""
+    window = Window(conditions, recent=1)
+    for row in rows:
+        window.add(row)
+    return window.summary()
 
 
 def window_value(summary_doc: dict, metric: str) -> float | None:
     value = summary_doc.get(metric)
     return value if isinstance(value, int | float) else None
-
-
-def _weighted(rows: Sequence[dict], key: str) -> float | None:
-    pairs = [(r[key], r["steps"]) for r in rows if r.get(key) is not None and r["steps"]]
-    total = math.fsum(w for _, w in pairs)
-    return math.fsum(v * w for v, w in pairs) / total if total > 0 else None
-
-
-def _weighted_breakdown(rows: Sequence[dict]) -> dict[str, float]:
-    """The step-weighted mean of each stage's share of the busy loop (SGLang), over the
-    intervals that have a breakdown."""
-    pairs = [(r["host_breakdown"], r["steps"]) for r in rows if r.get("host_breakdown") and r["steps"]]
-    total = math.fsum(w for _, w in pairs)
-    if total <= 0:
-        return {}
-    keys = sorted({k for b, _ in pairs for k in b})
-    return {k: math.fsum(b.get(k, 0.0) * w for b, w in pairs) / total for k in keys}
