@@ -25,6 +25,7 @@ CLI_ALLOWED = {
     "hostgap.capture.protocol.null_kernel",  # floor: measure_to_file
     "hostgap.capture.engines",  # harvest: the live harvest
     "hostgap.capture.engines.vllm_common",  # harvest: vllm_version before the run
+    "hostgap.server.attach.profile",  # watch: sigterm_unwinds, attach's SIGTERM rule round the loop
     # the model commands without an API function of their own wrap one library function each
     "hostgap.model",  # fit: fit_sources; regimes: regimes.regime_map
     "hostgap.model.accounting",  # account: account
