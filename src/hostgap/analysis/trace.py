@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import fields, replace
 from functools import cached_property
 from typing import Any
@@ -30,6 +31,11 @@ from hostgap.events import NONE, Trace
 from hostgap.memory import release_free_memory
 
 Progress = Callable[[str], None]
+BytesProgress = Callable[[int, "int | None"], None]
+
+LOAD_PROGRESS: ContextVar[BytesProgress | None] = ContextVar("hostgap_load_progress", default=None)
+"""``progress(bytes_read, file_size)`` for every trace this context decodes (the command line's
+progress bar, :func:`hostgap.api.reporting_loads`); a load given its own callback uses that."""
 
 CACHE_MIN_BYTES = 1 << 20
 """Files smaller than this are analysed from scratch every time (``HOSTGAP_CACHE_MIN``
@@ -49,6 +55,8 @@ class TraceAnalysis:
         *,
         path: str | None = None,
         progress: Progress | None = None,
+        jobs: int | None = None,
+        on_bytes: BytesProgress | None = None,
     ):
         if trace is None and path is None:
             raise ValueError("a trace or a path")
@@ -58,6 +66,8 @@ class TraceAnalysis:
         self.options = options
         self.entry = entry
         self._progress = progress
+        self._jobs = jobs
+        self._on_bytes = on_bytes
         self._anatomies: dict[int, Anatomy] = {}
 
     @property
@@ -74,7 +84,7 @@ class TraceAnalysis:
         if trace is None:
             if progress is not None:
                 progress(f"loading {path}")
-            trace = load_trace(path)
+            trace = load_trace(path, jobs=self._jobs, progress=self._on_bytes or LOAD_PROGRESS.get())
             if entry:
                 entry.put_trace(trace)
         elif progress is not None:
@@ -195,10 +205,15 @@ def analyse_trace(
     progress: Progress | None = None,
     *,
     cache: bool = True,
+    jobs: int | None = None,
+    on_bytes: BytesProgress | None = None,
 ) -> TraceAnalysis:
     """Load ``source`` (a Kineto JSON or Nsight Systems SQLite file; format from content) or take
     an already loaded trace, and return its analysis, computed as it is asked for. ``cache``:
-    read and fill the cache (:mod:`.trace_cache`; off with ``--no-cache`` or ``HOSTGAP_NO_CACHE=1``)."""
+    read and fill the cache (:mod:`.trace_cache`; off with ``--no-cache`` or ``HOSTGAP_NO_CACHE=1``).
+    ``jobs``: threads that decode the file (None: every core this process may use, or
+    ``HOSTGAP_JOBS``); ``on_bytes(bytes_read, file_size)``: the decode's progress (else
+    :data:`LOAD_PROGRESS`'s)."""
     if isinstance(source, Trace):
         return TraceAnalysis(source, options)
     from hostgap.readers import sniff
@@ -206,7 +221,7 @@ def analyse_trace(
     path = os.fspath(source)
     sniff(path)  # a file that is not a trace is refused here, not when a part first needs it
     entry = _entry(path, progress) if cache else None
-    analysis = TraceAnalysis(None, options, entry, path=path, progress=progress)
+    analysis = TraceAnalysis(None, options, entry, path=path, progress=progress, jobs=jobs, on_bytes=on_bytes)
     if entry is None or entry.trace_cached() is False:
         analysis.trace  # noqa: B018 - decoded now: its errors belong to this call
     return analysis

@@ -17,6 +17,7 @@ from hostgap.api._traces import (
     TraceResult,
     TraceResults,
     TraceSetResult,
+    _reporting_loads,
     analyze,
     kernels,
     load,

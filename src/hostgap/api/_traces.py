@@ -4,7 +4,8 @@ the results they return."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -123,13 +124,27 @@ class Trace:
         return f"<hostgap Trace {self.path!r}: {self.format}, {len(self):,} events>"
 
 
-def load(path: PathLike) -> Trace:
+def load(path: PathLike, *, jobs: int | None = None) -> Trace:
     """Load one trace file (Kineto JSON, plain or gzip, or an Nsight Systems SQLite export; the
-    format from content). Bad input raises :class:`~hostgap.HostgapError` with the one line the
-    command line prints."""
+    format from content). ``jobs``: threads that decode it (default: every core this process may
+    use; the trace is the same whatever the number). Bad input raises
+    :class:`~hostgap.HostgapError` with the one line the command line prints."""
     from hostgap.analysis.trace import analyse_trace
 
-    return Trace(analyse_trace(path).trace)
+    return Trace(analyse_trace(path, jobs=jobs).trace)
+
+
+@contextmanager
+def _reporting_loads(on_bytes: Callable[[int, int | None], None] | None) -> Iterator[None]:
+    """While the block runs, every trace decoded in this context calls ``on_bytes(bytes_read,
+    file_size)`` now and then (the command line's progress bar); None: nothing."""
+    from hostgap.analysis.trace import LOAD_PROGRESS
+
+    token = LOAD_PROGRESS.set(on_bytes)
+    try:
+        yield
+    finally:
+        LOAD_PROGRESS.reset(token)
 
 
 class TraceResult(Result):
@@ -324,7 +339,7 @@ def analyze(
         raise HostgapError("analyze", "no trace given")
     files, had_dir = ts.expand(paths)
     if len(files) == 1 and not had_dir and backend == "local":
-        analysis = analyse_trace(files[0], opts, cache=cache)
+        analysis = analyse_trace(files[0], opts, cache=cache, jobs=jobs)
         # a Kineto file is one process's trace; an nsys export may hold several (a trace set)
         if sniff(files[0]) == "kineto" or len(ts.split_processes(analysis.trace)) == 1:
             return _single(analysis)
@@ -371,12 +386,13 @@ def steps(
     step_marker: str | None = None,
     launch_floor_us: float | None = None,
     floor_file: str | None = None,
+    jobs: int | None = None,
     cache: bool = True,
 ) -> StepsResult:
     """One row per engine step of ``trace`` (``hostgap steps``)."""
     from hostgap.analysis.trace import analyse_trace
 
-    a = analyse_trace(trace, options(step_marker, launch_floor_us, floor_file), cache=cache)
+    a = analyse_trace(trace, options(step_marker, launch_floor_us, floor_file), cache=cache, jobs=jobs)
     return StepsResult(a.anatomy_dict())
 
 
@@ -414,10 +430,11 @@ def kernels(
     step_marker: str | None = None,
     launch_floor_us: float | None = None,
     floor_file: str | None = None,
+    jobs: int | None = None,
     cache: bool = True,
 ) -> KernelsResult:
     """One row per launch (eager kernel or graph launch) with its TaxBreak intervals (``hostgap kernels``)."""
     from hostgap.analysis.trace import analyse_trace
 
-    a = analyse_trace(trace, options(step_marker, launch_floor_us, floor_file), cache=cache)
+    a = analyse_trace(trace, options(step_marker, launch_floor_us, floor_file), cache=cache, jobs=jobs)
     return KernelsResult(a.kernel_rows(), a.path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from hostgap import api
-from hostgap.cli.output import no_cache_option, note, status
+from hostgap.cli.output import jobs_option, no_cache_option, note, status
 
 
 def output_options(f):
@@ -51,7 +51,7 @@ def register(cli: click.Group) -> None:
         "-j",
         type=click.IntRange(min=1),
         default=None,
-        help="Processes that analyse a trace set in parallel (default: one per core).",
+        help="Threads that decode one trace, or processes that analyse a trace set (default: one per core).",
     )
     @click.option(
         "--backend",
@@ -110,6 +110,7 @@ def register(cli: click.Group) -> None:
     @cli.command()
     @click.argument("trace", type=str)
     @anatomy_options
+    @jobs_option
     @output_options
     def steps(trace, step_marker, launch_floor_us, floor_file, as_json, as_csv, quiet):
         """One row per engine step of TRACE: wall, GPU-active, host-exposed, host_wait, kernels,
@@ -128,6 +129,7 @@ def register(cli: click.Group) -> None:
     @cli.command()
     @click.argument("trace", type=str)
     @anatomy_options
+    @jobs_option
     @output_options
     def kernels(trace, step_marker, launch_floor_us, floor_file, as_json, as_csv, quiet):
         """One row per launch (eager kernel or graph launch) with its TaxBreak intervals:
@@ -156,6 +158,7 @@ def register(cli: click.Group) -> None:
     @click.option("-o", "--output", required=True, type=str, help="Output trace (.json or .json.gz).")
     @click.option("--step-marker", metavar="REGEX", help="Annotation names that delimit steps.")
     @click.option("--quiet", "-q", is_flag=True, help="No progress or notes on stderr.")
+    @jobs_option
     @no_cache_option
     def trim(trace, step_range, output, step_marker, quiet):
         """Write a smaller valid trace holding only steps A:B, the GPU work they launched and the

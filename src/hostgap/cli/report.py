@@ -8,7 +8,7 @@ import sys
 import click
 
 from hostgap import api
-from hostgap.cli.output import no_cache_option, note, progress
+from hostgap.cli.output import jobs_option, no_cache_option, note, progress, status
 
 
 def warn_notes(notes, quiet: bool) -> None:
@@ -21,6 +21,7 @@ def warn_notes(notes, quiet: bool) -> None:
 
 def _input_options(f):
     f = no_cache_option(f)
+    f = jobs_option(f)
     f = click.option("--db", metavar="PATH", help="Runs database for run ids [$HOSTGAP_DB or the default].")(f)
     f = click.option(
         "--floor-file", type=click.Path(dir_okay=False), help="Launch-floor result written by `hostgap floor`."
@@ -56,17 +57,18 @@ def register(cli: click.Group) -> None:
           hostgap report trace.json.gz -o trace.html
           hostgap report runs/* -o sweep.html --json > sweep.json
         """
-        page = api.write_report(
-            inputs,
-            output,
-            title=title,
-            max_bars=max_bars,
-            step_marker=step_marker,
-            launch_floor_us=launch_floor_us,
-            floor_file=floor_file,
-            db=db,
-            progress=progress(quiet),
-        )
+        with status("reading the inputs", quiet):
+            page = api.write_report(
+                inputs,
+                output,
+                title=title,
+                max_bars=max_bars,
+                step_marker=step_marker,
+                launch_floor_us=launch_floor_us,
+                floor_file=floor_file,
+                db=db,
+                progress=progress(quiet),
+            )
         warn_notes(page.notes, quiet)
         if not quiet:
             page.print(sys.stderr)
@@ -119,18 +121,19 @@ def register(cli: click.Group) -> None:
           hostgap compare RUN_A RUN_B --json > diff.json
           hostgap compare RUN_A RUN_B --fail-if 'wall_ns>+5%' --outside-noise
         """
-        result = api.compare(
-            a,
-            b,
-            fail_if=fail_if,
-            outside_noise=outside_noise,
-            basis=basis,
-            step_marker=step_marker,
-            launch_floor_us=launch_floor_us,
-            floor_file=floor_file,
-            db=db,
-            progress=progress(quiet),
-        )
+        with status("comparing", quiet):
+            result = api.compare(
+                a,
+                b,
+                fail_if=fail_if,
+                outside_noise=outside_noise,
+                basis=basis,
+                step_marker=step_marker,
+                launch_floor_us=launch_floor_us,
+                floor_file=floor_file,
+                db=db,
+                progress=progress(quiet),
+            )
         warn_notes(result.notes, quiet)
         if as_json:
             click.echo(result.to_json())
@@ -153,6 +156,7 @@ def register(cli: click.Group) -> None:
     @click.option("--launch-floor-us", type=float, help="Launch floor T_floor in µs.")
     @click.option("--floor-file", type=click.Path(dir_okay=False), help="Launch-floor result of `hostgap floor`.")
     @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+    @jobs_option
     @no_cache_option
     def overlay(trace, output, step_marker, launch_floor_us, floor_file, quiet):
         """TRACE plus hostgap's tracks (process "hostgap"): step boundaries labelled with their
@@ -166,6 +170,7 @@ def register(cli: click.Group) -> None:
         """
         from hostgap.report.overlay import PROCESS_NAME, write_overlay
 
-        added, n_steps = write_overlay(trace, output, step_marker, launch_floor_us, floor_file, progress(quiet))
+        with status(f"loading {trace}", quiet):
+            added, n_steps = write_overlay(trace, output, step_marker, launch_floor_us, floor_file, progress(quiet))
         if not quiet:
             note(f"wrote {output}: {added:,} events on process '{PROCESS_NAME}' ({n_steps} steps)")
