@@ -17,11 +17,13 @@ from hostgap.api._traces import (
     TraceResult,
     TraceResults,
     TraceSetResult,
-    _reporting_loads,
     analyze,
     kernels,
     load,
     steps,
+)
+from hostgap.api._traces import (
+    _reporting_loads as _reporting_loads,  # the command line's progress bar (private)
 )
 
 __all__ = [
