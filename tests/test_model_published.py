@@ -41,6 +41,8 @@ def test_every_figure_has_a_prediction_and_error_or_a_reason():
         "paper_spec_cycle",
         "vllm_v06_api",
         "vllm_v06_sched",
+        "hf_cb_async",
+        "hf_cb_idle",
         "sglang_half_cpu",
     }
     for r in rows.values():

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import click
 
-_ENGINES = click.Choice(["vllm", "hf"])
+_ENGINES = click.Choice(["vllm", "hf", "hf-cb"])
 _DTYPES = click.Choice(["bfloat16", "float16", "float32", "fp8", "int8"])
 
 

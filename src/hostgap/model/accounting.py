@@ -108,6 +108,9 @@ LAUNCH_TABLES: dict[str, dict[str, float]] = {
         misc=9,
     ),
 }
+# transformers' continuous batching runs the same modules (its paged attention in place of the
+# DynamicCache: kv_write and attention are counted as the eager path's).
+LAUNCH_TABLES["hf-cb"] = LAUNCH_TABLES["hf"]
 
 
 # What a CUDA graph captures per engine, for graph-mode orchestration (stepmodel):
@@ -118,9 +121,12 @@ LAUNCH_TABLES: dict[str, dict[str, float]] = {
 #   (one graph for the decode forward) keeps only the LM head and sampling outside.
 # - hf: torch.compile "reduce-overhead" with a static cache captures the whole forward (LM
 #   head included) as one graph; sampling runs outside.
+# - hf-cb: transformers' continuous batching with use_cuda_graph captures the padded forward the
+#   same way; sampling runs outside.
 GRAPH_CAPTURE: dict[str, dict[str, tuple]] = {  # engine -> capture -> ops launched outside (first: default)
     "vllm": {"piecewise": ("kv_write", "attention", "lm_head", "sample"), "full": ("lm_head", "sample")},
     "hf": {"full": ("sample",)},
+    "hf-cb": {"full": ("sample",)},  # use_cuda_graph: the padded forward replayed; sampling outside
 }
 
 
@@ -497,7 +503,7 @@ def _mlp(ops, arch, cell, gemm, elementwise, lt, T, a, w, k, gated):
     )
     elementwise("topk", "elementwise", L, T * E, T * top, "topk")
     per_expert_w = 3 * h * i / k * w
-    expert_launch = lt["expert"] * hit if cell.engine == "hf" else lt["expert"]
+    expert_launch = lt["expert"] * hit if cell.engine in ("hf", "hf-cb") else lt["expert"]
     ops.append(
         Op(
             "experts",

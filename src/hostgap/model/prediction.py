@@ -111,6 +111,16 @@ def predict_cell(
         scenarios.parse(spec)
     step, wis = _run(setup, what_ifs)
     docs = fitting.load_results(results, db) if (results or db) else []
+    loop = measured_loop(docs, setup) if setup.cell.engine == "hf-cb" else None
+    if loop is not None:
+        ns, ids = loop
+        host = replace(setup.host, serial_ns=ns, per_seq_ns=0.0, source=f"serial part measured ({', '.join(ids)})")
+        setup = replace(setup, host=host)
+        basis += (
+            f"; serial part {ns / 1e6:.3f} ms per step: the continuous-batching loop's work between forward "
+            f"passes, measured ({len(ids)} run(s) at batch {setup.cell.batch}: {', '.join(ids)})"
+        )
+        step, wis = _run(setup, what_ifs)
     measured = measured_match(docs, setup, mode, dtype)
     ks = [c.k_step for c in measured if c.k_step == c.k_step and c.k_step > 0]
     if kernels_per_step is None and ks:
@@ -132,6 +142,25 @@ def predict_cell(
 
 def _run(setup: Setup, what_ifs: Sequence[str]) -> tuple[StepPrediction, tuple[WhatIf, ...]]:
     return whatif.predict(setup), tuple(scenarios.run(setup, s) for s in what_ifs)
+
+
+def measured_loop(docs: list[dict], setup: Setup) -> tuple[float, list[str]] | None:
+    """The serial part of an ``hf-cb`` step measured by ``hostgap measure --engine hf-cb``: the
+    median over the given runs of the same model and batch (any device: it is host work) of
+    ``engine_facts.cb_split.between_ns``, the wall between forward passes that the device waits
+    through in the synchronous loop; None where no such run is given."""
+    values, ids = [], []
+    for d in docs:
+        split = (d.get("engine_facts") or {}).get("cb_split") or {}
+        between = split.get("between_ns")
+        c = fitting.cell_from_results(d, str(d.get("run_id", "")))
+        if not isinstance(between, (int, float)) or not between >= 0 or c.engine != "hf-cb":
+            continue
+        if c.batch != setup.cell.batch or c.arch is None or c.arch.name != setup.arch.name:
+            continue
+        values.append(float(between))
+        ids.append(str(d.get("run_id", "")))
+    return (float(np.median(values)), ids) if values else None
 
 
 def measured_match(docs: list[dict], setup: Setup, mode: str, dtype: str) -> list[MeasuredCell]:

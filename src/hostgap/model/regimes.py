@@ -97,7 +97,7 @@ def predicted(c: RegimeCell, model: str | Path | None = None) -> RegimeCell:
             tp=c.tp,
             dtype=c.dtype,
             mode=c.mode if c.mode in ("eager", "graph") else "eager",
-            engine=c.engine if c.engine in ("vllm", "hf") else "vllm",
+            engine=c.engine if c.engine in ("vllm", "hf", "hf-cb") else "vllm",
             model=model,
         )
     except HostgapError:

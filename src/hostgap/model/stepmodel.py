@@ -86,6 +86,22 @@ DEFAULT_HOST: dict[str, HostModel] = {
         graph_node_ns=graphlaunch.POOLED.per_node_ns,
         source="default (transformers eager, ~12 us per kernel, docs/PLATFORM.md)",
     ),
+    # transformers' continuous batching: the forward's host work as "hf"; the serial part is the
+    # loop's own work between forward passes (admission, scheduling, KV indices, input tensors,
+    # output processing), measured by `hostgap measure --engine hf-cb` (engine_facts.cb_split,
+    # between_ns): 1.02 ms at batch 1 and 1.69 ms at batch 4 on a tiny Llama on this project's
+    # 2-core CPU machine (bench/results/hf_cb_cpu). A measured hf-cb run given to predict
+    # replaces it (prediction.measured_loop).
+    "hf-cb": HostModel(
+        serial_ns=0.80e6,
+        per_seq_ns=0.224e6,
+        per_kernel_ns=12e3,
+        launch_floor_ns=4.5e3,
+        graph_launch_ns=30e3,
+        graph_node_ns=graphlaunch.POOLED.per_node_ns,
+        source="default (transformers eager per kernel; the continuous-batching loop's serial part "
+        "measured on a CPU: bench/results/hf_cb_cpu)",
+    ),
 }
 """One graph launch ~30 us plus ~1 us per node it submits (graphlaunch.py); the launch floor and
 the per-node cost are replaced per device (:func:`for_device`)."""

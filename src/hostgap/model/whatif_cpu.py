@@ -36,6 +36,7 @@ from hostgap.model.whatif import Setup, WhatIf, num, predict
 PROCESSES = {
     "vllm": ("API server (HTTP, tokenizer, detokenizer)", "engine core (scheduler; model runner at TP 1)"),
     "hf": ("generate loop (tokenizer, model, sampling)",),
+    "hf-cb": ("continuous-batching loop (batch preparation, model, sampling, output processing)",),
 }
 """Busy host processes per engine at TP 1; TP > 1 adds one worker per rank (vLLM)."""
 

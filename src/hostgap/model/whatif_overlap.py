@@ -40,7 +40,14 @@ from hostgap.model.whatif import Setup, WhatIf, num, predict
 
 ENGINES = {
     "vllm": "vLLM async scheduling (--async-scheduling); SGLang's overlap scheduler and TRT-LLM's "
-    "overlap scheduler split the host term the same way"
+    "overlap scheduler split the host term the same way",
+    "hf-cb": "transformers' asynchronous batching (use_async_batching): the next batch is prepared "
+    "(admission, scheduling, KV indices, input tensors) while the forward runs",
+}
+
+SERIAL_WORK = {
+    "vllm": "scheduler, IPC, output processing",
+    "hf-cb": "the loop's work between forward passes",
 }
 
 
@@ -70,8 +77,9 @@ def overlap(s: Setup, kw: dict) -> WhatIf:
     return WhatIf(
         "overlap",
         (
-            f"{ENGINES[s.cell.engine]}: the serial host work ({base.serial_ns / 1e6:.3f} ms: scheduler, IPC, output "
-            f"processing) runs during the previous step's GPU time; {hidden / 1e6:.3f} ms of it leaves the step",
+            f"{ENGINES[s.cell.engine]}: the serial host work ({base.serial_ns / 1e6:.3f} ms: "
+            f"{SERIAL_WORK[s.cell.engine]}) runs during the previous step's GPU time; {hidden / 1e6:.3f} ms of it "
+            "leaves the step",
             f"the step's own orchestration ({base.orchestration_ns / 1e6:.3f} ms: dispatch and the launch path of its "
             "kernels) cannot move ahead of its step; one CPU thread does orchestration + serial per step"
             + (": the CPU is the bottleneck, so overlap gains only what the GPU time can absorb" if cpu_bound else ""),
