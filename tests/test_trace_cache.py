@@ -43,9 +43,9 @@ def loads(monkeypatch) -> list[str]:
     calls: list[str] = []
     original = readers.load_trace
 
-    def spy(path):
+    def spy(path, **kw):
         calls.append(path)
-        return original(path)
+        return original(path, **kw)
 
     monkeypatch.setattr(readers, "load_trace", spy)
     return calls
@@ -136,6 +136,21 @@ def test_a_damaged_entry_is_rebuilt_with_one_note(cache_env, tmp_path, target, h
     notes = [ln for r in outs.values() for ln in r.stderr.splitlines() if "cache entry" in ln]
     assert len(notes) <= 1 and all("unusable" in n and "rebuilt" in n for n in notes)
     assert {v: run(v[0], path, v[1])[0] for v in VERBS} == ref  # and the rebuilt entry reads back right
+
+
+def test_a_cached_document_is_served_without_touching_the_event_table(cache_env, loads, tmp_path):
+    """A command whose document the entry holds reads neither the trace file nor the entry's
+    event table: a damaged table is noticed (and rebuilt) only by a command that needs it."""
+    path = str(decode_trace(tmp_path / "t.json.gz", 40.0))
+    first = run("steps", path, "--json")[0]
+    events = entry_dir(cache_env) / "events"
+    assert (events / C.MANIFEST).is_file()
+    for npy in events.glob("*.npy"):
+        npy.write_bytes(b"damaged")
+    loads.clear()
+    out, err = run("steps", path, "--json")
+    assert (out, loads) == (first, [])
+    assert "cache entry" not in err
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
