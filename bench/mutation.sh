@@ -60,9 +60,9 @@ tests_for() {
                            echo tests/test_ranks*.py tests/test_anatomy_comm.py tests/test_anatomy_steps.py tests/test_anatomy_kernel_rows.py ;;
     src/hostgap/anatomy/*) echo tests/test_anatomy_*.py tests/test_timeline*.py tests/test_cpu_compute.py ;;
     src/hostgap/stats/confidence.py|src/hostgap/stats/rounds.py|src/hostgap/stats/noise.py)
-                           echo tests/test_capture_differencing.py tests/test_capture_coverage.py tests/test_capture_coverage_noise.py ;;
+                           echo tests/test_capture_rounds.py tests/test_capture_point_inside.py tests/test_capture_differencing.py tests/test_capture_coverage.py tests/test_capture_coverage_noise.py ;;
     src/hostgap/stats/differencing.py|src/hostgap/capture/protocol/validity.py|src/hostgap/checks.py)
-                           echo tests/test_capture_differencing.py tests/test_capture_validity.py tests/test_capture_converge.py ;;
+                           echo tests/test_capture_differencing.py tests/test_capture_point_inside.py tests/test_capture_rounds.py tests/test_capture_validity.py tests/test_capture_converge.py ;;
     src/hostgap/capture/protocol/engine_diff.py|src/hostgap/capture/protocol/interleave.py)
                            echo tests/test_capture_interleave.py tests/test_capture_validity.py ;;
     src/hostgap/capture/engines/*.py|src/hostgap/analysis/vllm_split.py|src/hostgap/analysis/harvest_table.py) echo tests/test_vllm_*.py ;;
@@ -75,13 +75,16 @@ tests_for() {
     src/hostgap/model/calibrate.py) echo tests/test_model_calibrate.py tests/test_model_regimes.py ;;
     src/hostgap/model/arch.py) echo tests/test_model_pins_arch.py tests/test_model_accounting.py tests/test_model_numbers.py ;;
     src/hostgap/model/whatif_overlap.py|src/hostgap/model/whatif_cpu.py|src/hostgap/model/whatif_megakernel.py|src/hostgap/model/graphlaunch.py)
-                           echo tests/test_model_whatif_operators.py ;;
+                           echo tests/test_model_whatif_operators.py tests/test_model_hf_cb.py ;;
     src/hostgap/model/published.py|src/hostgap/model/spec_reconcile.py)
                            echo tests/test_model_published.py tests/test_model_whatif_operators.py ;;
     src/hostgap/model/scenarios.py) echo tests/test_model_library.py tests/test_model_published.py tests/test_model_whatif_operators.py ;;
     src/hostgap/model/prediction.py|src/hostgap/model/regimes.py|src/hostgap/model/fit_sources.py)
-                           echo tests/test_model_library.py tests/test_model_api.py tests/test_model_cli.py tests/test_model_stepmodel.py ;;
+                           echo tests/test_model_library.py tests/test_model_api.py tests/test_model_cli.py tests/test_model_stepmodel.py tests/test_model_hf_cb.py ;;
     src/hostgap/model/*)   echo tests/test_model_*.py ;;
+    src/hostgap/analysis/cb_split.py) echo tests/test_cb_split.py tests/test_capture_hf_cb.py ;;
+    src/hostgap/analysis/trace.py|src/hostgap/analysis/trace_cache.py)
+                           echo tests/test_trace_cache.py tests/test_load_progress.py tests/test_api.py tests/test_architecture.py ;;
     src/hostgap/analysis/*)   echo tests/test_ranks*.py ;;
     src/hostgap/cli/runs.py) echo tests/test_cli_runs.py tests/test_report_runs.py tests/test_capture_validity.py ;;
     src/hostgap/report/figures_kernels.py)
