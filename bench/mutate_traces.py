@@ -43,7 +43,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "traces"
-LOAD = ROOT / "src" / "hostgap" / "load"
+LOAD = ROOT / "src" / "hostgap" / "readers"
 
 # -- mutations ---------------------------------------------------------------------------------
 
@@ -437,7 +437,7 @@ def build_sanitized(tree: Path) -> dict:
     if not all(os.path.isabs(x) for x in libs):
         raise RuntimeError("libasan/libubsan not installed")
     shutil.copytree(ROOT / "src" / "hostgap", tree / "hostgap", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    out = tree / "hostgap" / "load" / ("_kcolumns" + sysconfig.get_config_var("EXT_SUFFIX"))
+    out = tree / "hostgap" / "readers" / ("_kcolumns" + sysconfig.get_config_var("EXT_SUFFIX"))
     build = [
         cc,
         "-shared",
