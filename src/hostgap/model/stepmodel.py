@@ -89,12 +89,12 @@ DEFAULT_HOST: dict[str, HostModel] = {
     # transformers' continuous batching: the forward's host work as "hf"; the serial part is the
     # loop's own work between forward passes (admission, scheduling, KV indices, input tensors,
     # output processing), measured by `hostgap measure --engine hf-cb` (engine_facts.cb_split,
-    # between_ns): 1.02 ms at batch 1 and 1.69 ms at batch 4 on a tiny Llama on this project's
-    # 2-core CPU machine (bench/results/hf_cb_cpu). A measured hf-cb run given to predict
-    # replaces it (prediction.measured_loop).
+    # between_ns) on a tiny Llama on this project's 2-core CPU machine, quiet, two valid runs per
+    # batch: 0.391 and 0.441 ms at batch 1, 0.646 and 0.722 ms at batch 4 (bench/results/hf_cb_cpu).
+    # A measured hf-cb run given to predict replaces it (prediction.measured_loop).
     "hf-cb": HostModel(
-        serial_ns=0.80e6,
-        per_seq_ns=0.224e6,
+        serial_ns=0.327e6,
+        per_seq_ns=0.0893e6,
         per_kernel_ns=12e3,
         launch_floor_ns=4.5e3,
         graph_launch_ns=30e3,
