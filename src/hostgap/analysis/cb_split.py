@@ -161,9 +161,10 @@ def step_tiling(
 def _paint(bounds: np.ndarray, ann_s: np.ndarray, ann_e: np.ndarray, part: np.ndarray) -> np.ndarray:
     """The part of the innermost annotation covering each piece ``[bounds[i], bounds[i+1])``
     (:data:`OTHER` where none does): annotations painted outermost first (by start, longer
-    first at equal starts), so an inner one paints over its parent. One slice per annotation."""
+    first at equal starts: at one start the later end is the longer), so an inner one paints over
+    its parent. One slice per annotation."""
     label = np.full(len(bounds) - 1, OTHER, dtype=np.int64)
-    order = np.lexsort((-(ann_e - ann_s), ann_s))
+    order = np.lexsort((-ann_e, ann_s))
     first = np.searchsorted(bounds, ann_s[order])
     last = np.searchsorted(bounds, ann_e[order])
     for a, b, p in zip(first.tolist(), last.tolist(), part[order].tolist()):
