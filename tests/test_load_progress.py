@@ -34,7 +34,7 @@ def test_the_decode_reports_its_bytes_to_the_context_callback():
     assert calls == []
 
 
-def test_the_bar_waits_a_second_then_shows_bytes_and_returns_to_its_message():
+def test_the_bar_waits_a_second_then_shows_bytes_then_the_analysis():
     now = [100.0]
     bar = LoadBar("loading t.json", clock=lambda: now[0])
     task = bar.progress.tasks[0]
@@ -48,7 +48,7 @@ def test_the_bar_waits_a_second_then_shows_bytes_and_returns_to_its_message():
     assert (task.total, task.completed, task.description) == (100_000_000, 40_000_000, "decoding")
     assert task.fields["bytes"] == "40 / 100 MB"
     bar.update(100_000_000, 100_000_000)
-    assert task.total is None and task.description == "loading t.json" and task.fields["bytes"] == ""
+    assert task.total is None and task.description == "analysing" and task.fields["bytes"] == ""
     # the next file starts its own second
     now[0] += 5
     bar.update(1, 10)

@@ -53,9 +53,9 @@ def status(message: str | None, quiet: bool):
 
 
 class LoadBar:
-    """One line on stderr: a spinner and a message, which becomes ``decoding FILE  [bar]  bytes /
-    size  rate`` once a decode has run for :data:`AFTER_S` (a small file never shows a bar), and
-    goes back to the message when the decode is done (the analysis stages follow)."""
+    """One line on stderr: a spinner and a message, which becomes ``decoding  [bar]  bytes / size``
+    once a decode has run for :data:`AFTER_S` (a small file never shows a bar), and ``analysing``
+    when the decode is done (the analysis stages follow)."""
 
     AFTER_S = 1.0
 
@@ -100,7 +100,7 @@ class LoadBar:
         finished = total is not None and done >= total
         if finished:
             self._started = None
-            self.progress.update(self.task, description=self._message, completed=0, bytes="")
+            self.progress.update(self.task, description="analysing", completed=0, bytes="")
             self.progress.tasks[self.task].total = None  # update() keeps a total given None
         elif now - self._started >= self.AFTER_S:
             size = f" / {total / 1e6:,.0f} MB" if total else " MB"
