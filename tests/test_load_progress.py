@@ -34,6 +34,18 @@ def test_the_decode_reports_its_bytes_to_the_context_callback():
     assert calls == []
 
 
+def test_a_load_given_its_own_callback_uses_it_over_the_context():
+    from hostgap.analysis.trace import analyse_trace
+
+    path = str(corpus_path(TRACE, vendored=True))
+    own: list[tuple[int, int | None]] = []
+    ctx: list[tuple[int, int | None]] = []
+    with api._reporting_loads(lambda d, t: ctx.append((d, t))):
+        analyse_trace(path, cache=False, on_bytes=lambda d, t: own.append((d, t)))
+    size = os.path.getsize(path)
+    assert own and own[-1] == (size, size) and ctx == []
+
+
 def test_the_bar_waits_a_second_then_shows_bytes_then_the_analysis():
     now = [100.0]
     bar = LoadBar("loading t.json", clock=lambda: now[0])
