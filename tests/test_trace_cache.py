@@ -233,3 +233,39 @@ def test_bad_cap_is_one_line(cache_env, tmp_path, monkeypatch):
     monkeypatch.setenv("HOSTGAP_CACHE_MAX", "lots")
     r = CliRunner().invoke(cli, ["cache"])
     assert r.exit_code == 2 and "HOSTGAP_CACHE_MAX: 'lots' is not a byte count" in r.stderr
+
+
+def test_analyse_trace_fills_the_cache_by_default(cache_env, tmp_path):
+    from hostgap.analysis.trace import analyse_trace
+
+    path = str(decode_trace(tmp_path / "t.json.gz", 40.0))
+    analyse_trace(path).anatomy_dict()
+    assert (entry_dir(cache_env) / "events" / C.MANIFEST).is_file()
+
+
+def test_each_ranking_length_has_its_own_cached_document(cache_env, loads):
+    """The step anatomy of one trace at two ``top`` values, each computed in a fresh analysis
+    after the other was cached: each keeps its own ranking length, never the other's."""
+    from conftest import corpus_path
+    from hostgap.analysis.trace import analyse_trace
+
+    path = str(corpus_path("tracelens/h100_qwen1.5-0.5b.json.gz", vendored=True))
+    analyse_trace(path).anatomy_dict()  # the default top, cached
+    fresh = {top: analyse_trace(path, cache=False).anatomy_dict(top) for top in (2, 5)}
+    for top in (2, 5, 2):
+        assert analyse_trace(path).anatomy_dict(top) == fresh[top]
+    assert fresh[2] != fresh[5]
+
+
+def test_python_frames_come_back_from_the_cache(cache_env, loads):
+    """A trace with Python frames: the second look's kernel rows name the same frames as the
+    first (the cache keeps the frame of every event, not a broadcast of none)."""
+    from conftest import corpus_path
+
+    path = str(corpus_path("tracelens/h100_qwen1.5-0.5b.json.gz", vendored=True))
+    ref = reference(path)
+    first = run("kernels", path, "--json")[0]
+    loads.clear()
+    second = run("kernels", path, "--json")[0]
+    assert loads == [] and first == second == ref[("kernels", "--json")]
+    assert any(r["frame"] for r in json.loads(second))
