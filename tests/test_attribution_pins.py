@@ -330,7 +330,8 @@ def test_row_hash_reads_minus_zero_as_zero_and_every_nan_alike():
 
 
 @pytest.mark.parametrize(
-    "field, label", [("n_requests", "requests"), ("sum_p", "Σq"), ("sum_c", "Σs"), ("sum_pp", "Σq²")]
+    "field, label",
+    [("wall_ns", "wall_ns"), ("n_requests", "requests"), ("sum_p", "Σq"), ("sum_c", "Σs"), ("sum_pp", "Σq²")],
 )
 def test_a_nan_in_a_required_sum_is_refused(field, label):
     s = steps([1e6, 2e6], [1, 2], [1, 2], [100, 200])
