@@ -463,3 +463,39 @@ def test_model_split_by_hand():
         dataclasses.replace(m, target="gpu_active_ns"), dataclasses.replace(s, gpu_active_ns=np.array([1e3]))
     )
     assert (gpu.host_ns == 0).all() and (gpu.device_ns == gpu.share_ns).all()
+
+
+# -- the workflow's selections ------------------------------------------------------------------
+
+
+def test_select_step_picks_the_named_sources_step_and_says_where_it_looked():
+    s = steps(
+        [1e6, 2e6, 3e6, 4e6],
+        [1, 2, 3, 4],
+        [1, 2, 3, 4],
+        [100, 200, 300, 400],
+        source_idx=[0, 0, 1, 1],
+        sources=("a", "b"),
+    )
+    s = dataclasses.replace(s, step=np.array([7, 8, 7, 9], dtype=np.int64))
+    one = A.select_step(s, 7, source="b")
+    assert (one.wall_ns.tolist(), one.source_idx.tolist()) == ([3e6], [1])
+    assert A.select_step(s, 7, source="a").wall_ns.tolist() == [1e6]
+    assert A.select_step(s, 9).wall_ns.tolist() == [4e6]
+    with pytest.raises(HostgapError, match=r"^--step: step 9 not in source 'a' of hand$"):
+        A.select_step(s, 9, source="a")
+    with pytest.raises(HostgapError, match=r"^--step: step 5 not in hand$"):
+        A.select_step(s, 5)
+    with pytest.raises(HostgapError, match="step 7 exists in several sources; pick one with --source"):
+        A.select_step(s, 7)
+
+
+def test_the_held_out_fit_records_the_steps_path():
+    rng = np.random.default_rng(0)
+    n = 80
+    p = rng.integers(1, 64, n).astype(float)
+    c = rng.uniform(100, 4000, n) * p
+    s = steps(2e6 + 40e3 * p + 30.0 * c, p, p, c)
+    assert A.fit_held_out(s).model.provenance["steps_path"] == "hand"
+    anonymous = dataclasses.replace(s, origin="")
+    assert A.fit_held_out(anonymous).model.provenance["steps_path"] is None
