@@ -269,3 +269,47 @@ def test_python_frames_come_back_from_the_cache(cache_env, loads):
     second = run("kernels", path, "--json")[0]
     assert loads == [] and first == second == ref[("kernels", "--json")]
     assert any(r["frame"] for r in json.loads(second))
+
+
+def test_where_the_cache_lives(monkeypatch, tmp_path):
+    monkeypatch.delenv("HOSTGAP_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert C.cache_dir() == tmp_path / "xdg" / "hostgap"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert C.cache_dir() == tmp_path / "home" / ".cache" / "hostgap"
+    monkeypatch.setenv("HOSTGAP_CACHE_DIR", str(tmp_path / "mine"))
+    assert C.cache_dir() == tmp_path / "mine"
+
+
+def test_another_files_part_is_never_served(cache_env, tmp_path):
+    """A part copied from another trace's entry (its own manifest intact, naming the other file)
+    is refused: the command decodes its own file again, says so once, and prints its own numbers."""
+    a = str(decode_trace(tmp_path / "a.json.gz", 40.0))
+    b = str(decode_trace(tmp_path / "b.json.gz", 10.0))
+    ref_b = reference(b)
+    assert ref_b != reference(a)
+    for path in (a, b):
+        run("steps", path, "--json")
+    root = cache_env / f"v{C.FORMAT}"
+    by_path = {C._identity_of(d)["path"]: d for d in root.iterdir()}
+    ea, eb = by_path[os.path.realpath(a)], by_path[os.path.realpath(b)]
+    for part in [p.name for p in eb.iterdir() if p.is_dir()]:
+        shutil.rmtree(eb / part)
+        shutil.copytree(ea / part, eb / part)
+    r = CliRunner().invoke(cli, ["steps", b, "--json"])
+    assert r.exit_code == 0 and r.stdout == ref_b[("steps", "--json")]
+    assert sum("cache entry" in ln and "rebuilt" in ln for ln in r.stderr.splitlines()) == 1
+
+
+def test_the_listing_names_parts_only(cache_env, tmp_path):
+    """An entry's parts are its folders: not its last-used marker, not a part half-written by
+    another process (a hidden temporary folder)."""
+    path = str(decode_trace(tmp_path / "t.json.gz", 40.0))
+    run("steps", path, "--json")
+    d = entry_dir(cache_env)
+    (d / ".events-half").mkdir()
+    parts = {p.name for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    (listed,) = C.entries(cache_env)
+    assert set(listed.parts) == parts and C.USED not in listed.parts and ".events-half" not in listed.parts
+    assert "events" in listed.parts
