@@ -153,6 +153,15 @@ def test_analyze_on_ray_equals_local(cluster, kineto_trace):
     from test_ranks import two_ranks
 
     paths = list(two_ranks(kineto_trace))
-    on_ray = analyse(paths, backend="ray", address=cluster)
+    if ray.is_initialized():
+        ray.shutdown()  # joined again below, through hostgap
+    mine = lambda signum, frame: None  # noqa: E731 - this process's own SIGTERM handler
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        on_ray = analyse(paths, backend="ray", address=cluster)
+        # joining the cluster leaves this process's handler in place (ray.init sets its own)
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
     local = analyse(paths, jobs=1)
     assert json.dumps(on_ray, sort_keys=True) == json.dumps(local, sort_keys=True)

@@ -4,6 +4,8 @@ a function mapped over items as Ray tasks."""
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +28,10 @@ def connect(address: str | None = None) -> Any:
     if ray.is_initialized():
         return ray
     kw: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": False}
+    # ray.init sets a SIGTERM handler of its own in the calling process (sys.exit) and leaves it
+    # there: the caller's is put back, so this process (and every process it forks) keeps it
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.getsignal(signal.SIGTERM) if main else None
     try:
         if address:
             ray.init(address=address, **kw)
@@ -33,6 +39,9 @@ def connect(address: str | None = None) -> Any:
             ray.init(include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **kw)
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise HostgapError(address or "ray", f"cannot start or join a Ray cluster ({str(e).splitlines()[0]})") from None
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
     return ray
 
 
