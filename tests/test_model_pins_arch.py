@@ -85,3 +85,13 @@ def test_qwen2_5_14b_counts_its_qkv_biases():
     assert a.param_count() == 13_212_893_184 + 1_557_135_360 + 5_120 == 14_770_033_664
     assert a.weight_bytes("bfloat16") == 2 * 14_770_033_664
     assert a.weight_bytes("fp8") == 14_770_033_664
+
+
+def test_olmoe_parameter_counts_include_its_qk_norms():
+    """OLMoE-1B-7B's checkpoint: 6,919,161,856 parameters, 1,282,017,280 active per token; its
+    q and k RMSNorms (hidden + kv_heads x head_dim weights per layer) are part of both."""
+    a = get_preset("olmoe-1b-7b")
+    assert a.qk_norm
+    assert a.param_count() == 6_919_161_856
+    assert a.param_count(active=True) == 1_282_017_280
+    assert a.attention_params() - a.hidden * (a.heads + 2 * a.kv_heads + a.heads) * a.head_dim == 2048 + 2048
