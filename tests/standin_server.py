@@ -17,7 +17,9 @@ vLLM series ``watch`` reads (tokens, inter-token latency, requests running).
 The "engine" is a thread that runs one step every ``--step-ms`` while requests are in flight:
 its batch is the number of streaming completions open. Fault switches: ``--profile-404``,
 ``--busy`` (a profile already runs: 409 / "already in progress"), ``--hang-after-start`` (after
-the first /start_profile every request hangs). ``GET /_standin/state`` reports the start and
+the first /start_profile every request hangs), ``--late-streams`` (a request's tokens are sent all at
+once when it has ended, as a server whose API process runs behind its engine sends them),
+``--start-lag-ms`` (a profile start is answered at once but reaches the engine that much later). ``GET /_standin/state`` reports the start and
 stop calls, for the tests' checks. Run it as a process:
 
     python tests/standin_server.py --engine sglang --port-file PORT_FILE [--trace-dir DIR]
@@ -325,8 +327,16 @@ def make_handler(engine: Engine):
                     return self._send(409, {"error": {"message": "A profiling session is already active."}})
                 if args.engine == "vllm" and body and not args.version.startswith("0.32"):
                     return self._send(422, {"detail": "this vLLM takes no body"})
-                with engine.lock:
-                    engine.start_profile(body)
+                if args.start_lag_ms:  # the answer now, the engine's profile later
+
+                    def start_late(body=body) -> None:
+                        with engine.lock:
+                            engine.start_profile(body)
+
+                    threading.Timer(args.start_lag_ms / 1000, start_late).start()
+                else:
+                    with engine.lock:
+                        engine.start_profile(body)
                 if args.hang_after_start:
                     engine.hung = True
                 return self._send(200, "Start profiling.\n")
@@ -358,6 +368,9 @@ def make_handler(engine: Engine):
                 while sent < n:
                     with engine.lock:
                         have = engine.tokens.get(key, 0)
+                    if args.late_streams and have < n:
+                        time.sleep(args.step_ms / 2000)
+                        continue  # an API process behind its engine: the whole request at its end
                     while sent < min(have, n):
                         chunk = {"choices": [{"index": 0, "text": "x", "finish_reason": None}]}
                         self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
@@ -389,6 +402,8 @@ def main() -> None:
     p.add_argument("--profile-404", action="store_true")
     p.add_argument("--busy", action="store_true")
     p.add_argument("--hang-after-start", action="store_true")
+    p.add_argument("--late-streams", action="store_true")
+    p.add_argument("--start-lag-ms", type=float, default=0.0)
     args = p.parse_args()
     args.version = args.version or ("0.5.23" if args.engine == "sglang" else "0.10.1")
     engine = Engine(args)

@@ -179,6 +179,26 @@ def test_requests_near_their_end_are_restarted_before_the_start(standin, tmp_pat
     left = int(restart.split(" had ")[1].split(" of ")[0])
     assert 0 <= left < 40
     assert doc["batches_seen"] == {"decode": {"3": 6}} and doc["load_notes"] == []
+    assert doc["load_stats"]["requests_restarted"] == 3 and doc["load_stats"]["errors"] == 0
+
+
+def test_a_server_that_streams_late_is_profiled_and_said(standin, tmp_path):
+    """Each request's tokens come in one burst at its end (an API process behind its engine):
+    the load still counts as in decode, the restart comes back, the profile runs, and the
+    result says the streams came late, with the counts it rests on."""
+    s = standin("sglang", "--step-ms", "10", "--late-streams")
+    r = hostgap(
+        "attach", s.url, "--steps", "6", "--skip", "1", "--load", "2", "--output-len", "40", "--json", tmp=tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    st = doc["load_stats"]
+    assert st["streams_timed"] >= 1 and st["streams_late"] == st["streams_timed"], st
+    (late,) = [n for n in doc["notes"] if "at once" in n]
+    assert late.startswith(f"load: {st['streams_late']} of the {st['streams_timed']} requests that finished streamed")
+    for note in doc["load_notes"]:  # short batches, if any, are put down to the late streams
+        assert "streamed them late" in note and "--output-len" not in note, note
+    assert len(doc["steps"]) >= 6
 
 
 def test_old_vllm_timed_protocol(standin, tmp_path):
@@ -487,6 +507,20 @@ def test_bounded_vllm_with_load(standin, tmp_path):
     doc = json.loads(r.stdout)
     assert doc["profiling"]["protocol"] == "vllm-bounded" and len(doc["steps"]) == 6
     assert s.state()["requests"] == ["/start_profile", "/stop_profile"]
+
+
+def test_bounded_vllm_streaming_late_waits_for_the_workers_file(standin, tmp_path):
+    """A request's tokens all at once at its end count as a request's worth of steps at once,
+    steps the engine ran before the start: with a start that reaches the engine seconds late
+    (a busy API process), such bursts pass the step count far beyond the window before the
+    engine records a step. That is no sign the files went elsewhere: attach waits for the
+    Worker's file."""
+    s = standin("vllm", "--version", "0.32.0", "--step-ms", "20", "--late-streams", "--start-lag-ms", "6000")
+    args = ("--steps", "6", "--skip", "2", "--load", "2", "--output-len", "200", "--trace-dir", str(s.trace_dir))
+    r = hostgap("attach", s.url, *args, "--json", tmp=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["profiling"]["protocol"] == "vllm-bounded" and len(doc["steps"]) == 6
 
 
 def test_waiting_is_said_where_no_bar_can_be_drawn():

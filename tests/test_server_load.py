@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from hostgap.server.attach.loadgen import LoadGenerator, LoadSpec, chunk_tokens, request_body
+from hostgap.server.attach.loadgen import LoadGenerator, LoadSpec, chunk_tokens, late_streams, request_body
 from test_server_attach import standin  # noqa: F401  (the stand-in server fixture)
 
 
@@ -65,6 +65,28 @@ def test_requests_that_end_leave_no_room_until_replaced(standin):  # noqa: F811
             time.sleep(0.002)
         assert rooms <= set(range(0, 5)) and min(rooms) == 0  # 5-token requests: at most 4 left
     assert load.stats.restarted == 0 and load.stats.tokens >= 15
+
+
+def test_streams_as_decoded_are_not_late(standin):  # noqa: F811
+    s = standin("sglang", "--step-ms", "20")
+    with LoadGenerator(s.url, LoadSpec(concurrency=2, output_len=20)) as load:
+        assert load.wait_streaming(30)
+        wait_until(lambda: load.stats.finished >= 4, 60)
+    st = load.stats.to_dict()
+    assert st["streams_timed"] >= 4 and not late_streams(st), st
+
+
+def test_late_streams_reach_decode_and_are_counted(standin):  # noqa: F811
+    """A server that sends each request's tokens at its end (an API process behind its engine):
+    no moment has both requests streaming, yet the load reaches decode, a refresh comes back,
+    and the finished requests are counted late."""
+    s = standin("sglang", "--step-ms", "5", "--late-streams")
+    with LoadGenerator(s.url, LoadSpec(concurrency=2, output_len=40)) as load:
+        assert load.wait_streaming(30)
+        assert load.refresh(30)
+        wait_until(lambda: load.stats.finished >= 4)
+    st = load.stats.to_dict()
+    assert st["streams_timed"] >= 4 and st["streams_late"] == st["streams_timed"] and late_streams(st), st
 
 
 @pytest.mark.parametrize("bad", [0, -1])

@@ -61,6 +61,7 @@ class Session:
     before: set[str] = field(default_factory=set)  # the trace directory's names before the start
     notes: list[str] = field(default_factory=list)
     overhead: Any = None  # hostgap.server.attach.overhead.Overhead: the metrics windows, when measured
+    load_stats: dict | None = None  # LoadStats.to_dict() of hostgap's load, when it drove one
     cancel: Any = None  # threading.Event: the caller ends the wait (a watch that ends); None: never
 
 

