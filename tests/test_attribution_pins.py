@@ -298,6 +298,22 @@ def test_split_search_sse_does_not_depend_on_column_scaling():
         assert scaled.sse(m) == pytest.approx(plain.sse(m), rel=1e-9)
 
 
+def test_a_split_side_is_unidentifiable_when_its_normalised_gram_is_singular_to_1e12():
+    # each side's Gram matrix, scaled to a unit diagonal, is refused when its smallest eigenvalue
+    # is at most 1e-12 of its largest: here [[1, c], [c, 1]] (eigenvalues 1 - c and 1 + c) scaled
+    # by columns of norm 2 and 3, so the scaling is undone before the test
+    from hostgap.model.attribution.fit import _gram_nnls
+
+    d = np.array([2.0, 3.0])
+    for gap, refused in ((1.5e-12, True), (2.5e-12, False), (1e-9, False)):
+        c = 1.0 - gap
+        G = np.outer(d, d) * np.array([[1.0, c], [c, 1.0]])
+        sse = _gram_nnls(G, np.array([1.0, 1.0]), 10.0)
+        assert (sse is None) is refused, (gap, sse)
+        assert refused or sse >= 0.0
+    assert _gram_nnls(np.diag([4.0, 0.0]), np.array([1.0, 0.0]), 1.0) is None  # an empty column
+
+
 def test_a_model_that_cannot_be_written_says_why_in_one_line(tmp_path):
     m = decode_model(beta=5e6, a2=30.0, baseline=(1.0, 1.0))
     # the folder does not exist: the system's reason, without the errno and path around it
