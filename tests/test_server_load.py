@@ -8,7 +8,14 @@ import urllib.request
 
 import pytest
 
-from hostgap.server.attach.loadgen import LoadGenerator, LoadSpec, chunk_tokens, late_streams, request_body
+from hostgap.server.attach.loadgen import (
+    LoadGenerator,
+    LoadSpec,
+    chunk_tokens,
+    late_streams,
+    request_body,
+    stream_was_late,
+)
 from test_server_attach import standin  # noqa: F401  (the stand-in server fixture)
 
 
@@ -65,6 +72,34 @@ def test_requests_that_end_leave_no_room_until_replaced(standin):  # noqa: F811
             time.sleep(0.002)
         assert rooms <= set(range(0, 5)) and min(rooms) == 0  # 5-token requests: at most 4 left
     assert load.stats.restarted == 0 and load.stats.tokens >= 15
+
+
+def test_late_is_all_tokens_in_the_last_quarter_for_half_the_requests():
+    assert not stream_was_late(0.0, 0.05, 1.75)  # the prefill, then tokens as they are decoded
+    assert stream_was_late(0.0, 1.39, 1.40)  # 1.39 s of nothing, then the whole request
+    assert not stream_was_late(0.0, 0.75, 1.0) and stream_was_late(0.0, 0.76, 1.0)  # the quarter's edge
+    assert stream_was_late(10.0, 10.76, 11.0)  # from the request's own sending
+    assert late_streams({"streams_timed": 4, "streams_late": 2}) and late_streams(
+        {"streams_timed": 1, "streams_late": 1}
+    )
+    assert not late_streams({"streams_timed": 5, "streams_late": 2}) and not late_streams({"streams_timed": 0})
+    assert not late_streams(None) and not late_streams({"streams_timed": 0, "streams_late": 0})
+
+
+def test_short_batches_are_put_down_to_late_streams_only_when_they_were():
+    from hostgap.server.attach.steps_seen import load_turnover_notes
+
+    steps = [{"kind": "decode", "gen_requests": 1}, {"kind": "decode", "gen_requests": 2}]
+    (plain,) = load_turnover_notes(steps, 2, 64)
+    (late,) = load_turnover_notes(steps, 2, 64, late=True)
+    head = "1 of the 2 complete profiled steps held fewer requests than the load of 2 in decode (decode: 1 at batch 1)"
+    assert plain.startswith(head) and late.startswith(head)
+    assert plain.endswith(
+        "a larger --output-len (more steps per request than pass before the profile starts) keeps the batch steady"
+    )
+    assert late.endswith(
+        "inside the window; the server streamed them late (see the notes), so their ends could not be seen"
+    )
 
 
 def test_streams_as_decoded_are_not_late(standin):  # noqa: F811
