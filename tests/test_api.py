@@ -161,3 +161,22 @@ def test_notebook_views_are_self_contained(pair, tmp_path):
         assert not re.search(r"(src|href)=['\"](?!#|data:)", v)
     assert "host-bound" in views[0] and "<svg" in views[0]
     assert "body{" not in views[0]  # the report's page style is scoped to the result
+
+
+def test_two_engines_are_valid_only_with_their_difference():
+    """``measure --engine A,B`` exits 3 unless both measurements are valid and their difference
+    is a result (docs/measure.md, "Two engines"): a valid pair without an interval is not."""
+    from hostgap.api._measure import MeasureResult, MeasureResults
+
+    def pair(valid_a: bool, valid_b: bool, diff_valid: bool) -> MeasureResults:
+        diff = {"base": "hf-cb", "other": "hf-cb-async", "valid": diff_valid}
+        docs = [
+            {"engine": e, "valid": v, "engine_difference": diff}
+            for e, v in (("hf-cb", valid_a), ("hf-cb-async", valid_b))
+        ]
+        return MeasureResults([MeasureResult(d) for d in docs])
+
+    assert pair(True, True, True).valid is True
+    assert pair(True, True, False).valid is False  # e.g. "no interval for the wall time of hf-cb"
+    assert pair(True, False, False).valid is False and pair(False, True, False).valid is False
+    assert pair(True, True, True).difference["other"] == "hf-cb-async"

@@ -158,7 +158,9 @@ class MeasureResults(Result):
 
     @property
     def valid(self) -> bool:
-        return all(r.valid for r in self.results)
+        """Every engine's measurement valid, and their difference a result (each with an
+        interval): otherwise ``measure`` exits with status 3 (docs/measure.md, "Two engines")."""
+        return all(r.valid for r in self.results) and self.difference.get("valid", True) is not False
 
     def to_json(self) -> str:
         return std_json(self._doc)

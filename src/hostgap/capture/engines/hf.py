@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hostgap.capture.protocol.engine import Engine, Workload, step_name
-from hostgap.capture.protocol.torch_profiler import export_trace, profiler_activities, without_usdt_lines
+from hostgap.capture.protocol.torch_profiler import export_trace, trace_profiler, without_usdt_lines
 from hostgap.capture.protocol.workload import (
     build_model,
     cached_bytes,
@@ -158,12 +158,7 @@ class HFEngine(Engine):
         torch = self.torch
         trace_dir = Path(trace_dir)
         trace_dir.mkdir(parents=True, exist_ok=True)
-        prof = torch.profiler.profile(
-            activities=profiler_activities(torch, self.workload.device),
-            record_shapes=False,
-            with_stack=False,
-            profile_memory=False,
-        )
+        prof = trace_profiler(torch, self.workload.device)
         with without_usdt_lines(), prof:
             wall_ns = self._run(n_tokens, annotate=True)
         self._check_positions(n_tokens)  # outside the trace

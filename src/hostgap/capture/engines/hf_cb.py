@@ -42,7 +42,7 @@ from hostgap.capture.engines.hf_cb_hooks import (
     resolved_config,
 )
 from hostgap.capture.protocol.engine import Engine, Workload
-from hostgap.capture.protocol.torch_profiler import export_trace, profiler_activities, without_usdt_lines
+from hostgap.capture.protocol.torch_profiler import export_trace, trace_profiler, without_usdt_lines
 from hostgap.capture.protocol.workload import build_model, check_fits, import_torch, import_transformers
 from hostgap.errors import HostgapError
 
@@ -201,13 +201,7 @@ class HFCBEngine(Engine):
         torch = self.torch
         trace_dir = Path(trace_dir)
         trace_dir.mkdir(parents=True, exist_ok=True)
-        prof = torch.profiler.profile(
-            activities=profiler_activities(torch, self.workload.device),
-            record_shapes=False,
-            with_stack=False,
-            profile_memory=False,
-            experimental_config=_all_threads(torch),
-        )
+        prof = trace_profiler(torch, self.workload.device, experimental_config=_all_threads(torch))
         assert self.hooks is not None
         with without_usdt_lines(), prof:
             self.hooks.trace(True)

@@ -60,6 +60,19 @@ def profiler_activities(torch, device: str) -> list:
     return acts
 
 
+def trace_profiler(torch, device: str, **options):
+    """The profiler the engines trace their N2 run with: CPU (and CUDA) activities, without
+    shapes, stacks or memory (each adds host time to the steps it records); ``options`` are
+    passed on (``experimental_config``)."""
+    return torch.profiler.profile(
+        activities=profiler_activities(torch, device),
+        record_shapes=False,
+        with_stack=False,
+        profile_memory=False,
+        **options,
+    )
+
+
 def export_trace(prof, path: Path) -> Path:
     """Write the profiler's Chrome trace to ``path`` (gzip when it ends in .gz)."""
     path = Path(path)
