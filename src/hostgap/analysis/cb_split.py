@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hostgap.analysis.vllm_split import active_segments, decode_rows
+from hostgap.analysis.vllm_split import active_segments, steady_steps
 from hostgap.events import Kind
 
 PREFIX = "hostgap.cb."
@@ -194,25 +194,11 @@ def split_of_trace(trace, steps: list[dict] | None = None, warmup: int = 1) -> d
     """The tiled split of an ``hf-cb`` trace (:func:`summarize` of :func:`step_tiling`) over
     its steady decode steps; None without decode steps. ``steps``: the anatomy's step rows of
     this trace (analysed here when not given)."""
-    if steps is None:
-        from hostgap.anatomy.steps import AnalysisOptions, analyze
-
-        steps = analyze(trace, AnalysisOptions()).to_dict()["steps"]
-    rows = decode_rows(steps, warmup)
-    if not rows:
+    steady = steady_steps(trace, steps, warmup)
+    if steady is None:
         return None
-    seg_s, seg_e = active_segments(trace)
     a_s, a_e, a_p = sub_annotations(trace, step_threads(trace))
-    tiling = step_tiling(
-        np.array([r["start_ns"] for r in rows]),
-        np.array([r["wall_ns"] for r in rows]),
-        np.array([r["marker_end_ns"] for r in rows]),
-        seg_s,
-        seg_e,
-        a_s,
-        a_e,
-        a_p,
-    )
+    tiling = step_tiling(*steady, *active_segments(trace), a_s, a_e, a_p)
     return summarize(tiling, annotated=len(a_s) > 0)
 
 

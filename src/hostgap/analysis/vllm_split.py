@@ -77,11 +77,10 @@ def decode_rows(steps: list[dict], warmup: int = 1) -> list[dict]:
     return dec[warmup:] if len(dec) > warmup else dec
 
 
-def split_of_trace(trace, steps: list[dict] | None = None, warmup: int = 1) -> dict | None:
-    """The tiled split of a Worker trace: mean per steady decode step of each part, the mean
-    step (their exact sum), shares, and the per-step arrays' count. None without decode steps.
-
-    ``steps``: the anatomy's step rows of this trace (analysed here when not given)."""
+def steady_steps(trace, steps: list[dict] | None, warmup: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The steady decode steps (:func:`decode_rows`) of a trace as three arrays: start, wall and
+    marker end (ns); None without decode steps. ``steps``: the anatomy's step rows of this trace
+    (analysed here when not given)."""
     if steps is None:
         from hostgap.anatomy.steps import AnalysisOptions, analyze
 
@@ -89,15 +88,22 @@ def split_of_trace(trace, steps: list[dict] | None = None, warmup: int = 1) -> d
     rows = decode_rows(steps, warmup)
     if not rows:
         return None
-    seg_s, seg_e = active_segments(trace)
-    parts = step_parts(
+    return (
         np.array([r["start_ns"] for r in rows]),
         np.array([r["wall_ns"] for r in rows]),
         np.array([r["marker_end_ns"] for r in rows]),
-        seg_s,
-        seg_e,
     )
-    return summarize(parts)
+
+
+def split_of_trace(trace, steps: list[dict] | None = None, warmup: int = 1) -> dict | None:
+    """The tiled split of a Worker trace: mean per steady decode step of each part, the mean
+    step (their exact sum), shares, and the per-step arrays' count. None without decode steps.
+
+    ``steps``: the anatomy's step rows of this trace (analysed here when not given)."""
+    steady = steady_steps(trace, steps, warmup)
+    if steady is None:
+        return None
+    return summarize(step_parts(*steady, *active_segments(trace)))
 
 
 def summarize(parts: dict[str, np.ndarray]) -> dict:
