@@ -169,6 +169,17 @@ def test_stop_does_not_wait_on_a_hung_server(standin):  # noqa: F811
     assert load.alive == 1  # still blocked in its read, as a daemon
 
 
+def test_errors_before_a_wait_do_not_end_it():
+    """A refresh after failed requests: the wait counts only the errors of its own time, so it
+    goes on until the requests stream."""
+    import threading
+
+    load = LoadGenerator("http://127.0.0.1:9", LoadSpec(concurrency=2, model="m"))  # never started
+    load.stats.errors = 5
+    threading.Timer(0.2, lambda: load.stats.reached.update({0, 1})).start()
+    assert load.wait_streaming(60) is True
+
+
 def test_wait_ends_on_errors():
     """Nothing listens at the port: the requests fail and the wait says so at the first error,
     not after its timeout."""
