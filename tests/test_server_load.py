@@ -102,6 +102,17 @@ def test_short_batches_are_put_down_to_late_streams_only_when_they_were():
     )
 
 
+def test_a_finished_request_counts_exactly_its_tokens(standin):  # noqa: F811
+    """Only the stream's data lines count, and its closing ``[DONE]`` is no token: the blank
+    line after each event, or the end marker, counted would make a request of 20 tokens 21."""
+    s = standin("sglang", "--step-ms", "5")
+    with LoadGenerator(s.url, LoadSpec(concurrency=1, output_len=20)) as load:
+        wait_until(lambda: load.stats.finished >= 2)
+        with load._lock:
+            tokens, finished, current = load.stats.tokens, load.stats.finished, dict(load._current)
+    assert tokens == 20 * finished + current.get(0, 0), (tokens, finished, current)
+
+
 def test_streams_as_decoded_are_not_late(standin):  # noqa: F811
     s = standin("sglang", "--step-ms", "20")
     with LoadGenerator(s.url, LoadSpec(concurrency=2, output_len=20)) as load:
