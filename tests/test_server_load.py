@@ -29,6 +29,9 @@ def test_chunk_tokens_reads_the_running_usage():
     assert chunk_tokens(b'{"completion_tokens": 9', 4) == 5  # broken JSON
     body = request_body(LoadSpec(concurrency=1), "m", 0)
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    # streamed (the tokens are counted as they come), every one of the output length decoded
+    assert body["stream"] is True and body["ignore_eos"] is True and body["temperature"] == 0.0
+    assert body["max_tokens"] == body["min_tokens"] == 256 and len(body["prompt"]) == 32
 
 
 def wait_until(cond, timeout_s: float = 30.0) -> None:
