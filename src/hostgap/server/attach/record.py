@@ -107,11 +107,7 @@ def build_result(cfg: AttachConfig, client: ProfileClient, session: Session, run
         "flags": ["profiler inflation above the limit: " + cost["text"]] if cost and cost.get("flagged") else [],
         "notes": session.notes,
         "load_stats": session.load_stats,
-        "load_notes": (
-            load_turnover_notes(steps, cfg.load.concurrency, cfg.load.output_len, late_streams(session.load_stats))
-            if cfg.load is not None
-            else []
-        ),
+        "load_notes": load_notes(cfg, steps, session.load_stats),
         "valid": not reasons,
         "invalid_reasons": reasons,
         "run_dir": str(run_dir.path.resolve()),
@@ -129,6 +125,21 @@ def _frontend(session: Session, n_steps: int, run_dir) -> dict | None:
         return {"trace": os.path.relpath(session.files.frontend[0], run_dir.path), "problem": e.problem}
     out["trace"] = os.path.relpath(out["trace"], run_dir.path)
     return out
+
+
+def load_notes(cfg: AttachConfig, steps: list[dict], load_stats: dict | None) -> list[str]:
+    """What the profiled steps say of hostgap's load (none without one): short batches put down
+    to late streams, to a server behind what it streamed after a restart just before the start,
+    or to requests too short for the window (:func:`load_turnover_notes`)."""
+    if cfg.load is None:
+        return []
+    return load_turnover_notes(
+        steps,
+        cfg.load.concurrency,
+        cfg.load.output_len,
+        late=late_streams(load_stats),
+        restarted=bool((load_stats or {}).get("refreshes")),
+    )
 
 
 def invalid_reasons(cfg: AttachConfig, decode: list[dict], batches: dict) -> list[str]:

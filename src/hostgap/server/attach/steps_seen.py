@@ -63,12 +63,18 @@ def decode_steps(doc: dict) -> list[dict]:
     return [s for s in doc.get("steps") or [] if s.get("kind") == "decode" and not s.get("partial")]
 
 
-def load_turnover_notes(steps: list[dict], concurrency: int, output_len: int, late: bool = False) -> list[str]:
+def load_turnover_notes(
+    steps: list[dict], concurrency: int, output_len: int, late: bool = False, restarted: bool = False
+) -> list[str]:
     """What the complete profiled steps that were not decode at the load's batch say: fewer
     requests (a prefill, a mixed step, a smaller decode batch) is the load's requests ending and
     being replaced inside the window; a larger decode batch is other traffic on the server.
     ``late``: the load's streams came late (``loadgen.late_streams``), so the requests' ends
     could not be seen in time to keep them out of the window, whatever their length.
+    ``restarted``: the load's requests were restarted together just before the start
+    (``make_room``: only where ``output_len`` covers the window), so fresh requests, each with
+    more tokens than the window has steps, cannot have ended inside it unless the server ran
+    behind what the client saw: no longer ``--output-len`` is advised then.
 
     >>> steps = [{"kind": "prefill", "ctx_requests": 1}, {"kind": "decode", "gen_requests": 1},
     ...          {"kind": "decode", "gen_requests": 2}, {"kind": "decode", "gen_requests": 2, "partial": True}]
@@ -78,6 +84,8 @@ def load_turnover_notes(steps: list[dict], concurrency: int, output_len: int, la
     ['1 decode step(s) ran at a larger batch than the load of 2: other traffic shares the server']
     >>> load_turnover_notes(steps, 2, 64, late=True)[0][-78:]
     'the server streamed them late (see the notes), so their ends could not be seen'
+    >>> load_turnover_notes(steps, 2, 64, restarted=True)[0][-54:]
+    "the window's batch could not be chosen from the client"
     """
     whole = [s for s in steps if not s.get("partial")]
     fewer = [s for s in whole if s.get("kind") != "decode" or (s.get("gen_requests") or 0) < concurrency]
@@ -88,17 +96,28 @@ def load_turnover_notes(steps: list[dict], concurrency: int, output_len: int, la
         seen = "; ".join(
             f"{kind}: " + ", ".join(f"{n} at batch {b}" for b, n in counts.items()) for kind, counts in kinds.items()
         )
-        out.append(
+        head = (
             f"{len(fewer)} of the {len(whole)} complete profiled steps held fewer requests than the load of "
-            f"{concurrency} in decode ({seen}): its requests of {output_len} tokens ended and were replaced "
-            "inside the window; "
-            + (
-                "the server streamed them late (see the notes), so their ends could not be seen"
-                if late
-                else "a larger --output-len (more steps per request than pass before the profile "
-                "starts) keeps the batch steady"
-            )
+            f"{concurrency} in decode ({seen}): "
         )
+        if late:
+            why = (
+                f"its requests of {output_len} tokens ended and were replaced inside the window; the server "
+                "streamed them late (see the notes), so their ends could not be seen"
+            )
+        elif restarted:
+            why = (
+                f"its requests were restarted together just before the start, each with {output_len} tokens, "
+                "more than the window has steps: the server ran behind what it streamed (its API process "
+                "behind its engine, or the start slow to reach the engine), and the window's batch could not "
+                "be chosen from the client"
+            )
+        else:
+            why = (
+                f"its requests of {output_len} tokens ended and were replaced inside the window; a larger "
+                "--output-len (more steps per request than pass before the profile starts) keeps the batch steady"
+            )
+        out.append(head + why)
     if more:
         out.append(
             f"{len(more)} decode step(s) ran at a larger batch than the load of {concurrency}: "
