@@ -62,6 +62,19 @@ def test_observed_settings(kineto_trace):
     assert observed_settings(stacked) == {"with_stack": True, "record_shapes": True}
 
 
+def test_observed_settings_reads_on_until_both_markers_are_seen(kineto_trace, monkeypatch):
+    """The look stops early only once both markers were seen: a trace whose stacks come in its
+    first piece and whose shapes only pieces later still reports both (pieces of 64 bytes here)."""
+    from hostgap.readers import text
+
+    monkeypatch.setattr(text, "READ_PIECE", 64)
+    op = cpu_op("aten::mm", ts=900, dur=5)
+    op["args"]["Input Dims"] = [[2, 2]]
+    fillers = [cpu_op("aten::add", ts=10 * i, dur=1) for i in range(1, 40)]
+    late_shapes = kineto_trace([python_frame("f", ts=0, dur=5), *fillers, op])
+    assert observed_settings(late_shapes) == {"with_stack": True, "record_shapes": True}
+
+
 def test_batches_and_step_period():
     steps = [
         {"index": 0, "kind": "prefill", "ctx_requests": 2, "start_ns": 0},
