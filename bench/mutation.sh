@@ -65,7 +65,8 @@ tests_for() {
                            echo tests/test_capture_differencing.py tests/test_capture_point_inside.py tests/test_capture_rounds.py tests/test_capture_validity.py tests/test_capture_converge.py ;;
     src/hostgap/capture/protocol/engine_diff.py|src/hostgap/capture/protocol/interleave.py)
                            echo tests/test_capture_interleave.py tests/test_capture_validity.py ;;
-    src/hostgap/capture/engines/*.py|src/hostgap/analysis/vllm_split.py|src/hostgap/analysis/harvest_table.py) echo tests/test_vllm_*.py ;;
+    src/hostgap/analysis/vllm_split.py) echo tests/test_vllm_*.py tests/test_cb_split.py ;;  # steady_steps serves both splits
+    src/hostgap/capture/engines/*.py|src/hostgap/analysis/harvest_table.py) echo tests/test_vllm_*.py ;;
     src/hostgap/model/attribution/*) echo tests/test_attribution_*.py ;;
     src/hostgap/model/steps_table.py|src/hostgap/model/steps_data.py|src/hostgap/model/steps_layouts.py)
                            echo tests/test_attribution_*.py ;;
