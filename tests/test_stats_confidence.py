@@ -16,13 +16,14 @@ def test_tie_term_by_hand():
     assert _ties(np.array([4.0, 5.0, 6.0])) == 0.0
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_theil_sen_line_is_scipys_with_ties(seed):
-    """Five repeats at each of four N (ties in x), timings rounded to whole µs (ties in y): the
-    slope, intercept and both ends of the interval are scipy.stats.theilslopes's."""
+@pytest.mark.parametrize(("seed", "grain"), [(0, 1.0), (1, 1.0), (2, 1.0), (0, 10.0), (1, 10.0)])
+def test_theil_sen_line_is_scipys_with_ties(seed, grain):
+    """Five repeats at each of four N (ties in x), timings rounded to a clock's grain (ties in y;
+    a coarse grain makes many): the slope, intercept and both ends of the interval are
+    scipy.stats.theilslopes's."""
     rng = np.random.default_rng(seed)
     x = np.repeat([1.0, 2.0, 4.0, 8.0], 5)
-    y = np.round(100 + 7 * x + rng.normal(0, 3, len(x)))
+    y = grain * np.round((100 + 7 * x + rng.normal(0, 3, len(x))) / grain)
     assert _ties(y) > 0  # the rounding made ties in y too
     ours = theil_sen_line(x, y, level=0.95)
     ref = theilslopes(y, x, alpha=0.95)
