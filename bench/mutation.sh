@@ -60,7 +60,7 @@ tests_for() {
                            echo tests/test_ranks*.py tests/test_anatomy_comm.py tests/test_anatomy_steps.py tests/test_anatomy_kernel_rows.py ;;
     src/hostgap/anatomy/*) echo tests/test_anatomy_*.py tests/test_timeline*.py tests/test_cpu_compute.py ;;
     src/hostgap/stats/confidence.py|src/hostgap/stats/rounds.py|src/hostgap/stats/noise.py)
-                           echo tests/test_capture_rounds.py tests/test_capture_point_inside.py tests/test_capture_differencing.py tests/test_capture_coverage.py tests/test_capture_coverage_noise.py tests/test_stats_confidence.py ;;
+                           echo tests/test_capture_rounds.py tests/test_capture_point_inside.py tests/test_capture_differencing.py tests/test_capture_coverage.py tests/test_capture_coverage_noise.py tests/test_stats_confidence.py tests/test_stats_noise.py ;;
     src/hostgap/stats/differencing.py|src/hostgap/capture/protocol/validity.py|src/hostgap/checks.py)
                            echo tests/test_capture_differencing.py tests/test_capture_point_inside.py tests/test_capture_rounds.py tests/test_capture_validity.py tests/test_capture_converge.py ;;
     src/hostgap/capture/protocol/engine_diff.py|src/hostgap/capture/protocol/interleave.py)

@@ -1,0 +1,47 @@
+"""The machine's noise readings between two snapshots, by hand: the stolen share counts only
+the steal that happened between them, and throttling is the count's growth."""
+
+from __future__ import annotations
+
+from hostgap.stats.noise import _STAT_FIELDS, machine_noise, steal_share
+
+
+def stat(**ticks: int) -> dict:
+    return {**dict.fromkeys(_STAT_FIELDS, 0), **ticks}
+
+
+def test_steal_share_is_the_steal_between_the_readings():
+    # 100 ticks passed: 80 idle, 20 stolen, of which 5 before the first reading
+    before = stat(idle=100, steal=5)
+    after = stat(idle=180, steal=25)
+    assert steal_share(before, after) == 0.2
+    assert steal_share(after, after) is None  # no time passed
+    assert steal_share(None, after) is None
+
+
+def test_machine_noise_between_two_snapshots():
+    a = {
+        "t_ns": 0,
+        "stat": stat(user=10, steal=2),
+        "psi_some_us": 1_000.0,
+        "freq_khz": [2_000_000],
+        "throttle_count": 3,
+        "loadavg_1m": 0.5,
+    }
+    b = {
+        "t_ns": 2_000_000_000,
+        "stat": stat(user=100, steal=12),
+        "psi_some_us": 501_000.0,
+        "freq_khz": [1_500_000, 2_000_000],
+        "throttle_count": 7,
+        "loadavg_1m": 1.5,
+    }
+    m = machine_noise([a, b])
+    assert m["steal_share"] == 0.1  # 10 of 100 ticks
+    assert m["pressure_share"] == 0.25  # 0.5 s of 2 s
+    assert m["throttle_events"] == 4
+    assert (m["freq_khz_min"], m["freq_khz_max"], m["freq_range"]) == (1_500_000, 2_000_000, 0.25)
+    assert m["loadavg_1m"] == 1.5 and m["seconds"] == 2.0
+    unknown = machine_noise([{**a, "throttle_count": None}, b])
+    assert unknown["throttle_events"] is None  # one reading without the count: not known
+    assert machine_noise([a])["throttle_events"] is None
