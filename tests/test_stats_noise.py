@@ -3,6 +3,8 @@ the steal that happened between them, and throttling is the count's growth."""
 
 from __future__ import annotations
 
+import pytest
+
 from hostgap.stats.noise import _STAT_FIELDS, machine_noise, steal_share
 
 
@@ -45,3 +47,21 @@ def test_machine_noise_between_two_snapshots():
     unknown = machine_noise([{**a, "throttle_count": None}, b])
     assert unknown["throttle_events"] is None  # one reading without the count: not known
     assert machine_noise([a])["throttle_events"] is None
+
+
+def test_fit_noise_centres_each_sequence_on_its_own_median():
+    """Sequences measured at different levels (a slower or faster block of runs) are each
+    centred on their median before the scale and the correlation are fitted: the fit is the one
+    of the centred sequences, and the scale is the runs' spread, not the distance between the
+    levels."""
+    import numpy as np
+
+    from hostgap.stats.noise import fit_noise
+
+    rng = np.random.default_rng(5)
+    runs = [rng.normal(0.0, 0.01, 60), rng.normal(0.0, 0.01, 60)]
+    centred = [d - np.median(d) for d in runs]
+    level = fit_noise([runs[0] + 0.2, runs[1] - 0.1])
+    ref = fit_noise(centred)
+    assert (level.sd, level.rho) == pytest.approx((ref.sd, ref.rho), rel=1e-9) and level.dof == ref.dof
+    assert 0.005 < level.sd < 0.02
