@@ -65,3 +65,21 @@ def test_fit_noise_centres_each_sequence_on_its_own_median():
     ref = fit_noise(centred)
     assert (level.sd, level.rho) == pytest.approx((ref.sd, ref.rho), rel=1e-9) and level.dof == ref.dof
     assert 0.005 < level.sd < 0.02
+
+
+@pytest.mark.parametrize("side", [-1.0, 1.0])
+def test_a_wild_run_weighs_no_more_than_four_scales_in_the_correlation(side):
+    """Deviations are clipped at 4 robust scales, on both sides, before the lag-1 correlation:
+    how far out one wild run lies does not change the fitted correlation."""
+    import numpy as np
+
+    from hostgap.stats.noise import fit_noise
+
+    rng = np.random.default_rng(9)
+    base = rng.normal(0.0, 0.01, 80)
+    base[1:] += 0.5 * base[:-1]  # some correlation to fit
+    near, far = base.copy(), base.copy()
+    near[40], far[40] = side * 0.2, side * 2.0  # 20 and 200 scales out
+    a, b = fit_noise(near), fit_noise(far)
+    assert a.sd == b.sd and 0.0 < a.rho < 0.95
+    assert a.rho == pytest.approx(b.rho, rel=1e-12)
