@@ -7,6 +7,7 @@ same port, so the session's later tests keep it)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -153,13 +154,43 @@ def _lines_of(stream, into: list[str]) -> threading.Thread:
     return t
 
 
-def _until(predicate, timeout_s: float, what: str, log: list[str]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not seen within {timeout_s:.0f} s; watch said:\n" + "".join(log[-40:]))
+POLL_S, STEP_CAP_S = 0.5, 5.0
+
+
+def _until(predicate, timeout_s: float, what: str, log: list[str], proc=None, server=None) -> None:
+    """Poll ``predicate`` until it holds or ``timeout_s`` seconds of waiting have been counted.
+    A poll counts the clock's move since the last, at most STEP_CAP_S: a loaded machine stretches
+    a half-second sleep to a second or two, while a longer jump is the machine (a virtual one)
+    paused, which gave the watch no time either."""
+    spent, last = 0.0, time.monotonic()
+    while not predicate():
+        if spent >= timeout_s:
+            said = "".join(log[-40:])
+            raise AssertionError(f"{what} not seen within {timeout_s:.0f} s; watch said:\n{said}{_state(proc, server)}")
+        time.sleep(POLL_S)
+        now = time.monotonic()
+        spent, last = spent + min(now - last, STEP_CAP_S), now
+
+
+def _state(proc, server) -> str:
+    """Where the watch process is (its Python stacks, by py-spy where installed) and the
+    server's log tail: what a failed wait needs to be understood from the test's output."""
+    out = []
+    if proc is not None:
+        rc = proc.poll()
+        out.append(f"watch pid {proc.pid}: {'running' if rc is None else f'exited with status {rc}'}")
+        spy = Path(sys.executable).with_name("py-spy")
+        if rc is None and spy.exists():
+            try:
+                dump = subprocess.run(
+                    [str(spy), "dump", "--pid", str(proc.pid)], capture_output=True, text=True, timeout=60
+                )
+                out.append(dump.stdout + dump.stderr)
+            except subprocess.TimeoutExpired:
+                out.append("py-spy dump timed out")
+    if server is not None:
+        out.append(f"server log tail:\n{server.log_tail(25)}")
+    return "\n" + "\n".join(out) if out else ""
 
 
 def test_watch_calibrates_itself_serves_gauges_and_survives_a_restart(vllm_server, tmp_path):
@@ -186,14 +217,15 @@ def test_watch_calibrates_itself_serves_gauges_and_survives_a_restart(vllm_serve
         assert first.wait_streaming(300), "the load never streamed"
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _lines_of(proc.stderr, err)
+        wait = functools.partial(_until, log=err, proc=proc, server=vllm_server)
         done = lambda n: sum("decode steps at batch" in ln and "calibration 2" in ln for ln in err) >= n  # noqa: E731
-        _until(lambda: done(1), 240, "a first calibration", err)
+        wait(lambda: done(1), 240, "a first calibration")
         more.start()  # the batch goes from 2 to 6: out of the calibrated range
-        _until(lambda: any("calibration (batch)" in ln for ln in err), 240, "a re-calibration for the batch", err)
-        _until(lambda: done(2), 240, "the second calibration", err)
+        wait(lambda: any("calibration (batch)" in ln for ln in err), 240, "a re-calibration for the batch")
+        wait(lambda: done(2), 240, "the second calibration")
         rows = lambda: [json.loads(x) for x in jsonl.read_text().splitlines()]  # noqa: E731
         both = lambda r: r["host_share"] is not None and "," in (r["calibration"] or "")  # noqa: E731
-        _until(lambda: any(both(r) for r in rows()), 60, "an interval estimated with both profiles", err)
+        wait(lambda: any(both(r) for r in rows()), 60, "an interval estimated with both profiles")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
             scraped = r.read().decode()
         _, gauges, _ = parse(scraped)
@@ -207,9 +239,9 @@ def test_watch_calibrates_itself_serves_gauges_and_survives_a_restart(vllm_serve
         more.stop()
         first.stop()
         restart_server(vllm_server)  # the watch goes on: failed scrapes, then a reset interval
-        _until(lambda: any(r["status"] == "reset" for r in rows()), 120, "a reset interval", err)
+        wait(lambda: any(r["status"] == "reset" for r in rows()), 120, "a reset interval")
         n = len(rows())
-        _until(lambda: len(rows()) > n, 60, "an interval after the restart", err)
+        wait(lambda: len(rows()) > n, 60, "an interval after the restart")
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=90)
     finally:
