@@ -1,8 +1,10 @@
 """Attribution numbers a changed operator would get wrong (mutation audit of
 model/attribution/, bench/mutation.sh): R² and relative errors on three steps, the token
 baseline per class, the held-out selection from a stored split, the training-range note, and
-the guards on model files. Every model and step table is written by hand; every expected value
-follows from them in the comments."""
+the guards on model files, and the fit's own guards (the least steps per segment, the rank
+tolerance, fit_class's defaults). Every model and step table is written by hand, or drawn from a
+seeded generator where only its structure matters; every expected value follows from them in
+the comments."""
 
 from __future__ import annotations
 
@@ -515,3 +517,69 @@ def test_the_held_out_fit_records_the_steps_path():
     assert A.fit_held_out(s).model.provenance["steps_path"] == "hand"
     anonymous = dataclasses.replace(s, origin="")
     assert A.fit_held_out(anonymous).model.provenance["steps_path"] is None
+
+
+def _independent_prefill_features(n: int, seed: int) -> np.ndarray:
+    """Six step features (1, Σp, Σc, Σp², |B|, Σp·c) drawn independently, Σp distinct and
+    increasing: every term identifiable, every split position a change of Σp."""
+    rng = np.random.default_rng(seed)
+    sum_p = np.cumsum(rng.uniform(50.0, 150.0, n))
+    return np.column_stack(
+        [
+            np.ones(n),
+            sum_p,
+            rng.uniform(0.0, 4000.0, n),
+            sum_p * rng.uniform(20.0, 200.0, n),
+            rng.integers(1, 9, n).astype(float),
+            rng.uniform(0.0, 5e5, n),
+        ]
+    )
+
+
+def test_a_segment_holds_three_steps_per_fitted_term():
+    # 60 steps, all six terms identifiable: a segment needs MIN_STEPS_PER_TERM x 6 = 18 steps.
+    # The costs change sharply after the 12 lowest Σp, so a split there fits exactly; it leaves
+    # 12 < 18 steps on one side and must not be taken (a floor of 8 would take it)
+    X = _independent_prefill_features(60, seed=5)
+    low, high = np.array([2e6, 900.0, 15.0, 0.02, 3e4, 0.004]), np.array([5e5, 100.0, 40.0, 0.1, 9e4, 0.02])
+    y = np.where(np.arange(60) < 12, X @ low, X @ high)
+    cm = A.fit_class("prefill", X, y, y)
+    assert cm.terms == (0, 1, 2, 3, 4, 5), cm.notes
+    need = A.MIN_STEPS_PER_TERM * len(cm.terms)
+    assert need == 18
+    edges = [-INF] + [s.sum_p_max for s in cm.segments]
+    sizes = [int(((X[:, 1] > a) & (X[:, 1] <= b)).sum()) for a, b in zip(edges, edges[1:])]
+    assert sum(sizes) == 60 and min(sizes) >= need, sizes
+
+
+def test_fit_class_fits_the_pc_term_by_default_like_fit():
+    # fit_class is public: called with its defaults it fits a5 (Σp·c) where the data has it, as
+    # fit does; without it, a5 is left out and said so
+    X = _independent_prefill_features(40, seed=6)
+    y = X @ np.array([1e6, 200.0, 20.0, 0.05, 5e4, 0.01])
+    assert 5 in A.fit_class("prefill", X, y, y).terms
+    without = A.fit_class("prefill", X, y, y, use_pc=False)
+    assert 5 not in without.terms and any("a5 not fitted" in n for n in without.notes)
+
+
+def test_a_term_closer_to_the_others_than_the_rank_tolerance_is_merged():
+    # _identifiable keeps a unit-normed column while the rank, at tolerance 1e-8 x sqrt(n),
+    # grows: 1e-7 at n = 100. Σc here is the constant column plus delta x r (r a unit vector
+    # orthogonal to it): the two unit columns meet at an angle of delta / sqrt(n), so their
+    # smaller singular value is delta / sqrt(2n): 1e-8 (merged) and 3e-7 (kept) below
+    from hostgap.model.attribution.fit import _identifiable
+
+    n = 100
+    r = np.random.default_rng(7).standard_normal(n)
+    r -= r.mean()
+    r /= np.linalg.norm(r)
+    X = np.zeros((n, 6))
+    X[:, 0] = 1.0
+    for sigma, kept in ((1e-8, False), (3e-7, True)):
+        X[:, 2] = 1.0 + sigma * math.sqrt(2 * n) * r
+        assert np.linalg.svd(X[:, [0, 2]] / np.linalg.norm(X[:, [0, 2]], axis=0), compute_uv=False)[-1] == (
+            pytest.approx(sigma, rel=1e-3)
+        )
+        terms, notes = _identifiable(X, [0, 2])
+        assert terms == ([0, 2] if kept else [0]), (sigma, notes)
+        assert kept or "linear combination" in notes[0]
