@@ -583,3 +583,71 @@ def test_a_term_closer_to_the_others_than_the_rank_tolerance_is_merged():
         terms, notes = _identifiable(X, [0, 2])
         assert terms == ([0, 2] if kept else [0]), (sigma, notes)
         assert kept or "linear combination" in notes[0]
+
+
+def test_identifiability_does_not_depend_on_a_features_units():
+    # each column is normed before the rank test, kept or tried: the same terms are kept and
+    # merged when a feature is scaled by 1e-6 or 1e6 (Σc near-collinear with the constant
+    # column at a singular value of 1e-8, Σp independent)
+    from hostgap.model.attribution.fit import _identifiable
+
+    n = 100
+    rng = np.random.default_rng(8)
+    r = rng.standard_normal(n)
+    r -= r.mean()
+    r /= np.linalg.norm(r)
+    X = np.zeros((n, 6))
+    X[:, 0] = 1.0
+    X[:, 1] = rng.uniform(10.0, 500.0, n)
+    X[:, 2] = 1.0 + 1e-8 * math.sqrt(2 * n) * r
+    assert _identifiable(X, [0, 1, 2])[0] == [0, 1]
+    for j in (0, 1, 2):
+        for scale in (1e-6, 1e6):
+            Xs = X.copy()
+            Xs[:, j] *= scale
+            assert _identifiable(Xs, [0, 1, 2])[0] == [0, 1], (j, scale)
+
+
+def test_neither_segment_is_shorter_than_three_steps_per_term():
+    # the mirror of test_a_segment_holds_three_steps_per_fitted_term: the costs change before
+    # the 12 highest Σp, and a split there (12 < 18 steps above it) must not be taken
+    X = _independent_prefill_features(60, seed=5)
+    low, high = np.array([2e6, 900.0, 15.0, 0.02, 3e4, 0.004]), np.array([5e5, 100.0, 40.0, 0.1, 9e4, 0.02])
+    y = np.where(np.arange(60) < 48, X @ low, X @ high)
+    cm = A.fit_class("prefill", X, y, y)
+    assert cm.terms == (0, 1, 2, 3, 4, 5), cm.notes
+    edges = [-INF] + [s.sum_p_max for s in cm.segments]
+    sizes = [int(((X[:, 1] > a) & (X[:, 1] <= b)).sum()) for a, b in zip(edges, edges[1:])]
+    assert sum(sizes) == 60 and min(sizes) >= 18, sizes
+
+
+def test_train_error_is_the_90th_percentile_of_relative_misfit():
+    # y off a linear model by +-3 % on alternate steps: no fit of the six terms removes that,
+    # and train_rel_err_p90 is the 90th percentile of |T̂ - T| / T over the training steps
+    from hostgap.model.attribution.fit import _predict_rows
+
+    X = _independent_prefill_features(40, seed=6)
+    y = X @ np.array([1e6, 200.0, 20.0, 0.05, 5e4, 0.01]) * np.where(np.arange(40) % 2, 1.03, 0.97)
+    cm = A.fit_class("prefill", X, y, y)
+    rel = np.abs(_predict_rows(X, cm.segments) - y) / y
+    assert cm.train_rel_err_p90 == pytest.approx(np.percentile(rel, 90), rel=1e-12)
+    assert 0.005 < cm.train_rel_err_p90 < 0.06
+
+
+def test_component_models_need_three_measured_steps_per_term():
+    # the device/host models refit the main model's terms on the steps with gpu_active_ns:
+    # prefill's five or six terms need 15 or 18 of them; one fewer and the components are
+    # refused with the reason, exactly enough and they are fitted
+    from hostgap.model.synth import synth_steps
+
+    s = synth_steps(400, seed=4, noise=0.005, decode_fraction=0.5).steps
+    k = len(A.fit(s).classes["prefill"].terms)
+    assert k >= 5
+    pre = np.flatnonzero(s.is_prefill & ~s.queued)
+    for measured, fitted in ((3 * k - 1, False), (3 * k, True)):
+        gpu, host = s.gpu_active_ns.copy(), s.host_exposed_ns.copy()
+        gpu[pre[measured:]] = np.nan
+        host[pre[measured:]] = np.nan
+        m = A.fit(dataclasses.replace(s, gpu_active_ns=gpu, host_exposed_ns=host))
+        assert bool(m.components) is fitted, m.notes
+        assert fitted or any("too few unqueued prefill steps" in n for n in m.notes)
