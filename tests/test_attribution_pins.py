@@ -536,13 +536,15 @@ def _independent_prefill_features(n: int, seed: int) -> np.ndarray:
     )
 
 
-def test_a_segment_holds_three_steps_per_fitted_term():
+@pytest.mark.parametrize("change_at", [12, 48], ids=["low side", "high side"])
+def test_a_segment_holds_three_steps_per_fitted_term(change_at):
     # 60 steps, all six terms identifiable: a segment needs MIN_STEPS_PER_TERM x 6 = 18 steps.
-    # The costs change sharply after the 12 lowest Σp, so a split there fits exactly; it leaves
-    # 12 < 18 steps on one side and must not be taken (a floor of 8 would take it)
+    # The costs change sharply after the 12 lowest Σp (or before the 12 highest), so a split
+    # there fits exactly; it leaves 12 < 18 steps on one side and must not be taken (a floor of
+    # 8 would take the first, a filter on the low side only the second)
     X = _independent_prefill_features(60, seed=5)
     low, high = np.array([2e6, 900.0, 15.0, 0.02, 3e4, 0.004]), np.array([5e5, 100.0, 40.0, 0.1, 9e4, 0.02])
-    y = np.where(np.arange(60) < 12, X @ low, X @ high)
+    y = np.where(np.arange(60) < change_at, X @ low, X @ high)
     cm = A.fit_class("prefill", X, y, y)
     assert cm.terms == (0, 1, 2, 3, 4, 5), cm.notes
     need = A.MIN_STEPS_PER_TERM * len(cm.terms)
@@ -606,19 +608,6 @@ def test_identifiability_does_not_depend_on_a_features_units():
             Xs = X.copy()
             Xs[:, j] *= scale
             assert _identifiable(Xs, [0, 1, 2])[0] == [0, 1], (j, scale)
-
-
-def test_neither_segment_is_shorter_than_three_steps_per_term():
-    # the mirror of test_a_segment_holds_three_steps_per_fitted_term: the costs change before
-    # the 12 highest Σp, and a split there (12 < 18 steps above it) must not be taken
-    X = _independent_prefill_features(60, seed=5)
-    low, high = np.array([2e6, 900.0, 15.0, 0.02, 3e4, 0.004]), np.array([5e5, 100.0, 40.0, 0.1, 9e4, 0.02])
-    y = np.where(np.arange(60) < 48, X @ low, X @ high)
-    cm = A.fit_class("prefill", X, y, y)
-    assert cm.terms == (0, 1, 2, 3, 4, 5), cm.notes
-    edges = [-INF] + [s.sum_p_max for s in cm.segments]
-    sizes = [int(((X[:, 1] > a) & (X[:, 1] <= b)).sum()) for a, b in zip(edges, edges[1:])]
-    assert sum(sizes) == 60 and min(sizes) >= 18, sizes
 
 
 def test_train_error_is_the_90th_percentile_of_relative_misfit():
