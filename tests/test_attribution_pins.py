@@ -556,12 +556,16 @@ def test_a_segment_holds_three_steps_per_fitted_term(change_at):
 
 def test_fit_class_fits_the_pc_term_by_default_like_fit():
     # fit_class is public: called with its defaults it fits a5 (Σp·c) where the data has it, as
-    # fit does; without it, a5 is left out and said so
+    # fit does; without it, a5 is left out and said so. The note is said only then: not for a
+    # prefill model that fits a5, and not for decode, which never has a5 among its terms
     X = _independent_prefill_features(40, seed=6)
     y = X @ np.array([1e6, 200.0, 20.0, 0.05, 5e4, 0.01])
-    assert 5 in A.fit_class("prefill", X, y, y).terms
+    fitted = A.fit_class("prefill", X, y, y)
+    assert 5 in fitted.terms and not any("a5 not fitted" in n for n in fitted.notes)
     without = A.fit_class("prefill", X, y, y, use_pc=False)
     assert 5 not in without.terms and any("a5 not fitted" in n for n in without.notes)
+    decode = A.fit_class("decode", X, y, y)
+    assert 5 not in decode.terms and not any("a5 not fitted" in n for n in decode.notes)
 
 
 def test_a_term_closer_to_the_others_than_the_rank_tolerance_is_merged():
@@ -640,3 +644,38 @@ def test_component_models_need_three_measured_steps_per_term():
         m = A.fit(dataclasses.replace(s, gpu_active_ns=gpu, host_exposed_ns=host))
         assert bool(m.components) is fitted, m.notes
         assert fitted or any("too few unqueued prefill steps" in n for n in m.notes)
+
+
+def test_a_split_that_only_removes_misfit_below_the_noise_floor_is_not_taken():
+    # BIC reads each side's SSE (of relative misfit) no lower than 1e-18 per step: a hinge in
+    # the data that costs one segment less than that in all (here 1e-17 over 40 steps) is
+    # numerical noise, and the same hinge at 1e-12 is a split. The two-segment fit is exact
+    from hostgap.model.attribution.fit import _fit_segments, _nnls_fit
+
+    n = 40
+    X = np.zeros((n, 6))
+    X[:, 0] = 1.0
+    X[:, 1] = np.arange(1, n + 1) * 100.0
+    hinge = np.maximum(X[:, 1] - 2050.0, 0.0)
+    _, unit = _nnls_fit(X, 1e6 + 2e3 * X[:, 1] + hinge, 1e6 + 2e3 * X[:, 1] + hinge, [0, 1])
+    for sse, split in ((1e-17, False), (1e-12, True)):
+        y = 1e6 + 2e3 * X[:, 1] + math.sqrt(sse / unit) * hinge
+        assert _nnls_fit(X, y, y, [0, 1])[1] == pytest.approx(sse, rel=1e-3)
+        segs, notes = _fit_segments(X, y, y, [0, 1])
+        assert len(segs) == (2 if split else 1), (sse, notes)
+
+
+def test_each_class_keeps_the_median_host_fraction_of_its_own_steps():
+    # the model's host_fraction per class is the median over that class's training steps:
+    # prefill steps here spend 10-20 % of their wall time on the host, decode steps 40-60 %
+    rng = np.random.default_rng(4)
+    n_pre, n_dec = 30, 24
+    n_req = np.concatenate([rng.integers(1, 5, n_pre), rng.integers(2, 9, n_dec)]).astype(float)
+    sum_p = np.concatenate([np.cumsum(rng.uniform(50, 150, n_pre)), n_req[n_pre:]])
+    sum_c = rng.uniform(100, 4000, n_pre + n_dec) * n_req
+    wall = 2e6 + 40e3 * sum_p + 30.0 * sum_c + 5e4 * n_req
+    share = np.concatenate([rng.uniform(0.1, 0.2, n_pre), rng.uniform(0.4, 0.6, n_dec)])
+    n_prefill = np.concatenate([np.ones(n_pre), np.zeros(n_dec)])
+    m = A.fit(steps(wall, n_req, sum_p, sum_c, n_prefill=n_prefill, host=share * wall))
+    assert m.host_fraction["prefill"] == pytest.approx(np.median(share[:n_pre]))
+    assert m.host_fraction["decode"] == pytest.approx(np.median(share[n_pre:]))
