@@ -657,7 +657,8 @@ def test_a_split_that_only_removes_misfit_below_the_noise_floor_is_not_taken():
     X[:, 0] = 1.0
     X[:, 1] = np.arange(1, n + 1) * 100.0
     hinge = np.maximum(X[:, 1] - 2050.0, 0.0)
-    _, unit = _nnls_fit(X, 1e6 + 2e3 * X[:, 1] + hinge, 1e6 + 2e3 * X[:, 1] + hinge, [0, 1])
+    y1 = 1e6 + 2e3 * X[:, 1] + hinge
+    _, unit = _nnls_fit(X, y1, y1, [0, 1])
     for sse, split in ((1e-17, False), (1e-12, True)):
         y = 1e6 + 2e3 * X[:, 1] + math.sqrt(sse / unit) * hinge
         assert _nnls_fit(X, y, y, [0, 1])[1] == pytest.approx(sse, rel=1e-3)

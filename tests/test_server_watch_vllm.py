@@ -172,13 +172,11 @@ POLL_S = 0.5
 
 
 def _until(predicate, timeout_s: float, what: str, log: list[str], proc=None, server=None) -> None:
-    """Poll ``predicate`` until it holds, asking once more at ``timeout_s``; a failure shows what
-    the watch said and where it is (``_state``)."""
+    """Poll ``predicate`` until it holds (asked once more after the last sleep) or ``timeout_s``
+    passes; a failure shows what the watch said and where it is (``_state``)."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() >= deadline:
-            if predicate():
-                return
             said = "".join(log[-40:])
             raise AssertionError(f"{what} not seen within {timeout_s:.0f} s; watch said:\n{said}{_state(proc, server)}")
         time.sleep(POLL_S)
