@@ -54,7 +54,7 @@ def _batch(rng, b: int):
 
 
 def _steps_of(b: int, n_steps: int, rng):
-    from hostgap.model.steps_table import Requests, Steps
+    from hostgap.model.steptable.files import Requests, Steps
 
     p = np.ones(b * n_steps)
     c = np.round(np.exp(rng.uniform(np.log(64), np.log(32768), b * n_steps)))

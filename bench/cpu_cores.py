@@ -77,7 +77,7 @@ def _busy(cores: tuple[int, ...]) -> subprocess.Popen:
 
 
 def _model(cores: int, load: int) -> dict:
-    from hostgap.model.whatif_cpu import busy_threads, slowdown
+    from hostgap.model.whatif.cpu import busy_threads, slowdown
 
     t = busy_threads("vllm", 1)
     return {"threads": t, "slowdown": slowdown(t, cores, load)}
@@ -93,8 +93,8 @@ def main() -> int:
     if (os.cpu_count() or 1) < 2:
         print("bench/cpu_cores.py: needs 2 CPU cores", file=sys.stderr)
         return 2
-    from hostgap.capture.engines.vllm_common import VllmOptions, prompt_ids
-    from hostgap.capture.engines.vllm_runtime import VllmRuntime
+    from hostgap.capture.engines.vllm.common import VllmOptions, prompt_ids
+    from hostgap.capture.engines.vllm.runtime import VllmRuntime
     from hostgap.model.arch import get_preset
 
     arch = get_preset("tiny")

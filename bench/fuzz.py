@@ -419,7 +419,7 @@ def _threaded_outcome(path: str):
     """:func:`_load_outcome` on two decoding threads, whatever the file's size, with chunks of
     about 700 bytes read in 4 kB pieces: most inputs are cut many times, often inside strings."""
     import hostgap.readers.kineto as kineto
-    import hostgap.readers.kineto_stream as kstream
+    import hostgap.readers.kineto.stream as kstream
     import hostgap.readers.text as text_mod
 
     saved = kineto.PARALLEL_MIN_BYTES, kineto.PARALLEL_FINISH_ROWS, kstream.CHUNK, text_mod.READ_PIECE
@@ -468,7 +468,7 @@ def decoders_differ(path: str) -> str:
 
 
 def compiled_decoder_built() -> bool:
-    from hostgap.readers import kineto_columns
+    from hostgap.readers.kineto import compiled as kineto_columns
 
     return kineto_columns._NATIVE is not None
 

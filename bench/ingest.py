@@ -326,7 +326,8 @@ from hostgap.readers.text import text_pieces
 out["import"] = since(t)
 # the decode stage's profile: CPU in the compiled decoder's calls (on whichever thread) and in
 # finish (joining and sorting the columns, all its threads), wall of finish
-from hostgap.readers import kineto, kineto_columns
+from hostgap.readers import kineto
+from hostgap.readers.kineto import compiled as kineto_columns
 prof, lock = {"decoder_cpu_s": 0.0, "finish_cpu_s": 0.0, "finish_wall_s": 0.0}, threading.Lock()
 nat = kineto_columns._NATIVE
 if nat is not None:

@@ -330,7 +330,7 @@ def mutant(docs: list[tuple[str, dict]], rng: random.Random) -> tuple[bytes, str
 def outcomes(path: str) -> dict:
     """The load of ``path`` by each decoder (a Trace, or hostgap's error text)."""
     import hostgap.readers.kineto as kineto
-    import hostgap.readers.kineto_stream as kstream
+    import hostgap.readers.kineto.stream as kstream
     import hostgap.readers.text as text_mod
     from hostgap.errors import HostgapError
     from hostgap.readers import load_trace
@@ -373,7 +373,7 @@ def same(a, b) -> bool:
 
 
 def run(n: int, seed: int, keep: str | None) -> int:
-    from hostgap.readers import kineto_columns
+    from hostgap.readers.kineto import compiled as kineto_columns
 
     if kineto_columns._NATIVE is None:
         raise SystemExit("mutate_traces: the compiled decoder is not built (scripts/env.sh)")

@@ -18,28 +18,18 @@ n=60
 seed=1
 timeout=240
 mods=()
+tests_for_only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) n="$2"; shift ;;
     --seed) seed="$2"; shift ;;
     --timeout) timeout="$2"; shift ;;
+    --tests-for) tests_for_only="$2"; shift ;;
     -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) mods+=("$1") ;;
   esac
   shift
 done
-tool="$root/../shared/tools/mutate.py"
-[ -f "$tool" ] || { echo "mutation.sh: $tool not found (needs ../shared beside the project)" >&2; exit 2; }
-[ -x .venv/bin/python ] || { echo "mutation.sh: .venv missing: run scripts/env.sh first" >&2; exit 2; }
-if [ -n "$(git status --porcelain -- src)" ]; then
-  echo "mutation.sh: src/ has uncommitted changes; the audit needs a clean tree" >&2; exit 2
-fi
-if [ ${#mods[@]} -eq 0 ]; then
-  mapfile -t mods < <(ls src/hostgap/events.py src/hostgap/readers/*.py \
-    src/hostgap/anatomy/*.py src/hostgap/stats/*.py src/hostgap/checks.py src/hostgap/model/*.py src/hostgap/model/attribution/*.py \
-    | grep -v '__init__.py$')
-fi
-
 # The tests that exercise a module first (a glob per package, narrower where the package's
 # tests are slow); the whole fast suite confirms every mutant they miss.
 tests_for() {
@@ -48,10 +38,10 @@ tests_for() {
     src/hostgap/readers/decimal_ns.py) echo tests/test_load_timestamps.py tests/test_load_pins_decimal.py tests/test_load_kineto.py ;;
     src/hostgap/readers/apis.py) echo tests/test_load_kineto.py tests/test_load_nsys.py ;;
     src/hostgap/readers/__init__.py) echo tests/test_load_parallel.py tests/test_load_kineto.py ;;
-    src/hostgap/readers/kineto.py) echo tests/test_load_parallel.py tests/test_load_kineto.py tests/test_load_streaming.py ;;
-    src/hostgap/readers/kineto_events.py) echo tests/test_load_number_strings.py tests/test_load_pins_ints.py tests/test_load_kineto.py tests/test_kcolumns.py tests/test_load_hostile.py ;;
-    src/hostgap/readers/kineto_columns.py) echo tests/test_kcolumns.py tests/test_kcolumns_scratch.py tests/test_load_number_strings.py tests/test_load_parallel.py ;;
-    src/hostgap/readers/kineto_stream.py) echo tests/test_load_parallel.py tests/test_load_streaming.py tests/test_load_hostile.py ;;
+    src/hostgap/readers/kineto/__init__.py) echo tests/test_load_parallel.py tests/test_load_kineto.py tests/test_load_streaming.py ;;
+    src/hostgap/readers/kineto/schema.py) echo tests/test_load_number_strings.py tests/test_load_pins_ints.py tests/test_load_kineto.py tests/test_kcolumns.py tests/test_load_hostile.py ;;
+    src/hostgap/readers/kineto/compiled.py) echo tests/test_kcolumns.py tests/test_kcolumns_scratch.py tests/test_load_number_strings.py tests/test_load_parallel.py ;;
+    src/hostgap/readers/kineto/stream.py) echo tests/test_load_parallel.py tests/test_load_streaming.py tests/test_load_hostile.py ;;
     src/hostgap/readers/text.py) echo tests/test_load_text.py tests/test_load_hostile.py tests/test_load_pins_text.py ;;
     src/hostgap/readers/*)    echo tests/test_load_*.py tests/test_kineto_fuzz.py tests/test_corpus.py ;;
     src/hostgap/anatomy/link.py|src/hostgap/events.py)
@@ -63,24 +53,26 @@ tests_for() {
                            echo tests/test_capture_rounds.py tests/test_capture_point_inside.py tests/test_capture_differencing.py tests/test_capture_coverage.py tests/test_capture_coverage_noise.py tests/test_stats_confidence.py tests/test_stats_noise.py ;;
     src/hostgap/stats/differencing.py|src/hostgap/capture/protocol/validity.py|src/hostgap/checks.py)
                            echo tests/test_capture_differencing.py tests/test_capture_point_inside.py tests/test_capture_rounds.py tests/test_capture_validity.py tests/test_capture_converge.py ;;
-    src/hostgap/capture/protocol/engine_diff.py|src/hostgap/capture/protocol/interleave.py)
+    src/hostgap/stats/engine_diff.py|src/hostgap/capture/protocol/interleave.py)
                            echo tests/test_capture_interleave.py tests/test_capture_validity.py ;;
     src/hostgap/analysis/vllm_split.py) echo tests/test_vllm_*.py tests/test_cb_split.py ;;  # steady_steps serves both splits
     src/hostgap/capture/engines/*.py|src/hostgap/analysis/harvest_table.py) echo tests/test_vllm_*.py ;;
     src/hostgap/model/attribution/*) echo tests/test_attribution_*.py ;;
-    src/hostgap/model/steps_table.py|src/hostgap/model/steps_data.py|src/hostgap/model/steps_layouts.py)
+    src/hostgap/model/steptable/files.py|src/hostgap/model/steptable/rows.py|src/hostgap/model/steptable/layouts.py)
                            echo tests/test_attribution_*.py ;;
     src/hostgap/model/roofline.py) echo tests/test_model_roofline.py tests/test_model_pins.py tests/test_model_pins_roofline.py tests/test_model_regimes.py ;;
-    src/hostgap/model/fitting.py) echo tests/test_model_fitting_numbers.py tests/test_model_roofline.py tests/test_model_stepmodel.py ;;
+    src/hostgap/model/fitting/measured.py) echo tests/test_model_fitting_numbers.py tests/test_model_roofline.py tests/test_model_stepmodel.py ;;
     src/hostgap/model/accounting.py) echo tests/test_model_accounting.py tests/test_model_numbers.py tests/test_model_pins.py ;;
-    src/hostgap/model/calibrate.py) echo tests/test_model_calibrate.py tests/test_model_regimes.py ;;
+    src/hostgap/model/fitting/calibrate.py) echo tests/test_model_calibrate.py tests/test_model_regimes.py ;;
     src/hostgap/model/arch.py) echo tests/test_model_pins_arch.py tests/test_model_accounting.py tests/test_model_numbers.py ;;
-    src/hostgap/model/whatif_overlap.py|src/hostgap/model/whatif_cpu.py|src/hostgap/model/whatif_megakernel.py|src/hostgap/model/graphlaunch.py)
+    src/hostgap/model/whatif/overlap.py|src/hostgap/model/whatif/cpu.py|src/hostgap/model/whatif/megakernel.py|src/hostgap/model/graphlaunch.py)
                            echo tests/test_model_whatif_operators.py tests/test_model_hf_cb.py ;;
-    src/hostgap/model/published.py|src/hostgap/model/spec_reconcile.py)
+    src/hostgap/model/published.py|src/hostgap/model/whatif/spec_residual.py)
                            echo tests/test_model_published.py tests/test_model_whatif_operators.py ;;
-    src/hostgap/model/scenarios.py) echo tests/test_model_library.py tests/test_model_published.py tests/test_model_whatif_operators.py ;;
-    src/hostgap/model/prediction.py|src/hostgap/model/regimes.py|src/hostgap/model/fit_sources.py)
+    src/hostgap/model/cell.py|src/hostgap/model/whatif/paper.py|src/hostgap/model/whatif/change.py)
+                           echo tests/test_model_whatif.py tests/test_model_pins_whatif.py tests/test_model_regimes.py tests/test_model_library.py ;;
+    src/hostgap/model/whatif/registry.py) echo tests/test_model_library.py tests/test_model_published.py tests/test_model_whatif_operators.py ;;
+    src/hostgap/model/prediction.py|src/hostgap/model/regimes.py|src/hostgap/model/fitting/sources.py)
                            echo tests/test_model_library.py tests/test_model_api.py tests/test_model_cli.py tests/test_model_stepmodel.py tests/test_model_hf_cb.py ;;
     src/hostgap/model/*)   echo tests/test_model_*.py ;;
     src/hostgap/analysis/cb_split.py) echo tests/test_cb_split.py tests/test_capture_hf_cb.py ;;
@@ -88,7 +80,7 @@ tests_for() {
                            echo tests/test_trace_cache.py tests/test_load_progress.py tests/test_api.py tests/test_architecture.py ;;
     src/hostgap/analysis/*)   echo tests/test_ranks*.py ;;
     src/hostgap/cli/runs.py) echo tests/test_cli_runs.py tests/test_report_runs.py tests/test_capture_validity.py ;;
-    src/hostgap/report/figures_kernels.py)
+    src/hostgap/report/figures/hotspots.py)
                            echo tests/test_report_kernels.py tests/test_report_html.py tests/test_report_words.py ;;
     src/hostgap/cli/models.py|src/hostgap/cli/models_common.py|src/hostgap/cli/predict.py)
                            echo tests/test_model_cli.py tests/test_model_regimes.py tests/test_model_roofline.py tests/test_model_stepmodel.py tests/test_cli_common.py tests/test_capture_validity.py tests/test_attribution_cli.py tests/test_model_calibrate.py ;;
@@ -100,6 +92,19 @@ tests_for() {
     *)                     echo tests ;;
   esac
 }
+
+if [ -n "$tests_for_only" ]; then tests_for "$tests_for_only"; exit 0; fi
+tool="$root/../shared/tools/mutate.py"
+[ -f "$tool" ] || { echo "mutation.sh: $tool not found (needs ../shared beside the project)" >&2; exit 2; }
+[ -x .venv/bin/python ] || { echo "mutation.sh: .venv missing: run scripts/env.sh first" >&2; exit 2; }
+if [ -n "$(git status --porcelain -- src)" ]; then
+  echo "mutation.sh: src/ has uncommitted changes; the audit needs a clean tree" >&2; exit 2
+fi
+if [ ${#mods[@]} -eq 0 ]; then
+  mapfile -t mods < <(ls src/hostgap/events.py src/hostgap/readers/*.py \
+    src/hostgap/anatomy/*.py src/hostgap/stats/*.py src/hostgap/checks.py src/hostgap/model/*.py src/hostgap/model/*/*.py \
+    | grep -v '__init__.py$')
+fi
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT

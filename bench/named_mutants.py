@@ -85,14 +85,14 @@ MUTANTS = [
         "validation helper raises when the condition holds",
     ),
     (
-        "model/whatif.py",
+        "model/whatif/paper.py",
         "p1.total_ns / k + pk.collective_ns",
         "p1.total_ns * k + pk.collective_ns",
         "tests/test_model_pins_whatif.py::test_form_totals_by_hand",
         "TP what-if multiplies the TP-1 step by k",
     ),
     (
-        "model/whatif.py",
+        "model/whatif/paper.py",
         '"host_over_k": gk + h1 / k',
         '"host_over_k": gk + h1 * k',
         "tests/test_model_pins_whatif.py::test_form_totals_by_hand",
@@ -156,7 +156,7 @@ MUTANTS = [
         "bootstrap interval of zero width",
     ),
     (
-        "readers/kineto_events.py",
+        "readers/kineto/schema.py",
         "if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63:",
         "if isinstance(v, int) or not isinstance(v, bool) or -(2**63) <= v < 2**63:",
         "tests/test_load_pins_ints.py::test_int_or_none_reads_only_int64_integers",

@@ -103,7 +103,7 @@ def test_fit_one_source_and_eval_the_rest(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from hostgap.model.steps_table import write_steps
+    from hostgap.model.steptable.files import write_steps
     from hostgap.model.synth import synth_steps
 
     a = tmp_path / "a.parquet"

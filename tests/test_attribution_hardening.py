@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from hostgap.cli import cli
 from hostgap.errors import HostgapError
 from hostgap.model import attribution as A
-from hostgap.model.steps_table import write_steps
+from hostgap.model.steptable.files import write_steps
 from hostgap.model.synth import synth_steps
 
 

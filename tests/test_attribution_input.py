@@ -14,7 +14,7 @@ import pytest
 from conftest import TRACES, VENDORED
 from hostgap.errors import HostgapError
 from hostgap.model import attribution as A
-from hostgap.model.steps_table import composition_from_vllm_annotation, load_steps, write_steps
+from hostgap.model.steptable.files import composition_from_vllm_annotation, load_steps, write_steps
 from hostgap.model.synth import synth_steps
 
 VLLM = "tracelens/mi300x_vllm_decode_fullgraph.json.gz"

@@ -14,7 +14,7 @@ import hostgap
 from budget import examples
 from hostgap.errors import HostgapError
 from hostgap.model import attribution as A
-from hostgap.model.steps_table import Steps
+from hostgap.model.steptable.files import Steps
 from hostgap.model.synth import synth_steps
 
 
@@ -141,7 +141,7 @@ def test_no_cache_prefill_merges_context_terms():
 
 
 def _rebuild(steps: Steps, keep: np.ndarray, c: np.ndarray) -> Steps:
-    from hostgap.model.steps_table import Requests
+    from hostgap.model.steptable.files import Requests
 
     r = steps.requests
     si = r.step_index[keep]

@@ -19,7 +19,7 @@ import pytest
 from hostgap.errors import HostgapError
 from hostgap.model import attribution as A
 from hostgap.model.attribution.heldout import _encode_rows
-from hostgap.model.steps_data import Steps
+from hostgap.model.steptable.rows import Steps
 
 INF = math.inf
 
@@ -428,7 +428,7 @@ def test_attribute_step_picks_class_segment_and_host_fraction():
 
 def with_requests(s: Steps, per_step) -> Steps:
     """``s`` with request rows: ``per_step[k]`` lists step k's (q, s, prefill)."""
-    from hostgap.model.steps_data import Requests
+    from hostgap.model.steptable.rows import Requests
 
     rows = [r for step in per_step for r in step]
     offsets = np.concatenate([[0], np.cumsum([len(x) for x in per_step])]).astype(np.int64)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hostgap.model import attribution as A
-from hostgap.model.steps_table import load_steps
+from hostgap.model.steptable.files import load_steps
 
 HARVEST = Path(__file__).resolve().parents[1] / "bench" / "results" / "harvest" / "tiny_cpu.parquet"
 

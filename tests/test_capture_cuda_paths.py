@@ -49,7 +49,7 @@ class _FakeGraph:
 
 
 def test_graph_mode_control_flow_with_fake_cuda(monkeypatch):
-    from hostgap.capture.engines.hf import HFEngine
+    from hostgap.capture.engines.hf.decode import HFEngine
     from hostgap.capture.protocol.engine import Workload
     from hostgap.model.arch import get_preset
 

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hostgap.capture.engines.hf import HFEngine, cache_keyword  # noqa: E402
+from hostgap.capture.engines.hf.decode import HFEngine, cache_keyword  # noqa: E402
 from hostgap.capture.protocol.engine import ENGINES, Workload, load_engine, step_name  # noqa: E402
 from hostgap.capture.protocol.workload import (  # noqa: E402
     arch_from_checkpoint,

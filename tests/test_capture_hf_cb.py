@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hostgap.capture.engines import hf_cb_hooks as hooks
+from hostgap.capture.engines.hf import hooks
 from hostgap.capture.protocol import validity
 from hostgap.capture.protocol.engine import ONE_THREAD, Workload, load_engine
 from hostgap.capture.protocol.orchestrate import MeasureConfig, resolve
 from hostgap.errors import HostgapError
 from hostgap.model.arch import get_preset
-from hostgap.report import figures, run_rows
+from hostgap.report import run_rows
+from hostgap.report.figures import stepwise as figures
 
 NS = types.SimpleNamespace
 FIELDS_524 = {
@@ -271,7 +272,7 @@ SPLIT = {
 
 
 def test_the_difference_line_claims_a_host_cost_only_against_hf():
-    from hostgap.capture.protocol.engine_diff import difference_line
+    from hostgap.report.run_view import difference_line
 
     part = {"value": 1e5, "lo": 0.0, "hi": 2e5}
     diff = {"base": "hf-cb", "other": "hf-cb-async", "valid": True, "level": 0.95, "schedule": "interleaved"}
@@ -336,7 +337,7 @@ def engines():
 def test_the_real_loop_sync_and_forced_async(engines, tmp_path):
     from hostgap.analysis import cb_split
     from hostgap.analysis.trace import analyse_trace
-    from hostgap.capture.engines.hf_cb import ASYNC_ON_CPU
+    from hostgap.capture.engines.hf.batching import ASYNC_ON_CPU
     from hostgap.events import Kind
 
     for name, extra in (("hf-cb", 0), ("hf-cb-async", 1)):

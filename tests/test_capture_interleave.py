@@ -13,10 +13,11 @@ from click.testing import CliRunner
 
 from hostgap.capture.protocol import engine as engine_mod
 from hostgap.capture.protocol.engine import Engine
-from hostgap.capture.protocol.engine_diff import difference_line, engine_difference
 from hostgap.capture.protocol.interleave import pair_order
 from hostgap.capture.protocol.orchestrate import MeasureConfig, measure_together
+from hostgap.report.run_view import difference_line
 from hostgap.stats.differencing import mover_difference, slope_with_interval, sweep_points
+from hostgap.stats.engine_diff import engine_difference
 
 LOG: list[tuple] = []
 US = 1000

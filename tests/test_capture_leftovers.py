@@ -21,7 +21,7 @@ def run_case(body: str) -> dict:
     code = (
         textwrap.dedent(f"""
         import json, os, subprocess, sys, time, types
-        from hostgap.capture.engines import vllm_watchdog as vw
+        from hostgap.capture.engines.vllm import watchdog as vw
         IGNORES_TERM = {IGNORES_TERM!r}
         def alive(pid):
             try:

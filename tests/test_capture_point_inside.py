@@ -192,7 +192,7 @@ def test_the_bootstrap_estimators_say_when_their_point_is_on_the_edge():
 
 
 def test_the_engines_difference_lies_inside_its_interval():
-    from hostgap.capture.protocol.engine_diff import engine_difference
+    from hostgap.stats.engine_diff import engine_difference
 
     def result(seed, engine):
         d = difference(_measurement(NoiseModel(0.05), "gpu", seed, 0.8e6, 0.35), N1, N2, activity="gpu")

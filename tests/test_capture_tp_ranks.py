@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hostgap.capture.engines.vllm_engine import VllmOptions  # noqa: F401 (imports vllm_runtime in its order)
-from hostgap.capture.engines.vllm_runtime import rank_cores
+from hostgap.capture.engines.vllm import VllmOptions  # noqa: F401 (imports vllm_runtime in its order)
+from hostgap.capture.engines.vllm.runtime import rank_cores
 from hostgap.capture.protocol import engine as engine_mod
 from hostgap.capture.protocol.orchestrate import MeasureConfig, cell_key, measure
 from hostgap.cli import cli

@@ -2,7 +2,7 @@
 against a brute-force reference over generated timelines, on micro Kineto traces and on a real
 trace of the tiny preset.
 
-``tests/data/hf_cb_tiny_cpu.json.gz``: ``hostgap.capture.engines.hf_cb.HFCBEngine`` on the tiny
+``tests/data/hf_cb_tiny_cpu.json.gz``: ``hostgap.capture.engines.hf.batching.HFCBEngine`` on the tiny
 preset (batch 2, prompt 32, one traced call of 8 tokens after two untraced ones, transformers
 5.24, torch 2.13 CPU), the events' ``args`` reduced to ``External id``.
 """

@@ -20,8 +20,10 @@ from hypothesis import strategies as st
 from budget import examples
 from conftest import TRACES, cpu_op, kernel, launch, process_name, write_kineto
 from hostgap.events import COLUMNS
-from hostgap.readers import kineto, kineto_columns, kineto_stream
+from hostgap.readers import kineto
 from hostgap.readers.decimal_ns import OK, ns_from_text
+from hostgap.readers.kineto import compiled as kineto_columns
+from hostgap.readers.kineto import stream as kineto_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 ext = kineto_columns._NATIVE
@@ -245,7 +247,7 @@ def test_without_the_extension_the_pure_path_runs_with_one_note(tmp_path):
     path = write_kineto(tmp_path / "t.json", [kernel("k", ts=1, dur=1), launch(ts=0, dur=1, corr=1)])
     code = (
         "import sys; sys.modules['hostgap.readers._kcolumns'] = None\n"
-        "from hostgap.readers import load_trace, kineto_columns\n"
+        "from hostgap.readers import load_trace\nfrom hostgap.readers.kineto import compiled as kineto_columns\n"
         "assert kineto_columns._NATIVE is None\n"
         f"for _ in range(2): print(len(load_trace({str(path)!r}).events))\n"
     )

@@ -23,7 +23,8 @@ INPUTS = int(os.environ.get("HOSTGAP_SANITIZE_INPUTS", "600"))
 CHILD = r"""
 import glob, os, random, sys, tempfile
 sys.path.insert(0, sys.argv[1])
-from hostgap.readers import _kcolumns, kineto_columns
+from hostgap.readers import _kcolumns
+from hostgap.readers.kineto import compiled as kineto_columns
 assert _kcolumns.__file__.startswith(sys.argv[1]), _kcolumns.__file__
 import importlib.util
 spec = importlib.util.spec_from_file_location("fz", sys.argv[2]); fz = importlib.util.module_from_spec(spec)

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from hostgap.readers.kineto_columns import native
+from hostgap.readers.kineto.compiled import native
 
 ext = native()
 pytestmark = pytest.mark.skipif(ext is None, reason="the compiled decoder is not built")

@@ -1,7 +1,7 @@
 """Numbers written as JSON strings in Kineto's integer fields (pid, tid, the integer args): one
 rule for both decoders (docs/input.md, "Numbers written as strings"): a string is a number
 exactly when it is an optional ``-`` and ASCII digits within int64
-(:func:`hostgap.readers.kineto_events.int_text`, ``int64_text`` in ``_kcolumns.c``). Before the
+(:func:`hostgap.readers.kineto.schema.int_text`, ``int64_text`` in ``_kcolumns.c``). Before the
 rule, three mutants of corpus traces decoded differently: ``"pid": " 12 "`` was pid 12 to the
 pure-Python decoder and a named pid to the compiled one, and ``"١٢"`` in ``args.stream`` or
 ``args.bytes`` was 12 to one and a malformed arg to the other."""
@@ -16,8 +16,8 @@ import pytest
 
 from hostgap.events import COLUMNS, NONE
 from hostgap.readers import load_trace
-from hostgap.readers.kineto_columns import native
-from hostgap.readers.kineto_events import int_or_none, int_text
+from hostgap.readers.kineto.compiled import native
+from hostgap.readers.kineto.schema import int_or_none, int_text
 
 COMPILED = native() is not None
 MALFORMED = "malformed args (event kept)"

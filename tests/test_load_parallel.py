@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 import hostgap.readers.kineto as kineto
-import hostgap.readers.kineto_stream as kstream
+import hostgap.readers.kineto.stream as kstream
 import hostgap.readers.text as text_mod
 from hostgap.errors import HostgapError
 from hostgap.events import COLUMNS
 from hostgap.readers import default_jobs, load_trace
-from hostgap.readers.kineto_columns import native
+from hostgap.readers.kineto.compiled import native
 
 _spec = importlib.util.spec_from_file_location(
     "hostgap_bench_fuzz_parallel", Path(__file__).resolve().parents[1] / "bench" / "fuzz.py"

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import cpu_op
 from hostgap.events import NONE
-from hostgap.readers import kineto_columns, load_trace
+from hostgap.readers import load_trace
+from hostgap.readers.kineto import compiled as kineto_columns
 
 ROUTES = [
     "pure",

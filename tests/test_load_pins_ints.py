@@ -1,4 +1,4 @@
-"""Integers read from Kineto JSON (readers/kineto_events.py ``int_or_none``): only a real int64 is
+"""Integers read from Kineto JSON (readers/kineto/schema.py ``int_or_none``): only a real int64 is
 an integer; a bool, a float or a value past 2**63 is not (mutation audit: the guard's ``and``
 turned ``or`` let a bool and a 2**70 id through, and no test noticed). A string is one only when
 it is written as a JSON integer is (``int_text``; tests/test_load_number_strings.py): `` 42 ``
@@ -10,7 +10,7 @@ import pytest
 
 from conftest import kernel
 from hostgap.readers import load_trace
-from hostgap.readers.kineto_events import int_or_none
+from hostgap.readers.kineto.schema import int_or_none
 
 
 @pytest.mark.parametrize(

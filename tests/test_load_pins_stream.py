@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-import hostgap.readers.kineto_stream as kstream
+import hostgap.readers.kineto.stream as kstream
 import hostgap.readers.text as text_mod
 from conftest import kernel
 

@@ -1,4 +1,4 @@
-"""Streaming Kineto ingest (hostgap.readers.kineto_stream) against the whole-text path.
+"""Streaming Kineto ingest (hostgap.readers.kineto.stream) against the whole-text path.
 
 The whole-text path (``kineto.STREAMING = False``) is the reference: every result must be
 identical, on the real corpus (full ``analyze --json``) and on hand-made documents that probe
@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import hostgap.readers.kineto as kineto
-import hostgap.readers.kineto_stream as kstream
+import hostgap.readers.kineto.stream as kstream
 import hostgap.readers.text as text_mod
 from conftest import TRACES, VENDORED
 from hostgap.cli import cli

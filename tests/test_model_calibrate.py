@@ -1,4 +1,4 @@
-"""The paper-cell calibration's arithmetic (hostgap.model.calibrate) on tiny hand-made shapes and
+"""The paper-cell calibration's arithmetic (hostgap.model.fitting.calibrate) on tiny hand-made shapes and
 host models, every expected value worked out by hand in the comments (ns)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from hostgap.errors import HostgapError
-from hostgap.model import calibrate
-from hostgap.model.calibrate import PaperCell, Row, Shape, device_scale, evaluate
+from hostgap.model.fitting import calibrate
+from hostgap.model.fitting.calibrate import PaperCell, Row, Shape, device_scale, evaluate
 from hostgap.model.stepmodel import DEFAULT_HOST, HostModel
 
 H = HostModel(

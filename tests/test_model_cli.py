@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from hostgap.cli import cli
 from hostgap.cli.models import account_cmd, fit_cmd, predict_cmd, regimes_cmd
-from hostgap.model import fitting
+from hostgap.model.fitting import measured as fitting
 from hostgap.model.stepmodel import DEFAULT_HOST
 from test_model_stepmodel import _results, _write
 

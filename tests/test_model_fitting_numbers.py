@@ -1,4 +1,4 @@
-"""The step-model fit's bookkeeping (hostgap.model.fitting) on hand-made results documents:
+"""The step-model fit's bookkeeping (hostgap.model.fitting.measured) on hand-made results documents:
 what a cell reads, the regime boundary interpolation, the model file's checks. Expected values
 are worked out by hand in the comments."""
 
@@ -11,8 +11,8 @@ import pytest
 
 import hostgap
 from hostgap.errors import HostgapError
-from hostgap.model import fitting
-from hostgap.model.fitting import (
+from hostgap.model.fitting import measured as fitting
+from hostgap.model.fitting.measured import (
     Boundary,
     RegimeCell,
     _crossing,

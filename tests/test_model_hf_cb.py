@@ -13,11 +13,13 @@ from click.testing import CliRunner
 
 from hostgap import api
 from hostgap.cli import cli
-from hostgap.model import published, scenarios, whatif
+from hostgap.model import cell as cell_model
+from hostgap.model import published
 from hostgap.model.accounting import GRAPH_CAPTURE, LAUNCH_TABLES
 from hostgap.model.prediction import measured_loop
 from hostgap.model.stepmodel import DEFAULT_HOST
-from hostgap.model.whatif_cpu import busy_threads
+from hostgap.model.whatif import registry as scenarios
+from hostgap.model.whatif.cpu import busy_threads
 
 
 def run_doc(run_id: str, between_ns, *, batch=4, engine="hf-cb", preset="tiny") -> dict:
@@ -52,7 +54,7 @@ def test_the_engine_runs_transformers_modules():
     h = DEFAULT_HOST["hf-cb"]
     assert h.serial_ns + h.per_seq_ns * 1 == pytest.approx((0.391e6 + 0.441e6) / 2, rel=1e-3)
     assert h.serial_ns + h.per_seq_ns * 4 == pytest.approx((0.646e6 + 0.722e6) / 2, rel=1e-3)
-    assert whatif.predict(setup(batch=4)).serial_ns == pytest.approx(h.serial_ns + 4 * h.per_seq_ns)
+    assert cell_model.predict(setup(batch=4)).serial_ns == pytest.approx(h.serial_ns + 4 * h.per_seq_ns)
 
 
 def test_the_measured_serial_part_is_the_median_of_matching_runs():
@@ -102,7 +104,7 @@ def test_overlap_on_the_published_run_by_hand():
     assert row["error"] == pytest.approx((228.456 - 234.5) / 234.5)
     assert row["status"] == "predicted" and row["host_fraction"] == pytest.approx(0.24)
     idle = next(f for f in published.FIGURES if f.id == "hf_cb_idle").row()
-    p = whatif.predict(published._hf_cb_cell())
+    p = cell_model.predict(published._hf_cb_cell())
     assert idle["predicted"] == pytest.approx(100 * p.host_fraction)
     assert "extrapolated" in idle["note"]
 

@@ -12,10 +12,14 @@ import pytest
 
 from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN
 from hostgap.errors import HostgapError
-from hostgap.model import fit_sources, fitting, prediction, regimes, scenarios, whatif
+from hostgap.model import cell as cell_model
+from hostgap.model import prediction, regimes
+from hostgap.model.fitting import measured as fitting
+from hostgap.model.fitting import sources as fit_sources
 from hostgap.model.roofline import OpSamples, default_model
 from hostgap.model.stepmodel import DEFAULT_DEVICE_SCALE, DEFAULT_HOST
 from hostgap.model.tp import AllReduceModel
+from hostgap.model.whatif import registry as scenarios
 from test_model_stepmodel import _results, _write
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -153,7 +157,7 @@ def test_predict_cell_places_measured_runs_and_takes_their_kernels(tmp_path):
     assert [c.run_id for c in p.measured] == [runs[0]["run_id"]]
     assert [[c.run_id for c in m] for m in p.what_if_measured] == [["g"], ["f"], []]
     assert p.setup.kernels_per_step == 400.0 and p.basis.endswith("; kernels per step 400 from 1 measured run(s)")
-    assert p.step == whatif.predict(p.setup) and p.what_ifs[0] == scenarios.run(p.setup, "graphs")
+    assert p.step == cell_model.predict(p.setup) and p.what_ifs[0] == scenarios.run(p.setup, "graphs")
     c = p.measured[0]
     d = p.to_dict()
     assert d["measured"][0]["error_total"] == (p.step.total_ns - c.t_step_ns) / c.t_step_ns
@@ -240,7 +244,7 @@ def test_regime_map_predicts_each_cell(fitted, tmp_path):
     assert m.predicted and m.invalid == {} and all(c.run_id.startswith("published:") for c in m.cells)
     for c in m.cells:
         s = scenarios.build_setup(c.model, device=c.device, batch=c.batch, context=c.context, tp=c.tp, dtype=c.dtype)
-        f = whatif.predict(replace(s[0], mode=c.mode)).host_fraction
+        f = cell_model.predict(replace(s[0], mode=c.mode)).host_fraction
         assert c.predicted_host_fraction == pytest.approx(f)
     _, path, files = fitted
     cells = regimes.regime_map(files, predict=True, model=path).cells
@@ -248,22 +252,22 @@ def test_regime_map_predicts_each_cell(fitted, tmp_path):
         s = scenarios.build_setup(
             "llama-3.2-1b", device=H100, engine="hf", batch=c.batch, context=c.context, model=path
         )[0]
-        assert c.predicted_host_fraction == whatif.predict(s).host_fraction
+        assert c.predicted_host_fraction == cell_model.predict(s).host_fraction
         assert c.predicted_regime is not None
     plain = regimes.regime_map(files).cells
     assert all(c.predicted_host_fraction != c.predicted_host_fraction for c in plain)
 
 
 def test_predicted_maps_unknown_engines_and_modes_and_leaves_unknown_cells_alone():
-    from hostgap.model.fitting import RegimeCell
+    from hostgap.model.fitting.measured import RegimeCell
 
     c = RegimeCell("llama-3.1-8b", "h100", "?", "?", 4, 100, 0.5, "host-bound", "r", None, 1, "bfloat16")
     p = regimes.predicted(c)
     s = scenarios.build_setup("llama-3.1-8b", batch=4, context=100)[0]
-    assert p.predicted_host_fraction == whatif.predict(s).host_fraction
+    assert p.predicted_host_fraction == cell_model.predict(s).host_fraction
     g = regimes.predicted(replace(c, engine="hf", mode="graph", context=300))
     s = scenarios.build_setup("llama-3.1-8b", batch=4, context=300, engine="hf", mode="graph")[0]
-    assert g.predicted_host_fraction == whatif.predict(s).host_fraction
+    assert g.predicted_host_fraction == cell_model.predict(s).host_fraction
     assert regimes.predicted(replace(c, model="nosuch")) == replace(c, model="nosuch")
     assert regimes.predicted(c, "/absent/model.json") == c
 
@@ -390,7 +394,7 @@ def test_fit_kernel_times_scores_each_file_by_the_others(monkeypatch):
 
 
 def test_fit_paper_is_the_shipped_cells():
-    from hostgap.model import calibrate
+    from hostgap.model.fitting import calibrate
 
     o = fit_sources.fit_paper()
     host, scale, rows = calibrate.paper_fit()

@@ -17,13 +17,14 @@ from dataclasses import replace
 import pytest
 
 from hostgap.errors import HostgapError
-from hostgap.model import whatif
+from hostgap.model import cell as cell_model
 from hostgap.model.accounting import Cell, account
 from hostgap.model.arch import get_preset
 from hostgap.model.devices import DeviceSpec, find_device
 from hostgap.model.roofline import default_model, device_time
 from hostgap.model.stepmodel import HostModel, StepPrediction
 from hostgap.model.tp import AllReduceModel
+from hostgap.model.whatif import paper as whatif
 
 DEV = find_device("h100")
 RL = default_model(DEV.name)
@@ -39,7 +40,7 @@ HOST = HostModel(
 
 
 def _setup(preset="llama-3.1-8b", scale=1.0, host=HOST, **kw):
-    return whatif.Setup(get_preset(preset), Cell(batch=2, context=1024), DEV, "eager", RL, scale, host, **kw)
+    return cell_model.Setup(get_preset(preset), Cell(batch=2, context=1024), DEV, "eager", RL, scale, host, **kw)
 
 
 def _ring(k: int, size: float) -> float:
@@ -80,33 +81,33 @@ def _parts(p: StepPrediction):
 
 def test_prediction_is_the_scaled_roofline_floored_at_the_bytes_streamed():
     s = _setup()
-    assert _parts(whatif.predict(s)) == pytest.approx(_by_hand(s))
+    assert _parts(cell_model.predict(s)) == pytest.approx(_by_hand(s))
     acc = account(s.arch, s.cell)
     # bytes that must move: weights + KV read + KV written, at 3.35 TB/s
     moved = acc.weight_bytes + acc.kv_read_bytes + acc.kv_write_bytes
     assert acc.kv_read_bytes > 0 and acc.kv_write_bytes > 0
-    assert whatif.bandwidth_floor_ns(acc, DEV) == pytest.approx(moved / 3.35e12 * 1e9)
+    assert cell_model.bandwidth_floor_ns(acc, DEV) == pytest.approx(moved / 3.35e12 * 1e9)
     # a roofline scaled far down is held at that floor
     tiny = _setup(scale=1e-3)
-    assert whatif.predict(tiny).device_ns == pytest.approx(moved / 3.35e12 * 1e9)
-    assert whatif.predict(tiny).device_ns > 1e-3 * device_time(acc, DEV, RL).total_ns
+    assert cell_model.predict(tiny).device_ns == pytest.approx(moved / 3.35e12 * 1e9)
+    assert cell_model.predict(tiny).device_ns > 1e-3 * device_time(acc, DEV, RL).total_ns
 
 
 def test_graph_mode_and_a_faster_host_by_hand():
     s = _setup()
     # 8B: 32 layers x (KV write + attention) + LM head + sampling's launches = 71 outside 33 graphs;
     # 500 + 71 x 20 + 33 x 30 us = 2,910 us of orchestration
-    assert whatif.predict(s, mode="graph").orchestration_ns == pytest.approx(2910e3)
-    assert _parts(whatif.predict(s, mode="graph")) == pytest.approx(_by_hand(s, mode="graph"))
-    assert _parts(whatif.predict(s, host_speed=2.0)) == pytest.approx(_by_hand(s, speed=2.0))
+    assert cell_model.predict(s, mode="graph").orchestration_ns == pytest.approx(2910e3)
+    assert _parts(cell_model.predict(s, mode="graph")) == pytest.approx(_by_hand(s, mode="graph"))
+    assert _parts(cell_model.predict(s, host_speed=2.0)) == pytest.approx(_by_hand(s, speed=2.0))
 
 
 def test_measured_kernels_replace_the_table_and_keep_its_ratio_across_cells():
     s = _setup(kernels_per_step=1000.0)
-    assert whatif.predict(s).kernels == pytest.approx(1000.0)
+    assert cell_model.predict(s).kernels == pytest.approx(1000.0)
     big = replace(s.cell, batch=16)
     ratio = account(s.arch, big).launches / account(s.arch, s.cell).launches
-    p = whatif.predict(s, cell=big)
+    p = cell_model.predict(s, cell=big)
     assert p.kernels == pytest.approx(1000.0 * ratio)
     assert _parts(p) == pytest.approx(_by_hand(s, cell=big, launches=1000.0 * ratio))
 
@@ -114,7 +115,7 @@ def test_measured_kernels_replace_the_table_and_keep_its_ratio_across_cells():
 def test_tp_overlap_prediction_with_the_default_and_a_given_all_reduce():
     s = _setup()
     cell2 = replace(s.cell, tp=2)
-    p = whatif.predict(s, cell=cell2)
+    p = cell_model.predict(s, cell=cell2)
     assert p.collective_ns > 0
     assert _parts(p) == pytest.approx(_by_hand(s, cell=cell2))
     assert p.tp == 2
@@ -122,8 +123,8 @@ def test_tp_overlap_prediction_with_the_default_and_a_given_all_reduce():
     ar = AllReduceModel(DEV.name, {2: 1e6}, {2: 1e9}, DEV.interconnect_bw_bytes_per_s)
     dt = device_time(account(s.arch, cell2), DEV, RL)
     expect = dt.collective_ops * (1e6 + 1e9 * (dt.collective_bytes / dt.collective_ops) / 1e9)
-    assert whatif.predict(replace(s, all_reduce=ar), cell=cell2).collective_ns == pytest.approx(expect)
-    assert whatif.collective_ns(s, dt, 1) == 0.0
+    assert cell_model.predict(replace(s, all_reduce=ar), cell=cell2).collective_ns == pytest.approx(expect)
+    assert cell_model.collective_ns(s, dt, 1) == 0.0
 
 
 def test_form_totals_by_hand():
@@ -141,15 +142,15 @@ def test_form_totals_by_hand():
         "host_times_k": gk + h1 * k,
         "additive_skew": gk + h1,
     }
-    got = whatif.form_totals(s, replace(s.cell, tp=k))
+    got = cell_model.form_totals(s, replace(s.cell, tp=k))
     assert got == pytest.approx(want)
     # a linear form replaces the host term: serial = form total - GPU time, no orchestration
-    p = whatif.predict(replace(s, tp_form="host_over_k"), cell=replace(s.cell, tp=k))
+    p = cell_model.predict(replace(s, tp_form="host_over_k"), cell=replace(s.cell, tp=k))
     assert (p.device_ns, p.collective_ns) == pytest.approx((dk, ck))
     assert p.serial_ns == pytest.approx(h1 / k) and p.orchestration_ns == 0.0
     assert p.total_ns == pytest.approx(want["host_over_k"])
     # at TP 1 every form is the step model itself
-    assert _parts(whatif.predict(replace(s, tp_form="host_times_k"))) == pytest.approx(_by_hand(s))
+    assert _parts(cell_model.predict(replace(s, tp_form="host_times_k"))) == pytest.approx(_by_hand(s))
 
 
 def test_a_form_total_below_the_gpu_time_gives_no_negative_host_term():
@@ -160,7 +161,7 @@ def test_a_form_total_below_the_gpu_time_gives_no_negative_host_term():
     d1 = _by_hand(s)[0]
     # compute_comm: D_1 / 2 + C_2 is below D_2 + C_2, since the per-kernel floor does not split
     assert d1 / 2 < d2
-    p = whatif.predict(s, cell=cell2)
+    p = cell_model.predict(s, cell=cell2)
     assert p.serial_ns == 0.0
     assert p.total_ns == pytest.approx(d2 + c2)
 
@@ -173,24 +174,24 @@ def test_memory_check_by_hand():
     emb = 2 * 262_144
     params = 2_361_344 + emb + 256
     assert arch.param_count() == params
-    m = whatif.memory_check(arch, Cell(batch=3, context=100, tp=2), DEV)
+    m = cell_model.memory_check(arch, Cell(batch=3, context=100, tp=2), DEV)
     assert m.weights_bytes == pytest.approx(params * 2 / 2)
     # KV: 3 seqs x 100 tokens x (K, V) x 1 head per rank x 64 x 4 layers x 2 bytes
     assert m.kv_bytes == pytest.approx(3 * 100 * 2 * 1 * 64 * 4 * 2)
     # W8A8: matmul weights 1 byte, embeddings stay 16-bit; KV cache stays 16-bit
-    m8 = whatif.memory_check(arch, Cell(batch=3, context=100, tp=2, dtype="fp8"), DEV)
+    m8 = cell_model.memory_check(arch, Cell(batch=3, context=100, tp=2, dtype="fp8"), DEV)
     assert m8.weights_bytes == pytest.approx(((params - emb) * 1 + emb * 2) / 2)
     assert m8.kv_bytes == pytest.approx(m.kv_bytes)
     # TP 4 > 2 KV heads: the head is replicated, not split to half a head
-    assert whatif.memory_check(arch, Cell(batch=3, context=100, tp=4), DEV).kv_bytes == pytest.approx(m.kv_bytes)
+    assert cell_model.memory_check(arch, Cell(batch=3, context=100, tp=4), DEV).kv_bytes == pytest.approx(m.kv_bytes)
     # fits exactly at weights + KV, not a byte less
     total = m.weights_bytes + m.kv_bytes
     room = DeviceSpec("x", {"bfloat16": 1e12}, 1e12, total, 1e9)
     short = DeviceSpec("y", {"bfloat16": 1e12}, 1e12, total - 1, 1e9)
-    assert whatif.memory_check(arch, Cell(batch=3, context=100, tp=2), room).fits
-    assert not whatif.memory_check(arch, Cell(batch=3, context=100, tp=2), short).fits
+    assert cell_model.memory_check(arch, Cell(batch=3, context=100, tp=2), room).fits
+    assert not cell_model.memory_check(arch, Cell(batch=3, context=100, tp=2), short).fits
     assert m.to_dict()["fits"] is True
-    assert "exceed" in whatif.memory_check(arch, Cell(batch=3, context=100, tp=2), short).message("y")
+    assert "exceed" in cell_model.memory_check(arch, Cell(batch=3, context=100, tp=2), short).message("y")
 
 
 def test_step_change_and_per_token_speedup_by_hand():
@@ -258,7 +259,7 @@ def test_fp8_ratios_and_derating_touch_only_the_eight_bit_gemms():
 def test_tp_and_graph_and_host_what_if_texts_follow_their_numbers():
     s = _setup()
     w = whatif.run(s, "tp=2")
-    assert w.extra["form_totals_ns"] == pytest.approx(whatif.form_totals(s, replace(s.cell, tp=2)))
+    assert w.extra["form_totals_ns"] == pytest.approx(cell_model.form_totals(s, replace(s.cell, tp=2)))
     assert not any("bandwidth scaled" in a for a in w.assumptions)
     a100 = AllReduceModel("a100-80gb", {2: 1e4}, {2: 1e11}, 600e9, "fitted elsewhere")
     w2 = whatif.run(replace(s, all_reduce=a100), "tp=2")

@@ -1,5 +1,5 @@
 """`regimes --published` (model/published.py) and the speculation reconciliation
-(model/spec_reconcile.py): every figure has a row with a prediction and an error, or a reason;
+(model/whatif/spec_residual.py): every figure has a row with a prediction and an error, or a reason;
 the arithmetic of the rows pinned by hand."""
 
 from __future__ import annotations
@@ -10,8 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from hostgap.cli import cli
-from hostgap.model import published, scenarios, spec_reconcile, whatif
+from hostgap.model import cell as cell_model
+from hostgap.model import published
 from hostgap.model.stepmodel import DEFAULT_HOST
+from hostgap.model.whatif import paper as whatif
+from hostgap.model.whatif import registry as scenarios
+from hostgap.model.whatif import spec_residual as spec_reconcile
 
 
 def _cli(*args):
@@ -68,11 +72,14 @@ def test_rows_by_hand():
     # #8147: a 70 % GPU-busy step gains at most 1 / 0.7
     assert rows["vllm_8147"]["predicted"] == pytest.approx(1 / 0.7)
     s = scenarios.default_setup("llama-3.1-8b", batch=64, mode="graph")
-    base = whatif.predict(s)
+    base = cell_model.predict(s)
     new_total = max(base.orchestration_ns + base.serial_ns, base.device_ns)
     assert rows["sglang_overlap"]["predicted"] == pytest.approx(base.total_ns / new_total)
     assert rows["vllm_v06_sched"]["predicted"] == pytest.approx(
-        100 * serial * 1e6 / whatif.predict(scenarios.default_setup("llama-3.1-8b", batch=256, mode="graph")).total_ns
+        100
+        * serial
+        * 1e6
+        / cell_model.predict(scenarios.default_setup("llama-3.1-8b", batch=256, mode="graph")).total_ns
     )
     # the two Blackwell graph launches: each predicted by the fit on the other points only
     assert rows["sglang_29960"]["cell"].endswith("(per-node cost fitted on vllm_b200 + trace_mi300x only)")
@@ -151,8 +158,8 @@ def test_rows_that_search_or_take_extremes_by_hand():
     # TaxBreak: the host speed found cuts orchestration by 29 %; the row is the step's change there
     s = scenarios.default_setup("llama-3.2-1b", batch=4, engine="hf")
     speed = float(rows["taxbreak_cpu"]["cell"].split("host ")[1].split("x faster")[0])
-    base = whatif.predict(s)
-    at = whatif.predict(s, host_speed=speed)
+    base = cell_model.predict(s)
+    at = cell_model.predict(s, host_speed=speed)
     assert 1 - at.orchestration_ns / base.orchestration_ns == pytest.approx(0.29, abs=0.003)
     assert rows["taxbreak_cpu"]["predicted"] == pytest.approx(100 * (1 - at.total_ns / base.total_ns), rel=0.01)
     assert rows["taxbreak_cpu"]["error"] == pytest.approx(rows["taxbreak_cpu"]["predicted"] / 14.0 - 1)
@@ -166,7 +173,7 @@ def test_rows_that_search_or_take_extremes_by_hand():
     assert rows["mpk"]["error"] == pytest.approx(gains[best] / 1.7 - 1)
     # the largest host fraction over the grid, in %
     fr = {
-        (p, b): whatif.predict(scenarios.default_setup(p, batch=b)).host_fraction
+        (p, b): cell_model.predict(scenarios.default_setup(p, batch=b)).host_fraction
         for p in ("llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b")
         for b in (1, 4, 16, 64)
     }

@@ -11,13 +11,15 @@ from dataclasses import replace
 import pytest
 
 from hostgap.errors import HostgapError
-from hostgap.model import calibrate, whatif
+from hostgap.model import cell as cell_model
 from hostgap.model.accounting import Cell
 from hostgap.model.arch import get_preset
 from hostgap.model.devices import find_device
+from hostgap.model.fitting import calibrate
 from hostgap.model.roofline import default_model
 from hostgap.model.stepmodel import DEFAULT_DEVICE_SCALE, DEFAULT_HOST, HostModel, step
 from hostgap.model.tp import AllReduceModel
+from hostgap.model.whatif import paper as whatif
 
 H = HostModel(
     serial_ns=200e3,
@@ -70,7 +72,7 @@ def test_faster_and_slower_host_by_hand():
 
 def _setup(preset="llama-3.1-8b", batch=1, tp=1, host=None, engine="vllm", **kw):
     dev = find_device("h100")
-    return whatif.Setup(
+    return cell_model.Setup(
         get_preset(preset),
         Cell(batch=batch, context=2048, tp=tp, engine=engine),
         dev,
@@ -84,14 +86,14 @@ def _setup(preset="llama-3.1-8b", batch=1, tp=1, host=None, engine="vllm", **kw)
 
 def test_collective_time_is_ops_times_one_all_reduce():
     ar = AllReduceModel("h100-sxm", {2: 20e3}, {2: 100e9}, 900e9)
-    p = whatif.predict(_setup(tp=2, all_reduce=ar))
+    p = cell_model.predict(_setup(tp=2, all_reduce=ar))
     # 8B TP-2: 1 + 32 + 32 all-reduces of 1 token x 4096 x 2 bytes: 65 x (20 us + 8192 B / 100 GB/s)
     assert p.collective_ns == pytest.approx(65 * (20e3 + 8192 / 100e9 * 1e9))
 
 
 def test_bandwidth_floor_by_hand():
     s = replace(_setup(), device_scale=0.01)  # an absurd scale cannot push device time below the bytes
-    p = whatif.predict(s)
+    p = cell_model.predict(s)
     weights = 2 * (8_030_261_248 - 128_256 * 4_096 + 4_096)  # embedding gathered: one row
     kv = 2048 * 2 * 8 * 128 * 2 * 32 + 1 * 2 * 8 * 128 * 2 * 32  # read 2048 tokens, write one
     assert p.device_ns == pytest.approx((weights + kv) / 3.35e12 * 1e9)
@@ -99,30 +101,30 @@ def test_bandwidth_floor_by_hand():
 
 def test_memory_check_by_hand():
     arch = get_preset("llama-3.1-70b")
-    one = whatif.memory_check(arch, Cell(batch=1, context=2048), find_device("h100"))
+    one = cell_model.memory_check(arch, Cell(batch=1, context=2048), find_device("h100"))
     assert one.weights_bytes == 2 * arch.param_count() and not one.fits
     assert one.kv_bytes == 2048 * 2 * 8 * 128 * 80 * 2
-    two = whatif.memory_check(arch, Cell(batch=1, context=2048, tp=2), find_device("h100"))
+    two = cell_model.memory_check(arch, Cell(batch=1, context=2048, tp=2), find_device("h100"))
     assert two.weights_bytes == arch.param_count() and two.fits
     assert two.kv_bytes == 2048 * 2 * 4 * 128 * 80 * 2
     assert "exceed h100-sxm's 80 GB" in one.message("h100-sxm")
     # 8B weights fit; 64 sequences of 131,072 tokens of KV (128 KiB per token) do not
-    long = whatif.memory_check(get_preset("llama-3.1-8b"), Cell(batch=64, context=131072), find_device("h100"))
+    long = cell_model.memory_check(get_preset("llama-3.1-8b"), Cell(batch=64, context=131072), find_device("h100"))
     assert long.kv_bytes == 64 * 131072 * 2 * 8 * 128 * 32 * 2 and long.weights_bytes < 80e9 and not long.fits
 
 
 def test_predict_tp_and_what_if_tp_are_one_path():
     s = _setup()
     w = whatif.run(s, "tp=4")
-    direct = whatif.predict(_setup(tp=4))
+    direct = cell_model.predict(_setup(tp=4))
     assert w.scenario.total_ns == direct.total_ns and w.scenario.host_ns == direct.host_ns
     for form in ("additive", "compute_comm", "host_times_k"):
         sf = replace(s, tp_form=form)
         assert whatif.run(sf, "tp=4").scenario.total_ns == pytest.approx(
-            whatif.predict(replace(sf, cell=replace(s.cell, tp=4))).total_ns
+            cell_model.predict(replace(sf, cell=replace(s.cell, tp=4))).total_ns
         )
-    t = whatif.form_totals(s, replace(s.cell, tp=2))
-    p1, p2 = whatif.predict(s), whatif.predict(_setup(tp=2))
+    t = cell_model.form_totals(s, replace(s.cell, tp=2))
+    p1, p2 = cell_model.predict(s), cell_model.predict(_setup(tp=2))
     assert t["compute_comm"] == pytest.approx(p1.total_ns / 2 + p2.collective_ns)
     assert t["host_over_k"] == pytest.approx(p2.device_ns + p2.collective_ns + p1.host_ns / 2)
     assert t["host_times_k"] == pytest.approx(p2.device_ns + p2.collective_ns + p1.host_ns * 2)
@@ -230,7 +232,7 @@ def test_spec_cycle_host_and_fp8_slowdown(paper):
 
 def test_measured_kernels_per_step_replace_the_table_and_keep_its_ratios():
     s = _setup(kernels_per_step=500.0)
-    assert whatif.predict(s).kernels == pytest.approx(500.0)  # the table says 329
+    assert cell_model.predict(s).kernels == pytest.approx(500.0)  # the table says 329
     w = whatif.run(s, "fp8")
     # the FP8 cell keeps the table's ratio: 500 x (329 + 128 quantisation kernels) / 329
     assert w.scenario.kernels == pytest.approx(500.0 * 457 / 329)
@@ -243,8 +245,8 @@ def test_speculative_cycle_by_hand():
     assert w.scenario.orchestration_ns == pytest.approx((1e6 + 329 * 30e3) + 2 * (1e6 + 169 * 30e3))
     assert w.scenario.serial_ns == pytest.approx(200e3 + 5e3)  # paid once per cycle
     # verify: 3 tokens per sequence over KV 2048 + 2 (cached + scheduled), 3 logits kept
-    verify = whatif.predict(s, cell=Cell(batch=1, q_tokens=3, context=2050, logits_kept=3))
-    draft = whatif.predict(replace(s, arch=get_preset("llama-3.2-1b")))
+    verify = cell_model.predict(s, cell=Cell(batch=1, q_tokens=3, context=2050, logits_kept=3))
+    draft = cell_model.predict(replace(s, arch=get_preset("llama-3.2-1b")))
     assert w.scenario.device_ns == pytest.approx(verify.device_ns + 2 * draft.device_ns)
     assert w.tokens_per_step == pytest.approx(1 + 0.5 + 0.25)
     assert w.per_token_speedup == pytest.approx(w.baseline.total_ns / (w.scenario.total_ns / 1.75))
@@ -270,16 +272,16 @@ def test_tp_what_if_names_its_form():
     assert any("'overlap' form: serial part + per extra rank" in a for a in w.assumptions)
     other = whatif.run(replace(_setup(), tp_form="additive"), "tp=2")
     assert not any("serial part + per extra rank" in a for a in other.assumptions)
-    assert set(w.extra["form_totals_ns"]) == set(whatif.TP_FORMS)
+    assert set(w.extra["form_totals_ns"]) == set(cell_model.TP_FORMS)
 
 
 def test_a_linear_tp_form_replaces_the_host_term_in_predict():
-    p1, p2 = whatif.predict(_setup()), whatif.predict(_setup(tp=2))
+    p1, p2 = cell_model.predict(_setup()), cell_model.predict(_setup(tp=2))
     for form, host in (("additive", p1.host_ns), ("host_times_k", 2 * p1.host_ns), ("host_over_k", p1.host_ns / 2)):
-        q = whatif.predict(_setup(tp=2, tp_form=form))
+        q = cell_model.predict(_setup(tp=2, tp_form=form))
         assert q.total_ns == pytest.approx(p2.device_ns + p2.collective_ns + host)
         assert q.host_ns == pytest.approx(host) and q.collective_wait_ns == 0.0
-    assert whatif.predict(_setup(tp_form="additive")).total_ns == p1.total_ns  # TP-1: no form applies
+    assert cell_model.predict(_setup(tp_form="additive")).total_ns == p1.total_ns  # TP-1: no form applies
 
 
 def test_graphs_assumptions_and_step_change_by_hand():

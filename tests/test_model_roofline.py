@@ -179,7 +179,7 @@ def test_cli_fit_measured_runs_with_an_all_reduce_file(tmp_path):
     from click.testing import CliRunner
 
     from hostgap.cli import cli
-    from hostgap.model.fitting import load_model
+    from hostgap.model.fitting.measured import load_model
     from test_model_stepmodel import _results, _write
 
     ar = VIDUR / "a100_dgx_all_reduce.csv"
@@ -200,7 +200,7 @@ def test_cli_fit_on_vidur_files_then_predict_on_a100(tmp_path):
     from click.testing import CliRunner
 
     from hostgap.cli import cli
-    from hostgap.model.fitting import load_model
+    from hostgap.model.fitting.measured import load_model
 
     files = [VIDUR / "a100_llama3-8b_mlp.csv", VIDUR / "a100_llama2-7b_mlp.csv", VIDUR / "a100_dgx_all_reduce.csv"]
     if not all(f.exists() for f in files):

@@ -10,10 +10,10 @@ from click.testing import CliRunner
 
 import hostgap
 from hostgap.cli import cli
-from hostgap.model import fitting
 from hostgap.model.accounting import account, decode_cell
 from hostgap.model.arch import get_preset
 from hostgap.model.devices import find_device
+from hostgap.model.fitting import measured as fitting
 from hostgap.model.roofline import default_model, device_time
 from hostgap.model.stepmodel import DEFAULT_HOST, HostModel, fit_host, leave_one_out
 

@@ -244,7 +244,7 @@ def test_cli_scores_a_phi_style_file_of_another_device_in_json(tmp_path):
 
 def test_cli_fit_gives_the_four_gemms_one_set_that_every_gemm_of_a_step_runs_on(tmp_path):
     from hostgap.model.accounting import Cell, account
-    from hostgap.model.fitting import load_model
+    from hostgap.model.fitting.measured import load_model
 
     a100 = find_device("a100")
     fit_file = _profile(

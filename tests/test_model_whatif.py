@@ -7,18 +7,19 @@ from dataclasses import replace
 import pytest
 
 from hostgap.errors import HostgapError
-from hostgap.model import whatif
+from hostgap.model import cell as cell_model
 from hostgap.model.accounting import Cell
 from hostgap.model.arch import get_preset
 from hostgap.model.devices import find_device
 from hostgap.model.roofline import default_model
 from hostgap.model.stepmodel import HostModel, step
+from hostgap.model.whatif import paper as whatif
 
 
 def _setup(preset="llama-3.1-8b", batch=1, host=None, engine="vllm", **kw):
     host = host or HostModel(5e6, 0.0, 10e3, 4.5e3, 30e3, "test")
     dev = find_device("h100")
-    return whatif.Setup(
+    return cell_model.Setup(
         get_preset(preset),
         Cell(batch=batch, context=2048, engine=engine, **kw),
         dev,
@@ -48,7 +49,7 @@ def test_spec_decoding_at_zero_acceptance_gives_no_per_token_gain():
 def test_graphs_give_nothing_when_orchestration_is_hidden():
     # few cheap launches behind a long GPU step: orchestration fully hidden
     s = _setup(batch=1, host=HostModel(1e6, 0.0, 2e3, 2e3, 30e3))
-    base = whatif.predict(s)
+    base = cell_model.predict(s)
     assert base.orchestration_ns < base.gpu_ns
     w = whatif.run(s, "graphs")
     assert w.scenario.total_ns == pytest.approx(w.baseline.total_ns)

@@ -12,15 +12,17 @@ from hypothesis import strategies as st
 
 from budget import examples
 from hostgap.errors import HostgapError
-from hostgap.model import graphlaunch, scenarios, whatif
+from hostgap.model import cell as cell_model
+from hostgap.model import graphlaunch
 from hostgap.model.accounting import Cell, account
 from hostgap.model.arch import get_preset
 from hostgap.model.devices import find_device
 from hostgap.model.roofline import default_model
 from hostgap.model.stepmodel import HostModel, StepPrediction
-from hostgap.model.whatif_cpu import busy_threads, slowdown
-from hostgap.model.whatif_megakernel import BW_FRACTION
-from hostgap.model.whatif_overlap import is_cpu_bound, overlapped
+from hostgap.model.whatif import registry as scenarios
+from hostgap.model.whatif.cpu import busy_threads, slowdown
+from hostgap.model.whatif.megakernel import BW_FRACTION
+from hostgap.model.whatif.overlap import is_cpu_bound, overlapped
 
 DEV = find_device("h100")
 RL = default_model(DEV.name)
@@ -37,7 +39,7 @@ HOST = HostModel(
 
 
 def _setup(preset="llama-3.1-8b", batch=2, mode="eager", host=HOST, engine="vllm", tp=1, scale=1.0):
-    return whatif.Setup(
+    return cell_model.Setup(
         get_preset(preset), Cell(batch=batch, context=1024, engine=engine, tp=tp), DEV, mode, RL, scale, host
     )
 
@@ -71,7 +73,7 @@ def test_cpu_bound_counts_the_collectives_as_gpu_time():
 def test_overlap_what_if_ttft_wasted_work_and_json():
     s = _setup(batch=64, mode="graph")
     w = scenarios.run(s, "overlap:out=200")
-    base = whatif.predict(s)
+    base = cell_model.predict(s)
     assert w.baseline == base
     assert w.scenario.total_ns == max(base.orchestration_ns + base.serial_ns, base.device_ns + base.collective_ns)
     # serial = 300 us + 64 x 5 us = 620 us, all hidden behind a graph-mode 8B step at batch 64
@@ -146,7 +148,7 @@ def test_cpu_errors(spec, msg):
 def test_megakernel_by_hand():
     s = _setup()
     w = scenarios.run(s, "megakernel")
-    graph = whatif.predict(s, mode="graph")
+    graph = cell_model.predict(s, mode="graph")
     acc = account(s.arch, s.cell)
     floor = 1e9 * (acc.weight_bytes + acc.kv_read_bytes + acc.kv_write_bytes) / DEV.mem_bw_bytes_per_s
     # 8B bf16: (8.03e9 - the 0.525e9-parameter embedding, gathered not read) x 2 B = 15.01 GB of
@@ -167,7 +169,7 @@ def test_megakernel_by_hand():
 def test_megakernel_compute_bound_by_hand():
     # batch 512 at KV 1: 2 x (8.03e9 - 0.525e9 embedding) params x 512 tokens = 7.68 TFLOP at
     # 0.68 x 989.4 TFLOP/s = 11.4 ms, against 15.0 GB of weights at 0.78 x 3.35 TB/s = 5.7 ms
-    s = whatif.Setup(get_preset("llama-3.1-8b"), Cell(batch=512, context=1), DEV, "eager", RL, 1.0, HOST)
+    s = cell_model.Setup(get_preset("llama-3.1-8b"), Cell(batch=512, context=1), DEV, "eager", RL, 1.0, HOST)
     w = scenarios.run(s, "megakernel")
     acc = account(s.arch, s.cell)
     compute = 1e9 * acc.totals()["flops"] / (DEV.peak("bfloat16") * 0.68)
@@ -181,7 +183,7 @@ def test_megakernel_compute_bound_at_large_batch():
     w = scenarios.run(s, "megakernel")
     acc = account(s.arch, s.cell)
     compute = 1e9 * acc.totals()["flops"] / (DEV.peak("bfloat16") * RL.efficiency("gemm", "gemm").e_c)
-    graph = whatif.predict(s, mode="graph")
+    graph = cell_model.predict(s, mode="graph")
     floor = 1e9 * (acc.weight_bytes + acc.kv_read_bytes + acc.kv_write_bytes) / DEV.mem_bw_bytes_per_s
     assert w.scenario.device_ns == pytest.approx(min(graph.device_ns, max(compute, floor / BW_FRACTION)))
 
@@ -230,12 +232,12 @@ def test_graph_mode_pays_per_node():
     s = _setup(mode="graph")
     acc = account(s.arch, s.cell)
     # piecewise: 33 graphs replay 329 - 71 = 258 kernels at 1 us each on top of the launches
-    with_nodes = whatif.predict(s)
-    without = whatif.predict(replace(s, host=replace(HOST, graph_node_ns=0.0)))
+    with_nodes = cell_model.predict(s)
+    without = cell_model.predict(replace(s, host=replace(HOST, graph_node_ns=0.0)))
     assert acc.launches == 329
     assert with_nodes.orchestration_ns - without.orchestration_ns == pytest.approx(258e3)
-    full = whatif.predict(replace(s, capture="full"))
-    full0 = whatif.predict(replace(s, capture="full", host=replace(HOST, graph_node_ns=0.0)))
+    full = cell_model.predict(replace(s, capture="full"))
+    full0 = cell_model.predict(replace(s, capture="full", host=replace(HOST, graph_node_ns=0.0)))
     assert full.orchestration_ns - full0.orchestration_ns == pytest.approx(322e3)  # 329 - 7 outside
 
 
@@ -367,7 +369,7 @@ def test_cpu_assumption_lines_by_hand():
 def test_megakernel_assumption_lines_by_hand():
     s = _setup()
     w = scenarios.run(s, "megakernel")
-    graph = whatif.predict(s, mode="graph")
+    graph = cell_model.predict(s, mode="graph")
     # eager orchestration 0.5 ms + 329 x 20 us = 7.080 ms; serial 300 + 2 x 5 us = 0.310 ms
     assert w.assumptions[0] == (
         "one persistent kernel per step: orchestration 7.080 ms -> one launch (20.0 us); serial "

@@ -36,13 +36,13 @@ def hostgap_command() -> list[str]:
 
 
 def test_one_version_source():
-    """pyproject.toml reads the version from hostgap.__version__; the command and the installed
-    distribution's metadata say the same."""
+    """pyproject.toml reads the version from hostgap.version.__version__ (the ground floor; the
+    package root re-exports it); the command and the installed distribution's metadata say the same."""
     import hostgap
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "hostgap.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "hostgap.version.__version__"}
     r = subprocess.run([*hostgap_command(), "--version"], capture_output=True, text=True, check=True)
     assert r.stdout.split()[-1] == hostgap.__version__ == importlib.metadata.version("hostgap")
 

@@ -1,4 +1,4 @@
-"""The report's kernel and host-time figures (:mod:`hostgap.report.figures_kernels`): the
+"""The report's kernel and host-time figures (:mod:`hostgap.report.figures.hotspots`): the
 numbers they draw and the words under them, worked out by hand on small inputs."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hostgap.report import figures_kernels as K
+from hostgap.report.figures import hotspots as K
 from hostgap.report.inputs import Input
 from hostgap.report.words import NO_FRAME
 

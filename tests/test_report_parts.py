@@ -93,7 +93,7 @@ def test_a_point_outside_0_1_is_drawn_on_the_edge_with_a_note(tmp_path, cpu_run)
     res = json.loads((neg / "results.json").read_text())
     res["differencing"]["host_fraction"] = -0.125
     (neg / "results.json").write_text(json.dumps(res))
-    from hostgap.report.figures_map import regime_figure
+    from hostgap.report.figures.across import regime_figure
 
     fig = regime_figure(resolve_all([str(cpu_run), str(neg)]))
     pts = {p["n"]: p for p in fig.drawn["points"]}
@@ -105,7 +105,7 @@ def test_a_point_outside_0_1_is_drawn_on_the_edge_with_a_note(tmp_path, cpu_run)
 
 def test_report_page_marks_clipped_parts_only_when_clipping_happened(tmp_path):
     run = make_run_dir(tmp_path)
-    from hostgap.report.figures import steps_figure
+    from hostgap.report.figures.stepwise import steps_figure
 
     (inp,) = resolve_all([str(run)])
     fig = steps_figure(inp, "fig-steps-0")
@@ -119,7 +119,7 @@ def test_real_2gpu_trace_part_within_whole_and_a_larger_part_is_clipped_and_said
     import copy
     import dataclasses
 
-    from hostgap.report.figures import steps_figure
+    from hostgap.report.figures.stepwise import steps_figure
     from hostgap.report.html import render
 
     (inp,) = resolve_all([str(corpus_path("nsys/h100_2gpu_mfu_before.sqlite"))])

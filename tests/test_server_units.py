@@ -9,11 +9,11 @@ import gzip
 import pytest
 
 from conftest import annotation, cpu_op, python_frame
+from hostgap.analysis.trace import observed_settings
 from hostgap.server.attach.steps_seen import (
     batches_seen,
     frontend_time,
     load_turnover_notes,
-    observed_settings,
     step_medians,
     step_period_s,
 )

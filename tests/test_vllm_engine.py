@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from hostgap.capture.engines import vllm_engine as ve
+from hostgap.capture.engines import vllm as ve
 from hostgap.capture.protocol.engine import ENGINES, Workload, load_engine
 from hostgap.errors import HostgapError
 from hostgap.model.arch import PRESETS, get_preset
@@ -18,9 +18,9 @@ TINY = get_preset("tiny")
 
 
 def test_registered_under_vllm_and_importable_without_vllm():
-    assert ENGINES["vllm"] in ("hostgap.capture.engines.vllm_engine:VllmEngine", ve.VllmEngine)
+    assert ENGINES["vllm"] in ("hostgap.capture.engines.vllm:VllmEngine", ve.VllmEngine)
     assert load_engine("vllm") is ve.VllmEngine
-    code = "import sys, hostgap.capture.engines.vllm_engine; print('vllm' in sys.modules)"
+    code = "import sys, hostgap.capture.engines.vllm; print('vllm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False"
 
@@ -238,7 +238,7 @@ class _StuckCore:
 
 
 def _fake_runtime(tmp_path, core):
-    from hostgap.capture.engines import vllm_watchdog as vw
+    from hostgap.capture.engines.vllm import watchdog as vw
 
     rt = ve.VllmRuntime(TINY, ve.VllmOptions(max_model_len=256), tmp_path / "vllm")
     rt.run_dir.mkdir(parents=True)

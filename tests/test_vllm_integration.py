@@ -24,7 +24,7 @@ if importlib.util.find_spec("vllm") is None:
     )
 
 from hostgap.capture.engines import harvest_live as hv  # noqa: E402
-from hostgap.capture.engines import vllm_engine as ve  # noqa: E402
+from hostgap.capture.engines import vllm as ve  # noqa: E402
 from hostgap.model.arch import get_preset  # noqa: E402
 
 HARVEST = hv.HarvestConfig(

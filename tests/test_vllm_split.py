@@ -202,7 +202,7 @@ def test_table_rows_put_the_split_first():
 
 
 def test_report_draws_one_stacked_bar_for_a_vllm_run():
-    from hostgap.report import figures as F
+    from hostgap.report.figures import stepwise as F
     from hostgap.report.inputs import Input
 
     split = {

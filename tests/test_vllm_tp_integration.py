@@ -20,7 +20,7 @@ if importlib.util.find_spec("vllm") is None:
         allow_module_level=True,
     )
 
-from hostgap.capture.engines import vllm_engine as ve  # noqa: E402
+from hostgap.capture.engines import vllm as ve  # noqa: E402
 
 
 def test_two_rank_measure_and_trace_set(tmp_path):

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from hostgap.capture.engines import vllm_watchdog as vw
+from hostgap.capture.engines.vllm import watchdog as vw
 from hostgap.errors import HostgapError
 
 SLEEP = shutil.which("sleep") or "/bin/sleep"

@@ -17,12 +17,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from hostgap.errors import HostgapError
-
-__version__ = "0.1.0"
-"""The one version source: ``pyproject.toml`` reads it (``[tool.setuptools.dynamic]``)."""
-
-SCHEMA_VERSION = 1
-"""Version of every JSON document hostgap writes; bumped on incompatible change."""
+from hostgap.version import SCHEMA_VERSION, __version__
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -190,7 +190,7 @@ def read_table(path: Path) -> list[dict]:
 
 
 def table_meta(kind: str, **kw) -> dict:
-    from hostgap import __version__
+    from hostgap.version import __version__
 
     return {
         "schema_version": HARVEST_SCHEMA_VERSION,

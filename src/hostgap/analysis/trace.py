@@ -268,3 +268,21 @@ def _links_from(a: dict[str, np.ndarray]) -> Links:
         ops=nests["ops"],
         frames=nests["frames"],
     )
+
+
+def observed_settings(trace_path: str) -> dict:
+    """What the profiler recorded, read from the trace: Python stacks (``python_function``
+    events) and shapes (``Input Dims`` on ops). A streaming look at the file's text (plain or
+    gzip), not a parse: what attach reports of the settings a server's profiler ran with."""
+    from hostgap.readers.text import text_pieces
+
+    stacks = shapes = False
+    tail = b""
+    for piece in text_pieces(trace_path):  # a streaming look for the two markers, not a parse
+        window = tail + bytes(piece)
+        stacks = stacks or b'"python_function"' in window
+        shapes = shapes or b'"Input Dims"' in window
+        if stacks and shapes:
+            break
+        tail = window[-32:]
+    return {"with_stack": stacks, "record_shapes": shapes}

@@ -120,7 +120,7 @@ def code_identity() -> str:
     True
     """
     if not _CODE:
-        from hostgap import __version__
+        from hostgap.version import __version__
 
         root = Path(__file__).resolve().parents[1]
         h = hashlib.blake2b(__version__.encode(), digest_size=16)

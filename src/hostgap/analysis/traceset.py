@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hostgap import SCHEMA_VERSION
 from hostgap.anatomy.steps import AnalysisOptions
 from hostgap.errors import HostgapError
 from hostgap.events import GPU_OP_KINDS, Trace
 from hostgap.parallel import map_processes, map_tasks
+from hostgap.version import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from hostgap.analysis.trace import TraceAnalysis

@@ -168,7 +168,7 @@ def rows(split: dict | None) -> list[tuple[str, str, str]]:
 
 def engine_rows(facts: dict) -> list[tuple[str, str, str]]:
     """The engine's start-up and shutdown times (never part of a step), and other work on
-    the machine during the untraced runs (:func:`hostgap.capture.engines.vllm_engine.contention`)."""
+    the machine during the untraced runs (:func:`hostgap.capture.engines.vllm.contention`)."""
     out = []
     up, down = facts.get("startup_ns"), facts.get("shutdown_ns")
     if up:

@@ -10,7 +10,6 @@ from dataclasses import asdict
 
 import numpy as np
 
-from hostgap import SCHEMA_VERSION
 from hostgap.anatomy.collectives import comm_of_name
 from hostgap.anatomy.intervals import union_ns
 from hostgap.anatomy.link import Links, link
@@ -23,6 +22,7 @@ from hostgap.anatomy.timeline import (
     windows,
 )
 from hostgap.events import GPU_OP_KINDS, Kind, Trace
+from hostgap.version import SCHEMA_VERSION
 
 
 def overview(

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from hostgap import SCHEMA_VERSION
 from hostgap.anatomy import taxbreak as tb
 from hostgap.anatomy.collectives import launch_classes
 from hostgap.anatomy.comm import StepComm, split_ops
@@ -47,6 +46,7 @@ from hostgap.anatomy.windows import (
     with_wall_end,
 )
 from hostgap.events import HOST_API_KINDS, NONE, CopyKind, Kind, Trace
+from hostgap.version import SCHEMA_VERSION
 
 SYNC_API = tb.SYNC_API
 

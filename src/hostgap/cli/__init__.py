@@ -18,8 +18,8 @@ from typing import Any, cast
 
 import click
 
-from hostgap import __version__
 from hostgap.errors import HostgapError
+from hostgap.version import __version__
 
 COMMANDS = {
     "analyze": "analyze",
@@ -132,14 +132,14 @@ class _Group(click.Group):
 
 def _end_engine_leftovers() -> None:
     """With the vLLM engine loaded, end what a failed engine left behind (vllm_watch)."""
-    if "hostgap.capture.engines.vllm_watchdog" in sys.modules:
-        sys.modules["hostgap.capture.engines.vllm_watchdog"].end_leftovers_if_engine_loaded()
+    if "hostgap.capture.engines.vllm.watchdog" in sys.modules:
+        sys.modules["hostgap.capture.engines.vllm.watchdog"].end_leftovers_if_engine_loaded()
 
 
 def _exit_now(status: int) -> None:
     """With the vLLM engine loaded, skip the interpreter's slow teardown (vllm_watch)."""
-    if "hostgap.capture.engines.vllm_watchdog" in sys.modules:
-        sys.modules["hostgap.capture.engines.vllm_watchdog"].exit_now_if_engine_loaded(status)
+    if "hostgap.capture.engines.vllm.watchdog" in sys.modules:
+        sys.modules["hostgap.capture.engines.vllm.watchdog"].exit_now_if_engine_loaded(status)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

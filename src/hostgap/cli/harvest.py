@@ -158,7 +158,7 @@ def harvest(
             seed=seed,
         )
         hv.validate(cfg)
-        from hostgap.capture.engines.vllm_common import vllm_version
+        from hostgap.capture.engines.vllm.common import vllm_version
 
         vllm_version()
         summary = hv.harvest_live(cfg, path, Path(keep_traces) if keep_traces else None, _say)

@@ -119,7 +119,7 @@ def fit_cmd(results, db, paper_cells, vidur_mlp, mlp_device, test_mlp, test_devi
       hostgap fit --vidur-mlp a100_llama3-8b_mlp.csv --device a100 \\
                   --test-mlp a100_llama2-7b_mlp.csv --all-reduce a100_dgx_all_reduce.csv -o a100.json
     """
-    from hostgap.model import fit_sources
+    from hostgap.model.fitting import sources as fit_sources
     from hostgap.report import model_view as view
 
     if paper_cells:

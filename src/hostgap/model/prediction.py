@@ -12,12 +12,15 @@ from pathlib import Path
 
 import numpy as np
 
-import hostgap
 from hostgap.errors import HostgapError
-from hostgap.model import fitting, scenarios, whatif
-from hostgap.model.fitting import MeasuredCell
+from hostgap.model import cell as cell_model
+from hostgap.model.cell import MemoryCheck, Setup
+from hostgap.model.fitting import measured as fitting
+from hostgap.model.fitting.measured import MeasuredCell
 from hostgap.model.stepmodel import StepPrediction
-from hostgap.model.whatif import MemoryCheck, Setup, WhatIf
+from hostgap.model.whatif import registry as scenarios
+from hostgap.model.whatif.change import WhatIf
+from hostgap.version import SCHEMA_VERSION
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class CellPrediction:
     def to_dict(self) -> dict:
         s = self.setup
         return {
-            "schema_version": hostgap.SCHEMA_VERSION,
+            "schema_version": SCHEMA_VERSION,
             "preset": self.preset,
             "device": s.device.name,
             "cell": s.cell.to_dict(),
@@ -96,7 +99,7 @@ def predict_cell(
     db: str | None = None,
     tp_form: str | None = None,
 ) -> CellPrediction:
-    """Predict one decode step of ``preset`` (:func:`~hostgap.model.scenarios.build_setup`), run
+    """Predict one decode step of ``preset`` (:func:`~hostgap.model.whatif.registry.build_setup`), run
     each what-if on it, and place the measured runs of the same cell (``results`` files and the
     runs database ``db``) beside it. Measured runs that count their kernels set the kernels per
     step (their median) unless ``kernels_per_step`` is given. Every what-if is parsed before any
@@ -133,7 +136,7 @@ def predict_cell(
         basis,
         step,
         wis,
-        whatif.memory_check(setup.arch, setup.cell, setup.device),
+        cell_model.memory_check(setup.arch, setup.cell, setup.device),
         tuple(measured),
         tuple(tuple(_scenario_measured(w, docs, setup, mode, dtype)) for w in wis),
         os.fspath(model) if model else None,
@@ -141,7 +144,7 @@ def predict_cell(
 
 
 def _run(setup: Setup, what_ifs: Sequence[str]) -> tuple[StepPrediction, tuple[WhatIf, ...]]:
-    return whatif.predict(setup), tuple(scenarios.run(setup, s) for s in what_ifs)
+    return cell_model.predict(setup), tuple(scenarios.run(setup, s) for s in what_ifs)
 
 
 def measured_loop(docs: list[dict], setup: Setup) -> tuple[float, list[str]] | None:

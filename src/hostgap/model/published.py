@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 from hostgap.anatomy.verdict import classify
 from hostgap.model import graphlaunch
-from hostgap.model.scenarios import default_setup, run
-from hostgap.model.spec_reconcile import paper_condition
+from hostgap.model.cell import Setup, predict
 from hostgap.model.stepmodel import StepPrediction
-from hostgap.model.whatif import Setup, predict
+from hostgap.model.whatif.registry import default_setup, run
+from hostgap.model.whatif.spec_residual import paper_condition
 
 
 def error_against(predicted: float, low: float, high: float) -> float:
@@ -251,7 +251,7 @@ def _hf_cb_cell() -> Setup:
 
 
 def _hf_cb_async_rule() -> Placed:
-    from hostgap.model.whatif_overlap import overlapped
+    from hostgap.model.whatif.overlap import overlapped
 
     # the blog's own sync run as the step: its idle share is the serial part H, the rest the GPU's G
     g, h = 1.0 - HF_CB_IDLE, HF_CB_IDLE

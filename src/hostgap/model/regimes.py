@@ -10,13 +10,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import hostgap
 from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN, classify
 from hostgap.checks import reasons
 from hostgap.errors import HostgapError
-from hostgap.model import fitting, whatif
-from hostgap.model.fitting import Boundary, RegimeCell
-from hostgap.model.scenarios import build_setup
+from hostgap.model import cell as cell_model
+from hostgap.model.fitting import measured as fitting
+from hostgap.model.fitting.measured import Boundary, RegimeCell
+from hostgap.model.whatif.registry import build_setup
+from hostgap.version import SCHEMA_VERSION
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class RegimeMap:
     def to_dict(self) -> dict:
         """``regimes --json``."""
         return {
-            "schema_version": hostgap.SCHEMA_VERSION,
+            "schema_version": SCHEMA_VERSION,
             "thresholds": {"host_bound_min": HOST_BOUND_MIN, "device_bound_max": DEVICE_BOUND_MAX},
             "cells": [dict(c.__dict__, contended=c.run_id in self.busy) for c in self.cells],
             "boundaries": [b.__dict__ for b in self.boundaries],
@@ -56,7 +57,7 @@ def regime_map(
     invalid: dict[str, list[str]] = {}
     busy: set[str] = set()
     if paper_cells:
-        from hostgap.model import calibrate
+        from hostgap.model.fitting import calibrate
 
         cells = calibrate.regime_cells()
     else:
@@ -102,7 +103,7 @@ def predicted(c: RegimeCell, model: str | Path | None = None) -> RegimeCell:
         )
     except HostgapError:
         return c
-    f = whatif.predict(setup).host_fraction
+    f = cell_model.predict(setup).host_fraction
     return replace(c, predicted_host_fraction=f, predicted_regime=classify(f))
 
 
@@ -112,7 +113,7 @@ def published_document() -> dict:
     from hostgap.model import published
 
     return {
-        "schema_version": hostgap.SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION,
         "figures": published.table(),
         "graph_launch": published.graph_fit(),
     }

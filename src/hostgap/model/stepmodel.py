@@ -24,7 +24,7 @@ inside the all-reduce (METHOD.md §7): measured GPU-active absorbs it (``collect
 and the host-exposed residual that differencing measures is the serial part alone.
 
 The defaults (:data:`DEFAULT_HOST`) are fitted on the differencing paper's published cells
-(``hostgap fit --paper-cells``, :mod:`hostgap.model.calibrate`); fits on measured runs
+(``hostgap fit --paper-cells``, :mod:`hostgap.model.fitting.calibrate`); fits on measured runs
 (:func:`fit_host`) replace them.
 """
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hostgap.model.steps_table import Requests, Steps
+from hostgap.model.steptable.files import Requests, Steps
 
 # Coefficient order everywhere: beta, a1 (Σp), a2 (Σc), a3 (Σp²), a4 (|B|), a5 (Σp·c); ns.
 PREFILL_TRUTH = (

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from hostgap.model.attribution import Explanation, Metrics, Model, Shares
-    from hostgap.model.steps_table import Steps
+    from hostgap.model.steptable.files import Steps
 
 
 def console() -> Console:

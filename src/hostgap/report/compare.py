@@ -38,9 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hostgap import SCHEMA_VERSION
 from hostgap.errors import HostgapError
 from hostgap.report.inputs import Input
+from hostgap.version import SCHEMA_VERSION
 
 STEP_KEYS = (
     "wall_ns",

@@ -1,7 +1,7 @@
 """``hostgap report``: one self-contained HTML file (no scripts, no network) with figures.
 
 The page is built from :func:`report_data` (the document ``hostgap report --json`` prints, also
-embedded in the page as inert JSON) and the SVG figures of :mod:`hostgap.report.figures`.
+embedded in the page as inert JSON) and the SVG figures of :mod:`hostgap.report.figures.stepwise`.
 Every string that can come from a trace or a file name is escaped with :func:`html.escape`;
 the embedded JSON escapes ``<``, ``>`` and ``&`` so no text can close its element; and a
 Content-Security-Policy forbids scripts and network loads altogether.
@@ -17,15 +17,16 @@ from typing import Any
 
 import msgspec
 
-from hostgap import SCHEMA_VERSION, __version__
 from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN
 from hostgap.errors import HostgapError
-from hostgap.report import figures as F
-from hostgap.report import figures_kernels as K
-from hostgap.report import figures_map as M
 from hostgap.report.compare import fmt_value, metrics
+from hostgap.report.figures import across as M
+from hostgap.report.figures import canvas as C
+from hostgap.report.figures import hotspots as K
+from hostgap.report.figures import stepwise as F
 from hostgap.report.inputs import Input
 from hostgap.report.words import check_label, words
+from hostgap.version import SCHEMA_VERSION, __version__
 
 KEY_METRICS = (
     "wall_ns",
@@ -129,7 +130,7 @@ def report_data(inputs: list[Input]) -> dict:
                 "run_kind": inp.run_kind,
                 "trace": inp.trace_path,
                 "activity": inp.activity,
-                "activity_label": F.activity_label(inp),
+                "activity_label": C.activity_label(inp),
                 "run_id": (inp.results or {}).get("run_id"),
                 "key": key_numbers(inp),
                 "taxbreak": an.get("taxbreak"),
@@ -155,7 +156,7 @@ def report_data(inputs: list[Input]) -> dict:
     }
 
 
-def figures_of(inputs: list[Input], max_bars: int = F.MAX_STEP_BARS) -> dict[str, F.Figure]:
+def figures_of(inputs: list[Input], max_bars: int = C.MAX_STEP_BARS) -> dict[str, C.Figure]:
     out = {"fig-regime": M.regime_figure(inputs, "fig-regime")}
     for i, inp in enumerate(inputs):
         for fig in (
@@ -178,7 +179,7 @@ def figures_of(inputs: list[Input], max_bars: int = F.MAX_STEP_BARS) -> dict[str
 def render(
     inputs: list[Input],
     title: str | None = None,
-    max_bars: int = F.MAX_STEP_BARS,
+    max_bars: int = C.MAX_STEP_BARS,
     progress=None,
     extra: Sequence[tuple[str, str, Any]] = (),
 ) -> tuple[str, dict]:
@@ -290,7 +291,7 @@ def _summary(data: dict) -> str:
     )
 
 
-def _figure(fig: F.Figure) -> str:
+def _figure(fig: C.Figure) -> str:
     body = fig.svg if fig.svg is not None else "<div class='na'>Not drawn for this input.</div>"
     cap = f"<figcaption>{esc(fig.caption)}</figcaption>"
     return f"<figure id='{esc(fig.id)}'><h3>{esc(fig.title)}</h3>{body}{cap}</figure>"

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN, classify
-from hostgap.model.fitting import tp_label
+from hostgap.model.fitting.measured import tp_label
 from hostgap.model.prediction import error_total
 
 if TYPE_CHECKING:
     from hostgap.model.accounting import Account
-    from hostgap.model.fit_sources import FitOutcome
-    from hostgap.model.fitting import FittedModel
+    from hostgap.model.fitting.measured import FittedModel
+    from hostgap.model.fitting.sources import FitOutcome
     from hostgap.model.prediction import CellPrediction
     from hostgap.model.regimes import RegimeMap
 
@@ -163,7 +163,7 @@ def account_lines(acc: Account, context: int) -> list[str]:
 def paper_fit_lines(o: FitOutcome) -> list[str]:
     """``fit --paper-cells``: the fitted host term beside the shipped default, then every
     published cell with the default's and the leave-one-out prediction's error."""
-    from hostgap.model import calibrate
+    from hostgap.model.fitting import calibrate
     from hostgap.model.stepmodel import DEFAULT_HOST
 
     assert o.paper is not None

@@ -1,6 +1,6 @@
 """How a result of the Python API shows itself in a notebook (``_repr_html_``): one self-contained
 HTML fragment (inline SVG, no scripts, no network) with the verdict and its key figure, drawn by
-the same code as ``hostgap report`` (:mod:`hostgap.report.html`, :mod:`hostgap.report.figures`)."""
+the same code as ``hostgap report`` (:mod:`hostgap.report.html`, :mod:`hostgap.report.figures.stepwise`)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _input_of(kind: str, doc: dict):
 
 
 def _card(inp) -> str:
-    from hostgap.report import figures as F
+    from hostgap.report.figures import stepwise as F
     from hostgap.report.html import _figure, _verdict_card, report_data
 
     d = report_data([inp])["inputs"][0]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from hostgap.analysis import cb_split
 from hostgap.analysis.vllm_split import table_rows
-from hostgap.capture.protocol.results import ACTIVITY_LABEL
 from hostgap.checks import is_valid
+from hostgap.stats.differencing import ACTIVITY_LABEL
 
 
 def ms(ns: float | None, digits: int = 3) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hostgap.stats.engine_diff import QUANTITIES
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -58,8 +60,6 @@ def render_measured(r: dict, con: Console) -> None:
 
 def render_engine_difference(diff: dict, con: Console) -> None:
     """The line under two engines measured together."""
-    from hostgap.capture.protocol.engine_diff import difference_line
-
     con.print("\n" + difference_line(diff), markup=False, style=None if diff["valid"] else "bold yellow")
 
 
@@ -138,3 +138,19 @@ def render_runs(rows: list[dict], con: Console) -> None:
         )
         t.add_row(*map(escape, cells))
     con.print(t)
+
+
+def difference_line(diff: dict) -> str:
+    """The terminal line of :func:`hostgap.stats.engine_diff.engine_difference`."""
+    head = f"{diff['other']} - {diff['base']}"
+    if not diff["valid"]:
+        return f"{head}: invalid, no difference reported: " + "; ".join(diff["invalid_reasons"])
+    pct = int(round(100 * diff["level"]))
+    txt = []
+    for key, _src, words in QUANTITIES:
+        p = diff[key]
+        txt.append(f"{words} {p['value'] / 1e6:+.3f} ms/step [{p['lo'] / 1e6:+.3f}, {p['hi'] / 1e6:+.3f}]")
+    # against hostgap's own loop (hf) the difference is the other engine's cost beyond it; between
+    # two other engines (hf-cb, hf-cb-async) it is only their difference
+    why = " (the engine's own host cost beyond the in-process loop)" if diff["base"] == "hf" else ""
+    return f"{head} ({diff['schedule']}, {pct} % CI): " + ", ".join(txt) + why

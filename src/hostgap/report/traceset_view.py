@@ -48,11 +48,11 @@ def heat_matrix(doc: dict) -> tuple[list[int], np.ndarray, np.ndarray]:
 
 
 def rank_heatmap(doc: dict, fid: str):
-    """The report's :class:`~hostgap.report.figures.Figure`. Rows: ranks; columns: aligned
+    """The report's :class:`~hostgap.report.figures.stepwise.Figure`. Rows: ranks; columns: aligned
     steps; colour: host-caused idle (ms); a black dot on the straggler of each step."""
     from matplotlib.ticker import MaxNLocator
 
-    from hostgap.report.figures import Figure, draw, new_figure
+    from hostgap.report.figures.canvas import Figure, draw, new_figure
 
     ranks, grid, strag = heat_matrix(doc)
     title = "Host-caused idle per rank and step (ms); ● straggler"

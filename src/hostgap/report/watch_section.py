@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hostgap.report.figures import Figure, draw, new_figure
+from hostgap.report.figures.canvas import Figure, draw, new_figure
 
 esc = html.escape
 

@@ -245,6 +245,14 @@ class Series:
     wall_seq: dict[int, list[int]] = field(default_factory=dict)  # position of each untraced run in run order
 
 
+ACTIVITY_LABEL = {
+    "gpu": "GPU-active",
+    "cpu-compute": "CPU compute (device-active analogue)",
+}
+"""The name of the device-active quantity by the run's ``activity`` (what g_step measures): the
+label a run's results carry and every view of a run prints."""
+
+
 @dataclass(frozen=True)
 class Differencing:
     """Per-decode-step quantities (ns unless named otherwise) and the checks behind them.

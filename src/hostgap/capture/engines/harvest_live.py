@@ -7,7 +7,7 @@ Two sources, one table:
   finished request is replaced at once, a closed loop), chunked prefill on and off. The Worker
   is profiled per level; the step anatomy of its trace gives wall, device-active (CPU-compute
   on CPU), host-exposed and host_wait; the Worker's scheduler records
-  (:class:`~hostgap.capture.engines.vllm_engine.StepRecorder`) give the per-request composition.
+  (:class:`~hostgap.capture.engines.vllm.StepRecorder`) give the per-request composition.
 - **traces** (:func:`harvest_traces`): existing vLLM / SGLang traces; per-step composition
   comes from the step annotations (no per-request table: a trace does not name requests).
 
@@ -197,7 +197,7 @@ def _brief(f: dict) -> str:
 
 def engine_options(cfg: HarvestConfig, chunked: bool):
     """The engine settings of one chunked-prefill setting of the grid."""
-    from hostgap.capture.engines.vllm_common import VllmOptions
+    from hostgap.capture.engines.vllm.common import VllmOptions
 
     budget = cfg.budget if chunked else max(cfg.max_model_len, 2048)
     return VllmOptions(
@@ -225,7 +225,7 @@ def harvest_level(
     reqs = make_requests(cfg.n_requests(concurrency), cfg.prompt_len, cfg.output_len, seed)
     if max(r.prompt_len + r.output_len for r in reqs) > o.max_model_len:
         raise HostgapError("--prompt-len/--output-len", f"requests exceed the engine's max_model_len {o.max_model_len}")
-    from hostgap.capture.engines.vllm_common import prompt_ids
+    from hostgap.capture.engines.vllm.common import prompt_ids
 
     prompts = prompt_ids(rt.arch.vocab, [r.prompt_len for r in reqs], seed)
     rt.take_steps()
@@ -263,8 +263,8 @@ def harvest_live(
 ) -> dict:
     """Run the grid on vLLM (one engine per chunked-prefill setting) and write the step table
     and the request table."""
-    from hostgap.capture.engines.vllm_common import validate_options
-    from hostgap.capture.engines.vllm_runtime import VllmRuntime
+    from hostgap.capture.engines.vllm.common import validate_options
+    from hostgap.capture.engines.vllm.runtime import VllmRuntime
     from hostgap.model.arch import get_preset
 
     validate(cfg)

@@ -19,7 +19,7 @@ by :func:`step_name` (the capture annotation the anatomy reads first).
 
 Engines register by import path, so optional dependencies load only when used::
 
-    ENGINES["vllm"] = "hostgap.capture.engines.vllm_engine:VllmEngine"
+    ENGINES["vllm"] = "hostgap.capture.engines.vllm:VllmEngine"
     engine = load_engine("vllm")(workload)
 """
 
@@ -113,10 +113,10 @@ class Engine(abc.ABC):
 
 
 ENGINES: dict[str, str | type[Engine]] = {
-    "hf": "hostgap.capture.engines.hf:HFEngine",
-    "vllm": "hostgap.capture.engines.vllm_engine:VllmEngine",
-    "hf-cb": "hostgap.capture.engines.hf_cb:HFCBEngine",
-    "hf-cb-async": "hostgap.capture.engines.hf_cb:HFCBAsyncEngine",
+    "hf": "hostgap.capture.engines.hf.decode:HFEngine",
+    "vllm": "hostgap.capture.engines.vllm:VllmEngine",
+    "hf-cb": "hostgap.capture.engines.hf.batching:HFCBEngine",
+    "hf-cb-async": "hostgap.capture.engines.hf.batching:HFCBAsyncEngine",
 }
 """Engine name -> class, or ``"module:Class"`` imported on first use."""
 

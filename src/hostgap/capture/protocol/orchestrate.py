@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import cast
 
 from hostgap.capture.protocol.engine import Workload, load_engine
-from hostgap.capture.protocol.engine_diff import engine_difference
 from hostgap.capture.protocol.interleave import Side, measure_until_quiet
 from hostgap.capture.protocol.results import RESULTS_SCHEMA_VERSION, anatomy_of, build_results, cell_key
 from hostgap.capture.protocol.validity import contention_of, in_thread
@@ -42,6 +41,7 @@ from hostgap.capture.protocol.validity import preempted_share as _preempted_shar
 from hostgap.errors import HostgapError
 from hostgap.model.arch import Arch, get_preset
 from hostgap.stats.differencing import ESTIMATORS, difference, series_from_raw, sweep_points
+from hostgap.stats.engine_diff import engine_difference
 from hostgap.store import rundir
 from hostgap.store.save import save_run
 
@@ -270,7 +270,7 @@ def measure_together(
     """Measure one workload on several engines (``cfgs`` differ in ``engine`` only), their runs
     interleaved (:mod:`hostgap.capture.protocol.interleave`); one run directory and results dict per
     engine. With two engines each results dict carries ``engine_difference``
-    (:func:`hostgap.capture.protocol.engine_diff.engine_difference`)."""
+    (:func:`hostgap.stats.engine_diff.engine_difference`)."""
     for cfg in cfgs:
         validate(cfg)
         rundir.check_writable(Path(cfg.run_dir).parent if cfg.run_dir else Path(cfg.out))

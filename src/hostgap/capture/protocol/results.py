@@ -20,14 +20,10 @@ from hostgap.anatomy.verdict import verdict as make_verdict
 from hostgap.capture.protocol import validity
 from hostgap.capture.protocol.engine import STEP_PREFIX
 from hostgap.events import Kind
+from hostgap.stats.differencing import ACTIVITY_LABEL
 
 RESULTS_SCHEMA_VERSION = 1
 """Schema version of a run directory's ``results.json``, ``config.json`` and ``timings.json``."""
-
-ACTIVITY_LABEL = {
-    "gpu": "GPU-active",
-    "cpu-compute": "CPU compute (device-active analogue)",
-}
 
 
 def trace_stats(path, trace=None) -> dict:

@@ -27,7 +27,7 @@ split), :mod:`~hostgap.model.attribution.heldout` (held-out split, training rang
 :mod:`~hostgap.model.attribution.json_io` (JSON) and :mod:`~hostgap.model.attribution.workflow`
 (what each ``hostgap attribute`` command does, as one call: :func:`fit_held_out`,
 :func:`evaluate_held_out`, :func:`explain`, :func:`write_synthetic`); every name is importable
-from here, and so is :func:`~hostgap.model.steps_table.load_steps`, which reads STEPS.
+from here, and so is :func:`~hostgap.model.steptable.files.load_steps`, which reads STEPS.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ from hostgap.model.attribution.workflow import (
     select_step,
     write_synthetic,
 )
-from hostgap.model.steps_table import load_steps
+from hostgap.model.steptable.files import load_steps
 
 __all__ = [
     "CLASSES",

@@ -16,7 +16,7 @@ from hostgap.model.attribution.terms import (
     host_fraction,
     measured,
 )
-from hostgap.model.steps_table import Steps
+from hostgap.model.steptable.files import Steps
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Metrics:
     note: str = ""
 
     def to_dict(self) -> dict:
-        from hostgap import SCHEMA_VERSION
+        from hostgap.version import SCHEMA_VERSION
 
         return {
             "schema_version": SCHEMA_VERSION,

@@ -28,7 +28,7 @@ from hostgap.model.attribution.terms import (
     measured,
     step_features,
 )
-from hostgap.model.steps_table import Steps
+from hostgap.model.steptable.files import Steps
 
 
 def fit(
@@ -290,7 +290,7 @@ def _provenance(steps: Steps) -> dict:
 
     import scipy
 
-    from hostgap import __version__
+    from hostgap.version import __version__
 
     return {
         "hostgap_version": __version__,

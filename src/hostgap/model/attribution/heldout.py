@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from hostgap.model.attribution.terms import CLASSES, Model
-from hostgap.model.steps_table import Steps
+from hostgap.model.steptable.files import Steps
 
 _ROW_FIELDS = (
     "step",

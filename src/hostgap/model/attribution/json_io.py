@@ -43,7 +43,7 @@ def _class_from_json(name: str, d: dict) -> ClassModel:
 
 def to_json(model: Model) -> dict:
     """The model as a JSON-ready dict (``schema_version``, provenance, no pickle)."""
-    from hostgap import SCHEMA_VERSION
+    from hostgap.version import SCHEMA_VERSION
 
     return {
         "schema_version": SCHEMA_VERSION,
@@ -64,7 +64,7 @@ def to_json(model: Model) -> dict:
 
 def from_json(d: dict, source: str = "model") -> Model:
     """Inverse of :func:`to_json`; HostgapError on anything that is not such a model."""
-    from hostgap import SCHEMA_VERSION
+    from hostgap.version import SCHEMA_VERSION
 
     if not isinstance(d, dict) or d.get("kind") != MODEL_KIND:
         raise HostgapError(source, f"not a hostgap attribution model (kind != {MODEL_KIND})")

@@ -19,7 +19,7 @@ from hostgap.model.attribution.terms import (
     measured,
     step_features,
 )
-from hostgap.model.steps_table import Steps
+from hostgap.model.steptable.files import Steps
 
 
 def predict(model: Model, steps: Steps) -> np.ndarray:

@@ -9,7 +9,7 @@ from functools import cached_property
 import numpy as np
 
 from hostgap.errors import HostgapError
-from hostgap.model.steps_table import Steps
+from hostgap.model.steptable.files import Steps
 
 TERMS = (
     "beta_ns",

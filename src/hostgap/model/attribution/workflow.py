@@ -25,7 +25,7 @@ from hostgap.model.attribution.fit import fit
 from hostgap.model.attribution.heldout import held_out, range_note, split_mask
 from hostgap.model.attribution.shares import Shares, attribute
 from hostgap.model.attribution.terms import CLASSES, Model
-from hostgap.model.steps_table import Steps, write_steps
+from hostgap.model.steptable.files import Steps, write_steps
 
 SPLIT_RULE = "splitmix64(step content, seed) < test_fraction (file name and order ignored)"
 """How ``fit_held_out`` holds steps out, as its models' provenance states it."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from hostgap import SCHEMA_VERSION
+from hostgap.analysis.trace import observed_settings
 from hostgap.anatomy.steps import AnalysisOptions
 from hostgap.errors import HostgapError
 from hostgap.server.attach.client import EXIT_NO_RESULT, AttachError, ProfileClient
@@ -25,10 +25,10 @@ from hostgap.server.attach.steps_seen import (
     first_rank,
     frontend_time,
     load_turnover_notes,
-    observed_settings,
     step_medians,
     step_period_s,
 )
+from hostgap.version import SCHEMA_VERSION
 
 
 def build_result(cfg: AttachConfig, client: ProfileClient, session: Session, run_dir) -> dict:

@@ -171,23 +171,6 @@ def step_medians(doc: dict) -> dict:
     }
 
 
-def observed_settings(trace_path: str) -> dict:
-    """What the profiler recorded, read from the trace: Python stacks (``python_function``
-    events) and shapes (``Input Dims`` on ops)."""
-    from hostgap.readers.text import text_pieces
-
-    stacks = shapes = False
-    tail = b""
-    for piece in text_pieces(trace_path):  # a streaming look for the two markers, not a parse
-        window = tail + bytes(piece)
-        stacks = stacks or b'"python_function"' in window
-        shapes = shapes or b'"Input Dims"' in window
-        if stacks and shapes:
-            break
-        tail = window[-32:]
-    return {"with_stack": stacks, "record_shapes": shapes}
-
-
 def frontend_time(path: str, engine_steps: int) -> dict:
     """The API server's own host time from its trace (vLLM's ``async_llm`` file): the union of
     its host events on each thread, summed over threads (``busy_ns``), over the trace's span, and

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hostgap.model.cell import Setup, bandwidth_floor_ns, predict, setup_account
 from hostgap.model.roofline import DEFAULT_EFFICIENCY
 from hostgap.model.stepmodel import StepPrediction
-from hostgap.model.whatif import Setup, WhatIf, bandwidth_floor_ns, num, predict, setup_account
+from hostgap.model.whatif.change import WhatIf, num
 
 BW_FRACTION = 0.78
 """Attained fraction of datasheet memory bandwidth: ~78 % of H100's, the figure the issue quotes

@@ -1,8 +1,8 @@
 """``hostgap fit`` from its sources: measured runs (results files, the runs database), vidur's
 kernel times (``*_mlp.csv``: per-op efficiencies, each file scored by a fit on the others and
 test files by the fit on all), vidur's all-reduce times, or the published cells shipped with
-hostgap (the default vLLM/H100 host term). The fits themselves are :mod:`hostgap.model.fitting`,
-:mod:`hostgap.model.roofline`, :mod:`hostgap.model.tp` and :mod:`hostgap.model.calibrate`."""
+hostgap (the default vLLM/H100 host term). The fits themselves are :mod:`hostgap.model.fitting.measured`,
+:mod:`hostgap.model.roofline`, :mod:`hostgap.model.tp` and :mod:`hostgap.model.fitting.calibrate`."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-import hostgap
 from hostgap.errors import HostgapError
-from hostgap.model import calibrate, fitting, roofline, tp, vidur
+from hostgap.model import roofline, tp, vidur
 from hostgap.model.devices import DeviceSpec, find_device, load_device_file
+from hostgap.model.fitting import calibrate
+from hostgap.model.fitting import measured as fitting
 from hostgap.model.stepmodel import HostModel
+from hostgap.version import SCHEMA_VERSION
 
 PathArg = str | Path
 
@@ -58,7 +60,7 @@ class FitOutcome:
 
     def to_dict(self) -> dict:
         """``fit --json``."""
-        return {"schema_version": hostgap.SCHEMA_VERSION, **self.report, "model": self.model.to_dict()}
+        return {"schema_version": SCHEMA_VERSION, **self.report, "model": self.model.to_dict()}
 
 
 def fit_sources(

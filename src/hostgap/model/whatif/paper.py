@@ -1,4 +1,4 @@
-"""Predictions for one cell and what-ifs over it (METHOD.md §7).
+"""The differencing paper's lens of what-ifs over one cell (METHOD.md §7), and a faster host.
 
 Each what-if states its assumptions and changes only what it names:
 
@@ -24,184 +24,28 @@ Each what-if states its assumptions and changes only what it names:
   per-step dispatch and the CPU part of per-kernel orchestration divide by F; the launch floor
   (driver/hardware) does not.
 
-Every prediction respects two physical floors: device time is never below the bytes the step
-must stream (weights actually read, embedding gathered, plus KV) at the datasheet bandwidth,
-and :func:`memory_check` says when weights + KV cache do not fit in one rank's memory.
+Each predicts from the cell's setup (:mod:`hostgap.model.cell`), whose floors every prediction
+respects; :mod:`.registry` knows these and the operators' what-ifs beside them by name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from hostgap.errors import HostgapError
-from hostgap.model.accounting import GRAPH_CAPTURE, Account, Cell, account, graph_split, scale_launches
-from hostgap.model.arch import Arch, dtype_bytes, get_preset
-from hostgap.model.devices import DeviceSpec
-from hostgap.model.roofline import RooflineModel, device_time
-from hostgap.model.stepmodel import HostModel, StepPrediction, step
-from hostgap.model.tp import FORMS, AllReduceModel, default_all_reduce
-
-TP_FORMS = ("overlap", *FORMS)
-"""``overlap``: the host model's own TP terms (stepmodel); the others: tp.py's linear forms."""
-
-
-@dataclass(frozen=True)
-class Setup:
-    """Everything a prediction for one cell rests on."""
-
-    arch: Arch
-    cell: Cell
-    device: DeviceSpec
-    mode: str  # "eager" | "graph"
-    roofline: RooflineModel
-    device_scale: float
-    host: HostModel
-    all_reduce: AllReduceModel | None = None
-    tp_form: str = "overlap"
-    kernels_per_step: float | None = None  # measured, replaces the launch table's total
-    notes: tuple = ()
-    capture: str | None = None  # graph mode: CUDA graph capture (None: the engine's default)
-
-
-def setup_account(s: Setup, cell: Cell | None = None, arch: Arch | None = None) -> Account:
-    """The account of ``cell`` (default: the setup's), with the measured kernels per step."""
-    return _account(s, cell, arch)
-
-
-def _account(s: Setup, cell: Cell | None = None, arch: Arch | None = None) -> Account:
-    cell = cell or s.cell
-    acc = account(arch or s.arch, cell)
-    if s.kernels_per_step and arch is None:
-        # measured kernels for the baseline cell; other cells keep the measured/table ratio
-        base = account(s.arch, s.cell).launches
-        acc = scale_launches(acc, s.kernels_per_step * acc.launches / base)
-    return acc
-
-
-def bandwidth_floor_ns(acc: Account, device: DeviceSpec) -> float:
-    """Bytes the step must move (weights read, embedding gathered, KV read and written) at the
-    datasheet bandwidth: no device time can be shorter."""
-    return 1e9 * (acc.weight_bytes + acc.kv_read_bytes + acc.kv_write_bytes) / device.mem_bw_bytes_per_s
-
-
-def collective_ns(s: Setup, dt, k: int) -> float:
-    """All-reduce time of the step's collectives on k ranks (no waiting for other ranks)."""
-    if k <= 1:
-        return 0.0
-    ar = s.all_reduce or default_all_reduce(s.device)
-    per_msg = dt.collective_bytes / max(dt.collective_ops, 1)
-    return float(dt.collective_ops * ar.time_ns(per_msg, k, s.device))
-
-
-def _overlap(s: Setup, cell: Cell, mode: str, host_speed: float) -> StepPrediction:
-    acc = _account(s, cell)
-    dt = device_time(acc, s.device, s.roofline)
-    dev = max(s.device_scale * dt.total_ns, bandwidth_floor_ns(acc, s.device))
-    kernels, graphs, nodes = acc.launches, 1.0, 0.0
-    if mode != "eager":
-        graphs, kernels, _ = graph_split(acc, s.arch.layers, s.capture)
-        nodes = acc.launches - kernels
-    return step(
-        dev, collective_ns(s, dt, cell.tp), kernels, cell.batch, s.host, mode, host_speed, cell.tp, graphs, nodes
-    )
-
-
-def form_totals(s: Setup, cell: Cell | None = None, mode: str | None = None, host_speed: float = 1.0) -> dict:
-    """Step total (ns) of ``cell`` under every TP form, from the TP-1 cell's host term."""
-    cell, mode = cell or s.cell, mode or s.mode
-    pk = _overlap(s, cell, mode, host_speed)
-    p1 = _overlap(s, replace(cell, tp=1), mode, host_speed)
-    k, h1, gk = cell.tp, p1.host_ns, pk.device_ns + pk.collective_ns
-    return {
-        "overlap": pk.total_ns,
-        "additive": gk + h1,
-        "compute_comm": p1.total_ns / k + pk.collective_ns,
-        "host_over_k": gk + h1 / k,
-        "host_times_k": gk + h1 * k,
-        "additive_skew": gk + h1,
-    }  # its skew term needs TP > 1 measurements to fit: 0 here
-
-
-def predict(s: Setup, cell: Cell | None = None, mode: str | None = None, host_speed: float = 1.0) -> StepPrediction:
-    """One step of ``cell`` (default: the setup's), any TP degree: ``--tp K`` and ``tp=K`` both
-    land here. A TP form other than ``overlap`` replaces the host term by the form's."""
-    cell, mode = cell or s.cell, mode or s.mode
-    pk = _overlap(s, cell, mode, host_speed)
-    if cell.tp == 1 or s.tp_form == "overlap":
-        return pk
-    total = form_totals(s, cell, mode, host_speed)[s.tp_form]
-    gk = pk.device_ns + pk.collective_ns
-    return StepPrediction(pk.device_ns, pk.collective_ns, max(total - gk, 0.0), 0.0, pk.kernels, mode, 1)
-
-
-@dataclass(frozen=True)
-class MemoryCheck:
-    """Weights + KV cache of one rank against the device's memory, bytes."""
-
-    weights_bytes: float
-    kv_bytes: float
-    device_bytes: float
-
-    @property
-    def fits(self) -> bool:
-        return self.weights_bytes + self.kv_bytes <= self.device_bytes
-
-    def message(self, device: str) -> str:
-        return (
-            f"weights {self.weights_bytes / 1e9:.1f} GB + KV cache {self.kv_bytes / 1e9:.1f} GB per rank "
-            f"{'fit in' if self.fits else 'exceed'} {device}'s {self.device_bytes / 1e9:.0f} GB"
-        )
-
-    def to_dict(self) -> dict:
-        return {
-            "weights_bytes": self.weights_bytes,
-            "kv_bytes": self.kv_bytes,
-            "device_bytes": self.device_bytes,
-            "fits": self.fits,
-        }
-
-
-def memory_check(arch: Arch, cell: Cell, device: DeviceSpec) -> MemoryCheck:
-    """Stored weights per rank (sharded over TP; W8A8 matmul weights 1 byte, embeddings 16-bit)
-    plus the KV cache of ``batch`` sequences at ``context`` tokens."""
-    emb = arch.embedding_params() + arch.lm_head_params()
-    w = (arch.param_count() - emb) * dtype_bytes(cell.dtype) + emb * dtype_bytes(cell.act_dtype)
-    kv_heads_rank = max(1.0, arch.kv_heads / cell.tp)
-    kv = cell.batch * cell.context * 2 * kv_heads_rank * arch.head_dim * arch.layers * dtype_bytes(cell.kv_cache_dtype)
-    return MemoryCheck(w / cell.tp, kv, device.mem_bytes)
-
-
-@dataclass(frozen=True)
-class WhatIf:
-    name: str
-    assumptions: tuple
-    baseline: StepPrediction
-    scenario: StepPrediction
-    tokens_per_step: float = 1.0  # tokens per sequence the scenario's step emits
-    baseline_tokens: float = 1.0
-    extra: dict = field(default_factory=dict)
-    scenario_extra: dict = field(default_factory=dict)  # keys added to the scenario's JSON
-
-    @property
-    def step_change(self) -> float:
-        """Relative change of the step (cycle) time: scenario / baseline - 1."""
-        return self.scenario.total_ns / self.baseline.total_ns - 1
-
-    @property
-    def per_token_speedup(self) -> float:
-        return (self.baseline.total_ns / self.baseline_tokens) / (self.scenario.total_ns / self.tokens_per_step)
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "assumptions": list(self.assumptions),
-            "baseline": self.baseline.to_dict(),
-            "scenario": {**self.scenario.to_dict(), **self.scenario_extra},
-            "tokens_per_step": self.tokens_per_step,
-            "step_change": self.step_change,
-            "per_token_speedup": self.per_token_speedup,
-            **self.extra,
-        }
+from hostgap.model.accounting import GRAPH_CAPTURE, Account, account, graph_split
+from hostgap.model.arch import get_preset
+from hostgap.model.cell import (
+    Setup,
+    form_totals,
+    overlap_form,
+    predict,
+    setup_account,
+)
+from hostgap.model.roofline import RooflineModel
+from hostgap.model.stepmodel import StepPrediction
+from hostgap.model.tp import default_all_reduce
+from hostgap.model.whatif.change import WhatIf, _float
 
 
 def parse(spec: str, known: dict | None = None) -> tuple[str, dict]:
@@ -226,24 +70,6 @@ def parse(spec: str, known: dict | None = None) -> tuple[str, dict]:
     return name, kw
 
 
-def _float(kw: dict, key: str, default: float | None, spec: str, lo: float, hi: float) -> float:
-    if key not in kw:
-        if default is None:
-            raise HostgapError("--what-if", f"{spec}: needs {key}=...")
-        return default
-    try:
-        v = float(kw[key])
-    except ValueError:
-        raise HostgapError("--what-if", f"{spec}: {key} must be a number, got {kw[key]!r}") from None
-    if not lo <= v <= hi:
-        raise HostgapError("--what-if", f"{spec}: {key} must be in [{lo}, {hi}], got {v}")
-    return v
-
-
-num = _float
-"""Public name of the what-ifs' number parser (the what-if modules beside this one use it)."""
-
-
 def graphs(s: Setup, kw: dict) -> WhatIf:
     """Same cell in graph mode: captured kernels' launches -> graph launches; the per-step
     dispatch and the kernels launched outside the graphs stay (accounting.GRAPH_CAPTURE)."""
@@ -257,7 +83,7 @@ def graphs(s: Setup, kw: dict) -> WhatIf:
         s = replace(s, capture=capture)
     base = predict(s)
     new = predict(s, mode="graph")
-    _, _, how = graph_split(_account(s), s.arch.layers, s.capture)
+    _, _, how = graph_split(setup_account(s), s.arch.layers, s.capture)
     hidden = base.orchestration_exposed_ns == 0
     where = (
         "attention between the pieces, LM head, sampling"
@@ -272,7 +98,7 @@ def graphs(s: Setup, kw: dict) -> WhatIf:
             f"orchestration {base.orchestration_ns / 1e6:.3f} ms (dispatch {s.host.dispatch_ns / 1e6:.3f} ms + "
             f"{base.kernels:.0f} launches x {s.host.per_kernel_ns / 1e3:.1f} us) -> "
             f"{new.orchestration_ns / 1e6:.3f} ms with {how} CUDA graphs: {new.graph_launches:.0f} graph launch(es) "
-            f"x {s.host.graph_launch_ns / 1e3:.0f} us + {_account(s).launches - new.kernels:.0f} replayed nodes x "
+            f"x {s.host.graph_launch_ns / 1e3:.0f} us + {setup_account(s).launches - new.kernels:.0f} replayed nodes x "
             f"{s.host.graph_node_ns / 1e3:.2f} us (graph launch host cost by node count) + {new.kernels:.0f} kernels "
             f"still launched eagerly ({where})",
             "the per-step dispatch (input and attention-metadata preparation) runs in both modes"
@@ -306,7 +132,7 @@ def speculative(s: Setup, kw: dict) -> WhatIf:
     draft_dev, draft_orch, draft_name = 0.0, 0.0, "none (n-gram / prompt-lookup drafting: no draft model time)"
     if kw.get("draft"):
         d_arch = get_preset(kw["draft"])  # the draft's launches come from the table, not the target's run
-        draft = _overlap(replace(s, arch=d_arch, kernels_per_step=None), s.cell, s.mode, 1.0)
+        draft = overlap_form(replace(s, arch=d_arch, kernels_per_step=None), s.cell, s.mode, 1.0)
         draft_dev = draft.device_ns + draft.collective_ns
         draft_orch, draft_name = draft.orchestration_ns, d_arch.name
     cycle = StepPrediction(
@@ -431,6 +257,6 @@ WHATIFS = {"graphs": graphs, "spec": speculative, "fp8": fp8, "tp": tensor_paral
 
 
 def run(s: Setup, spec: str) -> WhatIf:
-    """This module's what-ifs; :func:`hostgap.model.scenarios.run` knows every what-if."""
+    """This module's what-ifs; :func:`hostgap.model.whatif.registry.run` knows every what-if."""
     name, kw = parse(spec)
     return WHATIFS[name](s, kw)

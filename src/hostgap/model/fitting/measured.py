@@ -29,7 +29,6 @@ from typing import Any, cast
 
 import numpy as np
 
-import hostgap
 from hostgap.errors import HostgapError
 from hostgap.model.accounting import Cell, account
 from hostgap.model.arch import Arch, get_preset
@@ -37,6 +36,7 @@ from hostgap.model.devices import DeviceSpec, find_device, launch_floor_ns
 from hostgap.model.roofline import Metrics, RooflineModel, default_model, device_time, error_metrics
 from hostgap.model.stepmodel import DEFAULT_HOST, HostModel, HostSamples, fit_host, for_device, predict_host
 from hostgap.model.tp import AllReduceModel
+from hostgap.version import SCHEMA_VERSION, __version__
 
 MODEL_KIND = "hostgap.step_model"
 
@@ -361,7 +361,7 @@ class FittedModel:
 
     def to_dict(self) -> dict:
         return {
-            "schema_version": hostgap.SCHEMA_VERSION,
+            "schema_version": SCHEMA_VERSION,
             "kind": MODEL_KIND,
             "provenance": self.provenance,
             "tp_form": self.tp_form,
@@ -392,7 +392,7 @@ def _versions() -> dict:
     import scipy
 
     return {
-        "hostgap": hostgap.__version__,
+        "hostgap": __version__,
         "python": sys.version.split()[0],
         "numpy": np.__version__,
         "scipy": scipy.__version__,
@@ -473,9 +473,9 @@ def load_model(path: str | Path) -> FittedModel:
         raise HostgapError(str(p), f"not valid JSON: {e}") from None
     if not isinstance(d, dict) or d.get("kind") != MODEL_KIND:
         raise HostgapError(str(p), f"not a hostgap step model (kind != {MODEL_KIND!r})")
-    if d.get("schema_version") != hostgap.SCHEMA_VERSION:
+    if d.get("schema_version") != SCHEMA_VERSION:
         raise HostgapError(
-            str(p), f"schema_version {d.get('schema_version')} != {hostgap.SCHEMA_VERSION}; refit with this hostgap"
+            str(p), f"schema_version {d.get('schema_version')} != {SCHEMA_VERSION}; refit with this hostgap"
         )
     try:
         groups = tuple(GroupModel.from_dict(g) for g in d["groups"])

@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from hostgap.capture.engines import vllm_watchdog as vw
-from hostgap.capture.engines.vllm_common import (
+from hostgap.capture.engines.vllm import watchdog as vw
+from hostgap.capture.engines.vllm.common import (
     DTYPES,
     VllmOptions,
     prompt_ids,
@@ -25,7 +25,7 @@ from hostgap.capture.engines.vllm_common import (
     vllm_device,
     vllm_version,
 )
-from hostgap.capture.engines.vllm_runtime import VllmRuntime
+from hostgap.capture.engines.vllm.runtime import VllmRuntime
 from hostgap.capture.protocol.engine import Engine, Workload
 from hostgap.errors import HostgapError
 

@@ -1,6 +1,6 @@
 """Report figures across steps: idle gaps by class (time-weighted), the regime map of all
-inputs, and the timeline excerpt of one step. Same contract as :mod:`hostgap.report.figures`:
-each returns a :class:`~hostgap.report.figures.Figure` whose ``drawn`` holds the numbers as
+inputs, and the timeline excerpt of one step. Same contract as :mod:`hostgap.report.figures.stepwise`:
+each returns a :class:`~hostgap.report.figures.stepwise.Figure` whose ``drawn`` holds the numbers as
 drawn, and no input's data is dropped without the caption saying so.
 """
 
@@ -12,8 +12,8 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from hostgap.anatomy.timeline import IDLE_CLASSES, gap_bins
 from hostgap.anatomy.verdict import DEVICE_BOUND_MAX, HOST_BOUND_MIN
 from hostgap.report.compare import metrics
-from hostgap.report.figures import C_GPU, C_HOST, Figure, _legend_below, draw, new_figure
-from hostgap.report.figures_kernels import distinct_short
+from hostgap.report.figures.canvas import C_GPU, C_HOST, Figure, _legend_below, draw, new_figure
+from hostgap.report.figures.hotspots import distinct_short
 from hostgap.report.inputs import Input
 from hostgap.report.words import words
 

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hostgap.model.whatif import Setup, WhatIf, num, predict
+from hostgap.model.cell import Setup, predict
+from hostgap.model.whatif.change import WhatIf, num
 
 PROCESSES = {
     "vllm": ("API server (HTTP, tokenizer, detokenizer)", "engine core (scheduler; model runner at TP 1)"),

@@ -1,7 +1,7 @@
 """The compiled path of the Kineto loader: chunks of ``traceEvents`` decoded into raw columns by
 the C extension :mod:`hostgap.readers._kcolumns` (vendored yyjson), then batches of those columns
 turned into the loader's columns by :func:`batch_columns_raw`, which gives exactly what
-:func:`hostgap.readers.kineto_events.batch_columns` gives for the same events (a test compares them
+:func:`hostgap.readers.kineto.schema.batch_columns` gives for the same events (a test compares them
 on every trace of the corpus and every fixture, and the fuzz suite on generated ones).
 
 Raw columns (a dict of numpy arrays, one row per event of the chunk, every ``ph``):
@@ -15,7 +15,7 @@ Raw columns (a dict of numpy arrays, one row per event of the chunk, every ``ph`
 - ``pid``, ``tid``: int64 (strings of digits converted, as the msgspec path does), ``pid_k`` /
   ``tid_k`` (0 an integer or absent, 1 null, 2 a string) and ``pid_map`` / ``tid_map``: the
   string's id when it must be mapped to a negative code per batch (else -1);
-- ``args``: the six arg columns (rows of :data:`~hostgap.readers.kineto_events._ARG_NAMES`), NONE
+- ``args``: the six arg columns (rows of :data:`~hostgap.readers.kineto.schema._ARG_NAMES`), NONE
   where absent, null or not an integer; ``args_bad``: malformed arg strings per event.
 
 A chunk the extension does not take (see ``_kcolumns.c``: anything but plain events) is decoded by
@@ -37,7 +37,7 @@ import numpy as np
 
 from hostgap.events import NONE, Kind, SkipCounter
 from hostgap.readers.decimal_ns import MALFORMED, MISSING, OUT_OF_RANGE, ns_from_text
-from hostgap.readers.kineto_events import (
+from hostgap.readers.kineto.schema import (
     _ARG_NAMES,
     _CATEGORY_KIND,
     _EMPTY_ARGS,
@@ -139,7 +139,7 @@ def raw_from_native(t: tuple, strings: Strings) -> RawColumns:
 
 def _id_value(s: str, strings: Strings) -> tuple[int, int]:
     """A string pid/tid: (its value, -1) when it is a number (:func:`int_text`), else (0, its
-    string id) for the per-batch mapping (:func:`hostgap.readers.kineto_events._ids`)."""
+    string id) for the per-batch mapping (:func:`hostgap.readers.kineto.schema._ids`)."""
     n = int_text(s)
     return (n, -1) if n is not None else (0, strings.id(s))
 
@@ -239,7 +239,7 @@ class Batches:
         return self.strings.ids.get(s, -2)  # -2 matches no id
 
     def columns(self, raw: RawColumns, skipped: SkipCounter):
-        """What :func:`~hostgap.readers.kineto_events.batch_columns` returns for these events."""
+        """What :func:`~hostgap.readers.kineto.schema.batch_columns` returns for these events."""
         self._grow()
         n = rows(raw)
         phase = self.phase_lut[raw["ph"] + 1]
@@ -321,7 +321,7 @@ class Batches:
 
     def _ids(self, values: np.ndarray, mapped: np.ndarray) -> np.ndarray:
         """pid/tid: strings that are not small integers get stable negatives below -1, per
-        batch, in order of first appearance (as :func:`hostgap.readers.kineto_events._ids`)."""
+        batch, in order of first appearance (as :func:`hostgap.readers.kineto.schema._ids`)."""
         at = np.flatnonzero(mapped >= 0)
         if len(at):
             mapping: dict[str, int] = {}

@@ -13,7 +13,7 @@ decode work, so the contention check reads its CPU time (``last_thread_ns``, the
 CPU clock) as it reads the ``hf`` engine's measuring thread; the caller only waits. Traced
 calls use the profiler's ``profile_all_threads`` (a profiler started after the loop thread
 sees no event of it otherwise) and annotate each forward step and the loop's parts
-(:mod:`hostgap.capture.engines.hf_cb_hooks`); the per-step split of the traced N2 run
+(:mod:`hostgap.capture.engines.hf.hooks`); the per-step split of the traced N2 run
 (:mod:`hostgap.analysis.cb_split`) lands in the engine's facts (``engine_facts.cb_split``).
 
 Modes: ``eager``; ``graph`` (CUDA): the manager's own CUDA graphs (``use_cuda_graph=True``),
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hostgap.capture.engines.hf_cb_hooks import (
+from hostgap.capture.engines.hf.hooks import (
     LoopAnnotations,
     config_fields,
     config_kwargs,

@@ -1,11 +1,11 @@
 """One started vLLM engine under hostgap's watch: :class:`VllmRuntime`.
 
 Start, generate, profile, record and close one offline ``LLM`` over a preset. Every wait on
-the engine runs under :class:`~hostgap.capture.engines.vllm_watchdog.Watchdog` with a deadline derived
+the engine runs under :class:`~hostgap.capture.engines.vllm.watchdog.Watchdog` with a deadline derived
 from the work waited for (:func:`startup_deadline_s`, :func:`work_deadline_s`); a failed or
 interrupted engine is ended at once and its log kept in the failure directory. The measure
-protocol's engine over it is :class:`hostgap.capture.engines.vllm_measure.VllmEngine`; the inputs,
-environment and process helpers are in :mod:`hostgap.capture.engines.vllm_common`.
+protocol's engine over it is :class:`hostgap.capture.engines.vllm.adapter.VllmEngine`; the inputs,
+environment and process helpers are in :mod:`hostgap.capture.engines.vllm.common`.
 
 This module imports vLLM only inside functions.
 """
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from hostgap.capture.engines import vllm_watchdog as vw
-from hostgap.capture.engines.vllm_common import (
+from hostgap.capture.engines.vllm import watchdog as vw
+from hostgap.capture.engines.vllm.common import (
     _ENGINE_PROC_PREFIX,
     CALL_TIMEOUT_S,
     GRAPH_EXTRA_S,
@@ -45,11 +45,11 @@ from hostgap.capture.engines.vllm_common import (
     vllm_version,
     write_model_dir,
 )
-from hostgap.capture.engines.vllm_watchdog import EngineFailure
+from hostgap.capture.engines.vllm.watchdog import EngineFailure
 from hostgap.errors import HostgapError
 from hostgap.model.arch import Arch
 
-STEP_RECORDER = "hostgap.capture.engines.vllm_engine.StepRecorder"
+STEP_RECORDER = "hostgap.capture.engines.vllm.StepRecorder"
 """The Worker extension (``worker_extension_cls``) that records every step's requests."""
 
 
@@ -60,7 +60,7 @@ STEP_RECORDER = "hostgap.capture.engines.vllm_engine.StepRecorder"
 class VllmRuntime:
     """One started vLLM engine over a preset: start, generate, profile, record, close.
 
-    Every wait on the engine runs under the :class:`~hostgap.capture.engines.vllm_watchdog.Watchdog`
+    Every wait on the engine runs under the :class:`~hostgap.capture.engines.vllm.watchdog.Watchdog`
     (a deadline derived from the work waited for; the engine processes watched): a dead
     EngineCore or Worker, a passed deadline or a failed call raises :class:`EngineFailure`
     (exit status 3) within a poll, Ctrl-C raises ``KeyboardInterrupt`` (130); either way
@@ -195,7 +195,7 @@ class VllmRuntime:
 
     # -- waits on the engine (each under the watchdog) --------------------------------------
     def waiting(self, what: str, timeout_s: float | None):
-        """A guarded wait on the engine (see :class:`~hostgap.capture.engines.vllm_watchdog.Watchdog`)."""
+        """A guarded wait on the engine (see :class:`~hostgap.capture.engines.vllm.watchdog.Watchdog`)."""
         if self.llm is None or self.watch is None:
             raise EngineFailure(f"vLLM engine ({self.arch.name})", f"{what}: the engine is not running")
         return self.watch.waiting(what, timeout_s)

@@ -10,7 +10,8 @@ positive correlation that narrows the true spread of the difference, so the inte
 conservative.
 
 The difference is a result only when both measurements are (valid, each with an interval);
-otherwise it is marked invalid with the reasons, and no number is given for it.
+otherwise it is marked invalid with the reasons, and no number is given for it. Its terminal
+line is :func:`hostgap.report.run_view.difference_line`.
 """
 
 from __future__ import annotations
@@ -61,19 +62,3 @@ def engine_difference(base: dict, other: dict) -> dict:
         "method": "MOVER difference of the two engines' intervals (conservative under shared drift)",
         "schedule": "interleaved" if together else "one after the other",
     }
-
-
-def difference_line(diff: dict) -> str:
-    """The terminal line of :func:`engine_difference`."""
-    head = f"{diff['other']} - {diff['base']}"
-    if not diff["valid"]:
-        return f"{head}: invalid, no difference reported: " + "; ".join(diff["invalid_reasons"])
-    pct = int(round(100 * diff["level"]))
-    txt = []
-    for key, _src, words in QUANTITIES:
-        p = diff[key]
-        txt.append(f"{words} {p['value'] / 1e6:+.3f} ms/step [{p['lo'] / 1e6:+.3f}, {p['hi'] / 1e6:+.3f}]")
-    # against hostgap's own loop (hf) the difference is the other engine's cost beyond it; between
-    # two other engines (hf-cb, hf-cb-async) it is only their difference
-    why = " (the engine's own host cost beyond the in-process loop)" if diff["base"] == "hf" else ""
-    return f"{head} ({diff['schedule']}, {pct} % CI): " + ", ".join(txt) + why

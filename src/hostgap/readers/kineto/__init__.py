@@ -6,9 +6,9 @@ timestamps with ns precision and integer-µs ones, ``baseTimeNanoseconds``,
 ``deviceProperties``, ``distributedInfo`` and flow events, for CUDA and HIP.
 
 Speed and memory: the text is read and (gzip) inflated chunk by chunk and never held whole
-(:mod:`hostgap.readers.kineto_stream`): each chunk of complete events is decoded in one msgspec
+(:mod:`hostgap.readers.kineto.stream`): each chunk of complete events is decoded in one msgspec
 pass straight into typed structs holding only the fields hostgap uses, and batches of
-:data:`BATCH` events become numpy columns (:mod:`hostgap.readers.kineto_events`: the schema and
+:data:`BATCH` events become numpy columns (:mod:`hostgap.readers.kineto.schema`: the schema and
 the columns), kept as pieces and joined once at the end. So the
 peak memory is the columns plus a few chunks, whatever the size of the text. A chunk whose
 events do not all fit the typed schema (a string where a number belongs, ...) is split into raw
@@ -39,7 +39,7 @@ import numpy as np
 
 from hostgap.errors import HostgapError
 from hostgap.events import CopyKind, DeviceInfo, EventTable, Kind, SkipCounter, Trace, TraceMeta
-from hostgap.readers.kineto_columns import (
+from hostgap.readers.kineto.compiled import (
     Batches,
     RawColumns,
     Strings,
@@ -50,7 +50,7 @@ from hostgap.readers.kineto_columns import (
     rows,
     take,
 )
-from hostgap.readers.kineto_events import (
+from hostgap.readers.kineto.schema import (
     ABSENT,
     MALFORMED_ARGS,
     Args,
@@ -60,7 +60,7 @@ from hostgap.readers.kineto_events import (
     int_or_none,
     refine,
 )
-from hostgap.readers.kineto_stream import EventStream, NotStreamable
+from hostgap.readers.kineto.stream import EventStream, NotStreamable
 from hostgap.readers.text import fence_control_char, fence_lone_surrogates, read_trace_text
 
 
@@ -87,7 +87,7 @@ class _LooseDoc(msgspec.Struct):
 
 
 STREAMING = True
-"""Load Kineto JSON chunk by chunk (:mod:`hostgap.readers.kineto_stream`); False loads the text
+"""Load Kineto JSON chunk by chunk (:mod:`hostgap.readers.kineto.stream`); False loads the text
 whole first (the path every document the stream cannot split takes anyway)."""
 
 
@@ -347,7 +347,7 @@ class _NativeChunk:
 
 
 class _NativeBuilder(_Builder):
-    """The compiled path (:mod:`hostgap.readers.kineto_columns`): a chunk the extension takes
+    """The compiled path (:mod:`hostgap.readers.kineto.compiled`): a chunk the extension takes
     becomes raw columns without a Python object per event; any other chunk takes the msgspec
     path of :class:`_Builder` and is converted. Batches of :data:`BATCH` events are cut from the
     raw columns exactly where :class:`_Builder` cuts its event lists, so every batch-level
@@ -363,7 +363,7 @@ class _NativeBuilder(_Builder):
 
     def decode_list(self, text, speculated=_UNSET) -> list[Event] | _NativeChunk:  # type: ignore[override]
         """:meth:`_Builder.decode_list` by the compiled decoder; ``speculated``: its result for
-        ``text``, computed on a worker thread (:class:`~hostgap.readers.kineto_stream.EventStream`)."""
+        ``text``, computed on a worker thread (:class:`~hostgap.readers.kineto.stream.EventStream`)."""
         t = self.ext.decode(text, self.scratch) if speculated is _UNSET else speculated
         if t is None:  # not plain: the msgspec path decides, exactly as without the extension
             return super().decode_list(text)

@@ -1,6 +1,6 @@
 """The default vLLM host term, fitted on the differencing paper's published cells.
 
-The cells (values, settings, sources) live in ``paper_cells.json`` beside this module. Each
+The cells (values, settings, sources) live in ``model/paper_cells.json`` (tp.py reads it too). Each
 cell is turned once into host-independent *shapes* (device time, collective time, kernel
 count, batch, TP degree, mode: everything but the host term), so fitting the five host
 parameters (serial, per-sequence, per-rank, dispatch, per-kernel; stepmodel.HostModel) is
@@ -30,12 +30,12 @@ from hostgap.errors import HostgapError
 from hostgap.model import graphlaunch
 from hostgap.model.accounting import Cell, account, graph_split
 from hostgap.model.arch import get_preset
+from hostgap.model.cell import Setup, bandwidth_floor_ns, collective_ns
 from hostgap.model.devices import find_device, launch_floor_ns
 from hostgap.model.roofline import default_model, device_time
 from hostgap.model.stepmodel import DEFAULT_HOST, HostModel, StepPrediction, step
-from hostgap.model.whatif import Setup, bandwidth_floor_ns, collective_ns
 
-CELLS_FILE = Path(__file__).with_name("paper_cells.json")
+CELLS_FILE = Path(__file__).parents[1] / "paper_cells.json"
 PARAMS = ("serial_ns", "per_seq_ns", "per_rank_ns", "dispatch_ns", "per_kernel_ns")
 
 
@@ -245,7 +245,7 @@ def paper_fit(path: str = str(CELLS_FILE)) -> tuple[HostModel, float, list[Row]]
 def regime_cells() -> list:
     """The published step cells whose host fraction is known (host and wall, or host and GPU)."""
     from hostgap.anatomy.verdict import classify
-    from hostgap.model.fitting import RegimeCell
+    from hostgap.model.fitting.measured import RegimeCell
 
     out = []
     for c in load_cells()[0]:

@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import math
 
-from hostgap.model.scenarios import default_setup
-from hostgap.model.whatif import predict, run
+from hostgap.model.cell import predict
+from hostgap.model.whatif.paper import run
+from hostgap.model.whatif.registry import default_setup
 
 PUBLISHED_MS = 0.768
 HIGH_SPEEDUP = 6.15  # paper: per-token speed-up at high acceptance

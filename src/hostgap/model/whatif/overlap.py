@@ -35,8 +35,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hostgap.errors import HostgapError
+from hostgap.model.cell import Setup, predict
 from hostgap.model.stepmodel import StepPrediction
-from hostgap.model.whatif import Setup, WhatIf, num, predict
+from hostgap.model.whatif.change import WhatIf, num
 
 ENGINES = {
     "vllm": "vLLM async scheduling (--async-scheduling); SGLang's overlap scheduler and TRT-LLM's "

@@ -1,6 +1,6 @@
 """Report figures of the kernels and of the host's time: the top kernels by GPU time, and the
 framework ops, CUDA-library calls and Python frames the host spent its time in. Drawn as the
-other figures are (:mod:`hostgap.report.figures`): matplotlib to inline SVG, with a caption.
+other figures are (:mod:`hostgap.report.figures.stepwise`): matplotlib to inline SVG, with a caption.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from hostgap.report.figures import (
+from hostgap.report.figures.canvas import (
     C_GPU,
     C_TAX,
     MAX_STEP_BARS,

@@ -1,4 +1,4 @@
-"""The in-memory form of a STEPS table (:mod:`hostgap.model.steps_table` reads and writes the
+"""The in-memory form of a STEPS table (:mod:`hostgap.model.steptable.files` reads and writes the
 files): :class:`Steps`, one row per engine step with the per-step sums the attribution model
 needs (Σp, Σc, Σp², |B|, Σp·c) and its measured times, and :class:`Requests`, the per-request
 (p, c) grouped by step where the input has them.

@@ -1,5 +1,5 @@
-"""Building :class:`~hostgap.model.steps_data.Steps` from the columns of a STEPS table, in either
-layout (:mod:`hostgap.model.steps_table` documents both and reads the files): the harvest layout
+"""Building :class:`~hostgap.model.steptable.rows.Steps` from the columns of a STEPS table, in either
+layout (:mod:`hostgap.model.steptable.files` documents both and reads the files): the harvest layout
 with its optional requests table (:func:`steps_from_harvest`) and the generic request/step
 layout (:func:`steps_from_generic`). Rows that attribution cannot use are left out with a note;
 anything inconsistent (requests that disagree with their step, s < q, duplicate steps, a step
@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from hostgap.errors import HostgapError
-from hostgap.model.steps_data import STEP_ARRAYS, Requests, Steps
+from hostgap.model.steptable.rows import STEP_ARRAYS, Requests, Steps
 
 _COMPOSITION = ("ctx_requests", "ctx_q", "ctx_s", "ctx_qq", "gen_requests", "gen_q", "gen_s", "gen_qq")
 

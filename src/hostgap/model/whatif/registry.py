@@ -6,18 +6,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hostgap.model import fitting
 from hostgap.model.accounting import Cell
 from hostgap.model.arch import get_preset
+from hostgap.model.cell import Setup
 from hostgap.model.devices import find_device, launch_floor_ns, load_device_file
+from hostgap.model.fitting import measured as fitting
 from hostgap.model.roofline import RooflineModel, default_model
 from hostgap.model.stepmodel import DEFAULT_DEVICE_SCALE, DEFAULT_HOST, for_device
-from hostgap.model.whatif import WHATIFS as BASE
-from hostgap.model.whatif import Setup, WhatIf
-from hostgap.model.whatif import parse as _parse
-from hostgap.model.whatif_cpu import cpu
-from hostgap.model.whatif_megakernel import megakernel
-from hostgap.model.whatif_overlap import overlap
+from hostgap.model.whatif.change import WhatIf
+from hostgap.model.whatif.cpu import cpu
+from hostgap.model.whatif.megakernel import megakernel
+from hostgap.model.whatif.overlap import overlap
+from hostgap.model.whatif.paper import WHATIFS as BASE
+from hostgap.model.whatif.paper import parse as _parse
 
 WHATIFS = {**BASE, "overlap": overlap, "cpu": cpu, "megakernel": megakernel}
 

@@ -17,8 +17,8 @@ Either becomes a :class:`Steps`: per-step aggregates (Σp, Σc, Σp², |B|, Σp�
 needs) and, where the input has them, per-request (p, c) in step order.
 
 This module reads and writes the files (:func:`load_steps`, :func:`write_steps`); the types are
-:mod:`hostgap.model.steps_data`, building them from the columns of either layout is
-:mod:`hostgap.model.steps_layouts`. Everything public is importable from here.
+:mod:`hostgap.model.steptable.rows`, building them from the columns of either layout is
+:mod:`hostgap.model.steptable.layouts`. Everything public is importable from here.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import re
 import numpy as np
 
 from hostgap.errors import HostgapError
-from hostgap.model.steps_data import Requests, Steps
-from hostgap.model.steps_layouts import steps_from_generic, steps_from_harvest
+from hostgap.model.steptable.layouts import steps_from_generic, steps_from_harvest
+from hostgap.model.steptable.rows import Requests, Steps
 
 __all__ = [
     "REQUEST_COLUMNS",
@@ -177,7 +177,7 @@ def write_steps(steps: Steps, path: str, kind_names: bool = True) -> list[str]:
     """
     import pyarrow as pa
 
-    from hostgap import SCHEMA_VERSION
+    from hostgap.version import SCHEMA_VERSION
 
     n = len(steps)
     kind = np.where(~steps.is_prefill, "decode", np.where(steps.n_prefill >= steps.n_requests, "prefill", "mixed"))

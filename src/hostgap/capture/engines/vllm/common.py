@@ -23,10 +23,10 @@ requests (id, tokens scheduled ``q``, tokens already computed) and the step's st
 for per-request composition.
 
 This module holds the engine's constants, options and helpers that the runtime
-(:class:`hostgap.capture.engines.vllm_runtime.VllmRuntime`, under the watchdog of
-:mod:`hostgap.capture.engines.vllm_watchdog`) and the measure protocol's engine ``vllm``
-(:class:`hostgap.capture.engines.vllm_measure.VllmEngine`) build on; it imports neither.
-:mod:`hostgap.capture.engines.vllm_engine` gathers all of them in one place.
+(:class:`hostgap.capture.engines.vllm.runtime.VllmRuntime`, under the watchdog of
+:mod:`hostgap.capture.engines.vllm.watchdog`) and the measure protocol's engine ``vllm``
+(:class:`hostgap.capture.engines.vllm.adapter.VllmEngine`) build on; it imports neither.
+:mod:`hostgap.capture.engines.vllm` gathers all of them in one place.
 
 This module imports vLLM only inside functions: it is also imported by the Worker.
 """
@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hostgap.capture.engines import vllm_watchdog as vw
+from hostgap.capture.engines.vllm import watchdog as vw
 from hostgap.errors import HostgapError
 from hostgap.model.arch import Arch
 

@@ -1,17 +1,18 @@
 """vLLM's V1 engine in one place: its constants, options and helpers
-(:mod:`hostgap.capture.engines.vllm_common`), the started engine (:mod:`hostgap.capture.engines.vllm_runtime`,
-under the watchdog of :mod:`hostgap.capture.engines.vllm_watchdog`) and the measure protocol's engine
-``vllm`` (:mod:`hostgap.capture.engines.vllm_measure`).
+(:mod:`hostgap.capture.engines.vllm.common`), the started engine (:mod:`hostgap.capture.engines.vllm.runtime`,
+under the watchdog of :mod:`hostgap.capture.engines.vllm.watchdog`) and the measure protocol's engine
+``vllm`` (:mod:`hostgap.capture.engines.vllm.adapter`).
 
-Those modules import :mod:`~hostgap.capture.engines.vllm_common` and not this one; this module only
+Those modules import :mod:`~hostgap.capture.engines.vllm.common` and not this one; this module only
 gathers their names for callers (``load_engine("vllm")`` finds
-``hostgap.capture.engines.vllm_engine:VllmEngine``). It imports vLLM only inside functions: it is also
+``hostgap.capture.engines.vllm:VllmEngine``). It imports vLLM only inside functions: it is also
 imported by the Worker (:class:`StepRecorder`).
 """
 
 from __future__ import annotations
 
-from hostgap.capture.engines.vllm_common import (
+from hostgap.capture.engines.vllm.adapter import VllmEngine, contention, engine_timing, request_timing
+from hostgap.capture.engines.vllm.common import (
     ARCHITECTURES,
     CALL_TIMEOUT_S,
     DTYPES,
@@ -39,9 +40,8 @@ from hostgap.capture.engines.vllm_common import (
     vllm_version,
     write_model_dir,
 )
-from hostgap.capture.engines.vllm_measure import VllmEngine, contention, engine_timing, request_timing
-from hostgap.capture.engines.vllm_runtime import VllmRuntime, startup_deadline_s, work_deadline_s
-from hostgap.capture.engines.vllm_watchdog import EngineFailure
+from hostgap.capture.engines.vllm.runtime import VllmRuntime, startup_deadline_s, work_deadline_s
+from hostgap.capture.engines.vllm.watchdog import EngineFailure
 
 __all__ = [
     "ARCHITECTURES",
