@@ -2,23 +2,22 @@
 timeout derived from those tests' own time.
 
     .venv/bin/python bench/mutation.py src/hostgap/model/attribution/fit.py --all
-    .venv/bin/python bench/mutation.py MODULE... -n 1 --seed 7 --json out.json
+    .venv/bin/python bench/mutation.py --every-module -n 1 --seed 7,11 --json out.json
 
 The mutants are those of ``../shared/tools/mutate.py --strong`` (its ``points`` and ``mutate``, the
 same flips in the same seeded order, so a sample here is the sample there). What changes is how
 each one is judged:
 
-1. **Coverage picks the tests.** The module's test pool (``bench/mutation.sh --tests-for``) runs
-   once under coverage with one context per test (pytest-cov ``--cov-context=test``); a mutant
-   then runs only the tests that executed its line. A line run while the module was imported
-   (no test's context) runs the whole pool.
-2. **A hang is a catch.** Each mutant's run gets ``--factor`` (default 5) times the unmutated
-   time of the tests it runs (their durations from the coverage run, plus pytest's start-up
-   measured in the same run), at least ``--min-timeout`` seconds; a mutant past it made the
-   tests hang or crawl (an NNLS that no longer converges) and counts as caught, ``timeout``.
-3. **Survivors are confirmed wide.** A mutant no selected test notices runs against the whole
-   fast suite (``-m "not slow and not vllm"``) with the same rule, as mutate.py does; only what
-   survives that is a survivor.
+1. **Coverage picks the tests.** The whole fast suite runs once under coverage with one context
+   per test (pytest-cov ``--cov-context=test``), kept in ``--map`` for the commit it was made at;
+   a mutant then runs exactly the tests that executed its line: a test that never runs the line
+   cannot see the change. A line run only while its module was imported (a module constant, a
+   default argument: no test's context) runs the module's own tests (``bench/mutation.sh
+   --tests-for``) and, if they all pass, the whole fast suite.
+2. **A hang is a catch.** Each run gets ``--factor`` (default 5) times the unmutated time of the
+   tests it runs (their durations from the coverage run, plus pytest's start-up), at least
+   ``--min-timeout`` seconds; a mutant past it made the tests hang or crawl (an NNLS that no
+   longer converges) and counts as caught, ``timeout``.
 
 Needs a clean src/ (the module is rewritten in place and restored after every mutant, also on
 Ctrl-C), .venv with pytest-cov (requirements/lock.txt) and ../shared beside the project.
@@ -30,6 +29,7 @@ import argparse
 import ast
 import importlib.util
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -50,42 +50,65 @@ def load_tool():
     if not TOOL.is_file():
         sys.exit(f"mutation.py: {TOOL} not found (needs ../shared beside the project)")
     spec = importlib.util.spec_from_file_location("shared_mutate", TOOL)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
     spec.loader.exec_module(mod)
     return mod
 
 
 def pool_for(module: str) -> list[str]:
-    """The module's test files, as bench/mutation.sh maps them."""
+    """The module's own test files, as bench/mutation.sh maps them."""
     out = subprocess.run(
         ["bash", str(ROOT / "bench" / "mutation.sh"), "--tests-for", module], capture_output=True, text=True, check=True
     ).stdout.split()
-    return sorted({str(p.relative_to(ROOT)) for t in out for p in sorted(ROOT.glob(t))} or {"tests"})
+    return sorted({str(p.relative_to(ROOT)) for t in out for p in sorted(ROOT.glob(t))}) or ["tests"]
 
 
 def pytest_cmd(py: str, tests: list[str], extra: tuple[str, ...] = ()) -> list[str]:
     return [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=0", *FAST, *extra, *tests]
 
 
+def head_commit() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout.strip()
+
+
 @dataclass
 class Coverage:
-    """Which tests ran each line of the module, and how long each test took unmutated."""
+    """Which tests of the fast suite ran each line of each module, and each test's unmutated time."""
 
-    by_line: dict[int, set[str]]
-    durations: dict[str, float]
+    tests: list[str]
+    lines: dict[str, dict[int, list[int]]]  # module path -> line -> indices into tests
+    durations: list[float]
     startup_s: float
-    pool: list[str]
+    commit: str
 
-    def tests_for(self, line: int) -> list[str] | None:
-        """Node ids of the tests that ran ``line``; None when only the import ran it."""
-        ids = self.by_line.get(line)
-        return sorted(ids) if ids else None
+    def tests_for(self, module: str, line: int) -> list[str] | None:
+        """Node ids of the tests that ran ``line`` of ``module``; None when only its import ran it."""
+        idx = self.lines.get(module, {}).get(line)
+        return [self.tests[i] for i in idx] if idx else None
 
     def budget(self, tests: list[str] | None) -> float:
-        """Unmutated seconds of a run of these tests (None: the whole pool)."""
-        chosen = self.durations.values() if tests is None else (self.durations.get(t, 0.0) for t in tests)
-        return self.startup_s + sum(chosen)
+        """Unmutated seconds of a run of these tests (None: the whole fast suite)."""
+        if tests is None:
+            return self.startup_s + sum(self.durations)
+        where = {t: i for i, t in enumerate(self.tests)}
+        return self.startup_s + sum(self.durations[where[t]] for t in tests if t in where)
+
+    def to_json(self) -> dict:
+        return {
+            "commit": self.commit,
+            "startup_s": self.startup_s,
+            "tests": self.tests,
+            "durations": self.durations,
+            "lines": {m: {str(k): v for k, v in d.items()} for m, d in self.lines.items()},
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Coverage:
+        lines = {m: {int(k): v for k, v in v2.items()} for m, v2 in d["lines"].items()}
+        return cls(d["tests"], lines, d["durations"], d["startup_s"], d["commit"])
 
 
 def _nodeid(context: str) -> str:
@@ -93,46 +116,61 @@ def _nodeid(context: str) -> str:
     return context.rsplit("|", 1)[0]
 
 
-def measure_coverage(py: str, module: Path, pool: list[str]) -> Coverage:
-    """Run the pool once under coverage with per-test contexts and a JUnit file for durations."""
+def measure_coverage(py: str) -> Coverage:
+    """Run the whole fast suite once under coverage, one context per test, and a JUnit file for
+    each test's time."""
     from coverage import CoverageData
 
-    dotted = ".".join(module.with_suffix("").parts[1:])  # src/hostgap/x/y.py -> hostgap.x.y
     with tempfile.TemporaryDirectory() as tmp:
         data_file, junit = Path(tmp) / "cov", Path(tmp) / "junit.xml"
-        env_cov = f"--cov={dotted}"
+        extra = ("--cov=hostgap", "--cov-context=test", "--cov-report=", f"--junitxml={junit}")
         t0 = time.perf_counter()
-        cmd = pytest_cmd(py, pool, (env_cov, "--cov-context=test", "--cov-report=", f"--junitxml={junit}"))
-        run = subprocess.run(cmd, capture_output=True, text=True, env=_env(data_file))
+        run = subprocess.run(
+            pytest_cmd(py, ["tests"], extra), capture_output=True, text=True, cwd=ROOT,
+            env={**os.environ, "COVERAGE_FILE": str(data_file)},
+        )  # fmt: skip
         wall = time.perf_counter() - t0
         if run.returncode != 0:
-            sys.exit(f"mutation.py: the unmutated pool fails or errors ({module}):\n{run.stdout[-2000:]}")
+            sys.exit(f"mutation.py: the unmutated fast suite fails under coverage:\n{run.stdout[-3000:]}")
         data = CoverageData(basename=str(data_file))
         data.read()
-        measured = [f for f in data.measured_files() if Path(f).resolve() == module.resolve()]
-        by_line: dict[int, set[str]] = {}
-        if measured:
-            for line, contexts in data.contexts_by_lineno(measured[0]).items():
-                ids = {_nodeid(c) for c in contexts if c}
-                if ids:
-                    by_line[line] = ids
         durations = _durations(junit)
+        tests = sorted(durations)
+        where = {t: i for i, t in enumerate(tests)}
+        lines: dict[str, dict[int, list[int]]] = {}
+        for f in data.measured_files():
+            try:
+                rel = str(Path(f).resolve().relative_to(ROOT))
+            except ValueError:
+                continue
+            per = {}
+            for line, contexts in data.contexts_by_lineno(f).items():
+                idx = sorted({where[n] for n in map(_nodeid, contexts) if n in where})
+                if idx:
+                    per[line] = idx
+            lines[rel] = per
     startup = max(1.0, wall - sum(durations.values()))
-    return Coverage(by_line, durations, startup, pool)
+    return Coverage(tests, lines, [durations[t] for t in tests], startup, head_commit())
 
 
-def _env(data_file: Path) -> dict:
-    import os
-
-    env = dict(os.environ)
-    env["COVERAGE_FILE"] = str(data_file)
-    return env
+def coverage_map(py: str, path: Path) -> Coverage:
+    """The map kept at ``path`` when it was made at this commit, else a new one written there."""
+    if path.is_file():
+        cov = Coverage.from_json(json.loads(path.read_text()))
+        if cov.commit == head_commit():
+            return cov
+    print("coverage map: running the fast suite once under coverage ...", flush=True)
+    cov = measure_coverage(py)
+    path.write_text(json.dumps(cov.to_json()))
+    return cov
 
 
 def _durations(junit: Path) -> dict[str, float]:
     """Seconds per node id from a JUnit XML file (classname + name back to a node id)."""
     out: dict[str, float] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
+        if case.find("skipped") is not None:
+            continue
         cls, name = case.get("classname", ""), case.get("name", "")
         parts = cls.split(".")
         # classname "tests.test_x" or "tests.test_x.TestClass" -> tests/test_x.py[::TestClass]
@@ -155,35 +193,45 @@ def run_tests(py: str, tests: list[str], timeout: float) -> str:
     return "alive" if rc == 0 else "caught"
 
 
-def judge(py: str, cov: Coverage, line: int, factor: float, floor: float, wide_s: float) -> dict:
-    """Run one mutant (already written over the module): its covering tests, then the wide suite."""
-    tests = cov.tests_for(line)
-    chosen = tests if tests is not None else cov.pool
-    timeout = max(floor, factor * cov.budget(tests))
-    status = run_tests(py, chosen, timeout)
-    row = {
-        "tests": len(tests) if tests is not None else f"pool ({len(cov.pool)} files)",
-        "timeout_s": round(timeout, 1),
-    }
+def judge(py: str, cov: Coverage, module: str, line: int, factor: float, floor: float) -> dict:
+    """Run one mutant (already written over the module): the tests that ran its line, or, for a
+    line only the import ran, the module's own tests and then the whole fast suite."""
+    tests = cov.tests_for(module, line)
+    if tests is not None:
+        timeout = max(floor, factor * cov.budget(tests))
+        status = run_tests(py, tests, timeout)
+        return {
+            "tests": len(tests),
+            "timeout_s": round(timeout, 1),
+            "status": "survived" if status == "alive" else status,
+        }
+    pool = pool_for(module)
+    timeout = max(floor, factor * cov.budget(None) * 0.5)
+    status = run_tests(py, pool, timeout)
     if status == "alive":
-        status = run_tests(py, ["tests"], max(floor, factor * wide_s))
-        status = {"alive": "survived", "caught": "caught-wide", "timeout": "timeout-wide"}[status]
-    return {**row, "status": status}
+        wide = max(floor, factor * cov.budget(None))
+        status = {"alive": "survived", "caught": "caught-wide", "timeout": "timeout-wide"}[
+            run_tests(py, ["tests"], wide)
+        ]
+    return {"tests": "import-time: own tests, then the fast suite", "timeout_s": round(timeout, 1), "status": status}
 
 
-def audit(tool, module: Path, args, wide_s: float) -> list[dict]:
+def audit(tool, module: Path, seeds: list[int], n: int | None, cov: Coverage, args) -> list[dict]:
     original = module.read_text()
     tree = ast.parse(original)
     pts = tool.points(tree, True)
-    random.Random(args.seed).shuffle(pts)
-    chosen = pts if args.all else pts[: args.n]
-    cov = measure_coverage(args.python, module, pool_for(str(module)))
+    chosen: list = []
+    for seed in seeds:
+        order = list(pts)
+        random.Random(seed).shuffle(order)
+        chosen += [p for p in (order if n is None else order[:n]) if p not in chosen]
+    rel = str(module.resolve().relative_to(ROOT))
     src = original.splitlines()
     rows = []
     try:
         for p in chosen:
             module.write_text(ast.unparse(tool.mutate(tree, p)))
-            r = judge(args.python, cov, p[2], args.factor, args.min_timeout, wide_s)
+            r = judge(args.python, cov, rel, p[2], args.factor, args.min_timeout)
             r.update(line=p[2], mutation=p[3], code=src[p[2] - 1].strip()[:100] if p[2] else "")
             rows.append(r)
             if r["status"] == "survived":
@@ -191,7 +239,7 @@ def audit(tool, module: Path, args, wide_s: float) -> list[dict]:
     finally:
         module.write_text(original)
     caught = sum(r["status"] != "survived" for r in rows)
-    hangs = sum(r["status"].startswith("timeout") for r in rows)
+    hangs = sum(str(r["status"]).startswith("timeout") for r in rows)
     pct = 100.0 * caught / len(rows) if rows else 100.0
     print(
         f"{module}: {len(pts)} strong points, {len(rows)} run, {caught} caught ({pct:.0f} %; "
@@ -201,24 +249,28 @@ def audit(tool, module: Path, args, wide_s: float) -> list[dict]:
     return rows
 
 
-def wide_seconds(py: str) -> float:
-    """The unmutated fast suite's own wall time (once, for the wide confirmations' timeout)."""
-    t0 = time.perf_counter()
-    rc = subprocess.run(pytest_cmd(py, ["tests"]), capture_output=True, cwd=ROOT).returncode
-    if rc != 0:
-        sys.exit("mutation.py: the unmutated fast suite fails: fix it before an audit")
-    return time.perf_counter() - t0
+def every_module() -> list[str]:
+    """The modules bench/mutation.sh audits by default (the analysis core)."""
+    out = subprocess.run(
+        ["bash", "-c", "source <(sed -n '/^  mapfile -t mods/,/grep -v/p' bench/mutation.sh | sed 's/^  //'); "
+         "printf '%s\\n' \"${mods[@]}\""], capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    mods = [m for m in out.stdout.split() if m.endswith(".py")]
+    if not mods:
+        sys.exit("mutation.py: could not read the module list of bench/mutation.sh")
+    return mods
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("modules", nargs="+")
-    ap.add_argument("-n", type=int, default=60, help="mutants per module (default 60)")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("modules", nargs="*")
+    ap.add_argument("--every-module", action="store_true", help="bench/mutation.sh's default module list")
+    ap.add_argument("-n", type=int, default=60, help="mutants per module and seed (default 60)")
     ap.add_argument("--all", action="store_true", help="every strong point of each module")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", default="1", help="one seed or several, comma-separated")
     ap.add_argument("--factor", type=float, default=5.0, help="timeout = factor x the unmutated tests' time")
     ap.add_argument("--min-timeout", type=float, default=30.0, help="the least timeout of a run, s")
-    ap.add_argument("--wide-seconds", type=float, help="the fast suite's unmutated time (default: measured once)")
+    ap.add_argument("--map", default=str(Path(tempfile.gettempdir()) / "hostgap-mutation-coverage.json"))
     ap.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"))
     ap.add_argument("--json", help="write every mutant's row here")
     args = ap.parse_args(argv)
@@ -226,11 +278,15 @@ def main(argv: list[str] | None = None) -> int:
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], capture_output=True, text=True, cwd=ROOT)
     if dirty.stdout.strip():
         sys.exit("mutation.py: src/ has uncommitted changes; the audit needs a clean tree")
-    wide = args.wide_seconds or wide_seconds(args.python)
-    print(f"fast suite unmutated: {wide:.0f} s (wide confirmations get {args.factor:g}x)", flush=True)
+    mods = args.modules + (every_module() if args.every_module else [])
+    if not mods:
+        ap.error("name modules or --every-module")
+    cov = coverage_map(args.python, Path(args.map))
+    print(f"coverage map at {cov.commit[:8]}: {len(cov.tests)} tests, fast suite {cov.budget(None):.0f} s", flush=True)
+    seeds = [int(x) for x in args.seed.split(",")]
     results = {}
-    for m in args.modules:
-        results[m] = audit(tool, Path(m), args, wide)
+    for m in mods:
+        results[m] = audit(tool, Path(m), seeds, None if args.all else args.n, cov, args)
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
