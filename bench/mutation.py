@@ -32,6 +32,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -274,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"))
     ap.add_argument("--json", help="write every mutant's row here")
     args = ap.parse_args(argv)
+    # SIGTERM (a timeout, a CI stop) unwinds like Ctrl-C, so the module is restored
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("mutation.py: terminated; the module was restored"))
     tool = load_tool()
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], capture_output=True, text=True, cwd=ROOT)
     if dirty.stdout.strip():
