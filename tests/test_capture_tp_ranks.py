@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hostgap.capture.engines.vllm import VllmOptions  # noqa: F401 (imports vllm_runtime in its order)
+from hostgap.capture.engines.vllm import VllmOptions  # noqa: F401 (imports vllm.runtime in its order)
 from hostgap.capture.engines.vllm.runtime import rank_cores
 from hostgap.capture.protocol import engine as engine_mod
 from hostgap.capture.protocol.orchestrate import MeasureConfig, cell_key, measure

@@ -1,4 +1,4 @@
-"""Process and thread ids read from Kineto JSON (load/kineto_events.py ``_ids``, and the
+"""Process and thread ids read from Kineto JSON (readers/kineto/schema.py ``_ids``, and the
 compiled decoder's same rule): an int is kept, a digit string is that int, a null is NONE, other
 text is a stable negative below NONE, numbered in order of first appearance (mutation audit: a
 null read as the text "None" and text read as NONE passed every test)."""

@@ -1,4 +1,4 @@
-"""What-ifs (whatif.py) pinned against a second computation of the same prediction.
+"""What-ifs (model/whatif/paper.py over model/cell.py) pinned against a second computation of the same prediction.
 
 The step is rebuilt here from its definitions (METHOD.md §7, docs/models.md §4): the
 roofline's device time (``device_time``, taken as given) scaled and floored at the bytes the

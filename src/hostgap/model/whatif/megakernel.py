@@ -8,7 +8,7 @@ Research's "no bubbles" Llama-1B kernel):
   dispatch, no graph launches, no eager kernels (the persistent kernel reads its inputs and
   metadata from device memory);
 - **device**: every byte the step must stream (weights read, KV read and written, the
-  bandwidth floor of whatif.py) at a fraction ``F`` of the datasheet bandwidth (default 0.78:
+  bandwidth floor of model/cell.py) at a fraction ``F`` of the datasheet bandwidth (default 0.78:
   published megakernels reach ~78 % of H100 bandwidth), or the step's FLOPs at the GEMM
   roofline's compute efficiency when that is longer (large batch); never longer than the
   graph-mode kernels it fuses (it removes launch gaps and per-kernel latency, it does not add

@@ -1,4 +1,4 @@
-"""Every what-if by name (whatif.py's and the operators' modules beside it) and the one way to
+"""Every what-if by name (paper.py's and the operators' modules beside it) and the one way to
 build the setup of a cell (:func:`build_setup`, with or without a fitted model): what
 ``hostgap predict``, ``regimes --predict`` and ``regimes --published`` call."""
 
