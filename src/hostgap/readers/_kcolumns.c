@@ -2,7 +2,7 @@
  * events) -> raw columns, without a Python object per event.
  *
  * The text is parsed by the vendored yyjson (numbers kept as their raw text), then each event's
- * fields are written into flat arrays. The contract with hostgap.readers.kineto_columns:
+ * fields are written into flat arrays. The contract with hostgap.readers.kineto.compiled:
  *
  * - decode(buffer) returns None whenever the chunk is anything but plain: invalid JSON, a root
  *   that is not a list, an event that is not an object, nesting deeper than MAX_DEPTH, a field
@@ -279,7 +279,7 @@ static void time_field(yyjson_val *v, int64_t *val, int8_t *st, Str *raw, size_t
 
 /* An ``I64 | str | None`` field: 0, or -1 to refuse the chunk. With ``numeric_strings`` (the
  * args) a string that is a number by the loader's rule (int64_text: an optional '-' and ASCII
- * digits within int64, hostgap.readers.kineto_events.int_text) is that integer; a pid or tid string
+ * digits within int64, hostgap.readers.kineto.schema.int_text) is that integer; a pid or tid string
  * stays a string (its kind decides whether a process name is read). */
 static int int_str_null(Table *t, yyjson_val *v, int64_t *val, int8_t *kind, int numeric_strings) {
     if (yyjson_is_raw(v)) {
@@ -566,7 +566,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
      "decode(text, scratch=None) -> tuple | None: the raw columns of a JSON list of Kineto events, or "
-     "None when the chunk must take the msgspec path (see hostgap.readers.kineto_columns). scratch: "
+     "None when the chunk must take the msgspec path (see hostgap.readers.kineto.compiled). scratch: "
      "memory from scratch() reused from call to call (one thread's)."},
     {"scratch", scratch, METH_NOARGS, "scratch() -> memory one thread's decode() calls reuse (freed with it)."},
     {"number_ns", number_ns, METH_O,
