@@ -74,3 +74,16 @@ def energy_html(energy: dict | None) -> str:
         f"<h3>Energy</h3><p>{escape(head.rstrip(':'))}</p>"
         f"<table><tr><th>quantity</th><th>value</th><th>95 % interval</th></tr>{rows}</table>{notes}"
     )
+
+
+def _paper_value(r: dict) -> str:
+    return "-" if r["value"] is None else f"{r['value']:.4g} {r['unit']}".rstrip()
+
+
+def paper_lines(doc: dict) -> list[str]:
+    """``regimes --published``: the energy paper's figures through the decomposition
+    (:func:`hostgap.model.energy_paper.document`, docs/energy.md)."""
+    out = [f"energy figures through E_window(N) = E_fixed + N e_step (docs/energy.md): {doc['source']}"]
+    for r in doc["rows"]:
+        out += [f"\n{r['id']}: {r['quantity']}", f"  {_paper_value(r)} ({r['status']}): {r['how']}"]
+    return out
