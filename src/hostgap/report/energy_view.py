@@ -87,3 +87,17 @@ def paper_lines(doc: dict) -> list[str]:
     for r in doc["rows"]:
         out += [f"\n{r['id']}: {r['quantity']}", f"  {_paper_value(r)} ({r['status']}): {r['how']}"]
     return out
+
+
+def shares_lines(block: dict) -> list[str]:
+    """``attribute explain --step-energy``: each request's share of the step's energy."""
+
+    def j(v: float | None) -> str:
+        return "-" if v is None else f"{v:.4g} J"
+
+    out = [f"step energy {block['step_j']:.4g} J shared by {block['basis']} (docs/energy.md):"]
+    out += [
+        f"  {r['request']}: {j(r['energy_j'])} (device {j(r['device_j'])}, host {j(r['host_j'])})"
+        for r in block["requests"]
+    ]
+    return out
