@@ -103,3 +103,23 @@ def test_the_words():
     assert "<td>energy per decode step</td><td>0.5 J</td><td>[0.5, 0.5]</td>" in html and "wrap ×2" in html
     e["fixed_j"] = None
     assert not any(label.startswith("fixed") for label, _v, _i in energy_rows(e))
+
+
+def test_runs_rows_carry_the_energy_columns():
+    from hostgap.store.database import RunsDB
+
+    db = RunsDB(":memory:")
+    e = {"available": True, "source": "nvml", "step_j": 9.44, "fixed_j": 1096.0, "request_j": 370.0}
+    e |= {"token_j": 0.72, "power_w": 410.0}
+    db.add({"run_id": "a", "created": "2026-12-07T01:00:00Z", "batch": 16, "prompt_len": 4096, "n2": 512, "energy": e})
+    db.add({"run_id": "b", "created": "2026-12-07T00:00:00Z", "energy": {"available": False, "reason": "none"}})
+    a, b = db.rows()
+    assert (a["batch"], a["prompt_len"], a["n2"]) == (16, 4096, 512)
+    assert [a[k] for k in ("energy_step_j", "energy_fixed_j", "energy_request_j", "energy_token_j")] == [
+        9.44,
+        1096.0,
+        370.0,
+        0.72,
+    ]
+    assert a["energy_power_w"] == 410.0 and a["energy_source"] == "nvml"
+    assert all(b[k] is None for k in b if k.startswith("energy_"))
