@@ -123,3 +123,31 @@ def test_runs_rows_carry_the_energy_columns():
     ]
     assert a["energy_power_w"] == 410.0 and a["energy_source"] == "nvml"
     assert all(b[k] is None for k in b if k.startswith("energy_"))
+
+
+def test_no_run_read_no_number():
+    r = raw({"package-0": (2.0, 0.5)}, ["package-0"], {"package-0": "powercap"})
+    r["untraced_energy_uj"]["package-0"] = {n: [None] * len(v) for n, v in r["untraced_energy_uj"]["package-0"].items()}
+    e = energy_results(r, CFG, DIFF)
+    assert e["available"] is False and e["reason"] == "too few runs with an energy reading at two token counts"
+    assert set(e) == {"available", "reason", "domains"} and e["domains"]["package-0"]["available"] is False
+    assert energy_lines(e) == ["energy: not measured (too few runs with an energy reading at two token counts)"]
+
+
+def test_step_power_needs_the_walls_interval():
+    r = raw({"package-0": (2.0, 0.5)}, ["package-0"], {"package-0": "powercap"})
+    e = energy_results(r, CFG, SimpleNamespace(t_step_ns=1e8, ci={"t_step_ns": None}))
+    assert e["step_j"] == pytest.approx(0.5) and e["step_power_w"] is None
+
+
+def test_nvml_only_for_a_cuda_workload(tmp_path, monkeypatch):
+    import sys
+
+    from hostgap.capture.protocol.energy_run import meter_for
+
+    monkeypatch.setenv("HOSTGAP_POWERCAP_ROOT", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert meter_for(SimpleNamespace(device="cpu")).reason.endswith("NVML not asked for")
+    assert meter_for(SimpleNamespace(device="cuda")).reason.endswith(
+        "NVML not installed (pip install 'hostgap[energy]')"
+    )
