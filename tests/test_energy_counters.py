@@ -187,3 +187,22 @@ def test_meter_joins_powercap_and_nvml(monkeypatch, tmp_path):
     m = open_meter(str(tmp_path), nvml=True)
     assert [d.name for d in m.domains] == ["package-0", "gpu0"]
     assert m.describe()["in_total"] == ["package-0", "gpu0"]
+
+
+def test_zones_that_cannot_be_named_or_read_are_said(tmp_path):
+    zone(tmp_path, "intel-rapl:0", "package-0", 10)
+    (tmp_path / "intel-rapl:0" / "name").unlink()
+    zone(tmp_path, "intel-rapl:1", "package-1", None)
+    (tmp_path / "intel-rapl:1" / "energy_uj").write_text("n/a\n")
+    doms, left = pc.domains(str(tmp_path))
+    assert doms == []
+    assert left == [
+        f"{tmp_path / 'intel-rapl:0'}: its name cannot be read (No such file or directory)",
+        f"{tmp_path / 'intel-rapl:1' / 'energy_uj'} cannot be read (invalid literal for int() with base 10: 'n/a'): "
+        "package-1 left out",
+    ]
+
+
+def test_a_tree_of_package_parts_only_has_no_zone(tmp_path):
+    zone(tmp_path, "intel-rapl:0:0", "core", 10)  # inside a package the tree does not show
+    assert pc.domains(str(tmp_path)) == ([], [f"no RAPL zone under {tmp_path}"])
