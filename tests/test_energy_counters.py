@@ -206,3 +206,10 @@ def test_zones_that_cannot_be_named_or_read_are_said(tmp_path):
 def test_a_tree_of_package_parts_only_has_no_zone(tmp_path):
     zone(tmp_path, "intel-rapl:0:0", "core", 10)  # inside a package the tree does not show
     assert pc.domains(str(tmp_path)) == ([], [f"no RAPL zone under {tmp_path}"])
+
+
+def test_the_meter_asks_nvml_unless_told_not_to(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert open_meter(str(tmp_path)).reason == (
+        f"no energy counter: no RAPL zone under {tmp_path}; NVML not installed (pip install 'hostgap[energy]')"
+    )
