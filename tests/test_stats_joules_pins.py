@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hostgap.stats.joules import decompose, line_value_interval
+from hostgap.stats.joules import decompose, line_value_interval, rounds_value_interval
 from hostgap.stats.rounds import wall_estimate
 
 
@@ -31,9 +31,26 @@ def test_fixed_and_window_intervals_join_two_intervals_at_half_the_error():
     wide = wall_estimate(ej, rounds, {}, 1, 10, 0.975)
     x = np.concatenate([np.full(reps, float(n)) for n in ns])
     y = np.concatenate([ej[n] for n in ns])
-    want_fixed = line_value_interval(x, y, wide.lo, wide.hi, 0.0, 0.975)
-    want_window = line_value_interval(x, y, wide.lo, wide.hi, 10.0, 0.975)
-    assert out["ci"]["fixed_j"] == pytest.approx([max(0.0, want_fixed[0]), want_fixed[1]])
-    assert out["ci"]["window_j"] == pytest.approx(list(want_window))
+    rnd = np.concatenate([rounds[n] for n in ns])
+    for key, at in (("fixed_j", 0.0), ("window_j", 10.0)):
+        a = line_value_interval(x, y, wide.lo, wide.hi, at, 0.975)
+        b = rounds_value_interval(x, y, rnd, at, 0.95)
+        assert out["ci"][key] == pytest.approx([max(0.0, min(a[0], b[0])), max(a[1], b[1])]), key
     narrow = wall_estimate(ej, rounds, {}, 1, 10, 0.95)
     assert (narrow.lo, narrow.hi) != (wide.lo, wide.hi)  # the two levels differ here
+
+
+def test_the_rounds_interval_carries_a_slow_round():
+    # four rounds of exact runs, one of them slow throughout (every run 30 % more): the runs'
+    # order statistics see a tight cloud, the rounds' values spread
+    ns = [1, 4, 7, 10]
+    e = {n: [int((2.0 + 0.5 * n) * f * 1e6) for f in (1.0, 1.0, 1.3, 1.0)] for n in ns}
+    w = {n: [10**9] * 4 for n in ns}
+    rounds = {n: [0, 1, 2, 3] for n in ns}
+    out = decompose(e, w, 1, 10, batch=1, rounds=rounds)
+    x = np.concatenate([np.full(4, float(n)) for n in ns])
+    y = np.concatenate([[v * 1e-6 for v in e[n]] for n in ns])
+    rv = rounds_value_interval(x, y, np.concatenate([rounds[n] for n in ns]), 10.0, 0.95)
+    assert rv is not None and out["ci"]["window_j"][1] == pytest.approx(rv[1])
+    assert rounds_value_interval(x, y, np.full(len(x), -1), 10.0, 0.95) is None  # no round
+    assert rounds_value_interval(x[:8], y[:8], np.concatenate([rounds[n] for n in ns])[:8], 0.0, 0.95) is None

@@ -87,6 +87,42 @@ def line_value_interval(x, y, slope_lo: float, slope_hi: float, at: float, level
     return float(r[:, k - 1].min()), float(r[:, n - k].max())
 
 
+def rounds_value_interval(x, y, rnd, at: float, level: float) -> tuple[float, float] | None:
+    """The line's value at ``at`` by batch means over rounds, as the wall's rounds basis takes
+    its slope (:mod:`hostgap.stats.rounds`): each round's Theil-Sen line through its own runs
+    (rounds with at least three distinct N; a round below 0 is no round), its value at ``at``,
+    and Student's interval of their mean; None with fewer than three such rounds. Runs
+    correlated within a round (a slow period) move that round's value only.
+
+    >>> lo, hi = rounds_value_interval([1, 2, 3] * 3, [3, 5, 7, 4, 6, 8, 2, 4, 6], [0] * 3 + [1] * 3 + [2] * 3, 0, 0.95)
+    >>> round(lo, 4), round(hi, 4)  # intercepts 1, 2, 0: mean 1, sd 1, t(0.975, 2) = 4.3027
+    (-1.4841, 3.4841)
+    """
+    from scipy.stats import t
+
+    from hostgap.stats.rounds import _line
+
+    xa, ya, ra = (np.asarray(v, dtype=np.float64) for v in (x, y, rnd))
+    vals = []
+    for k in np.unique(ra[ra >= 0]):
+        m = ra == k
+        if len(np.unique(xa[m])) >= 3:
+            b, a = _line(xa[m], ya[m])
+            vals.append(a + b * at)
+    if len(vals) < 3:
+        return None
+    v = np.asarray(vals)
+    q = float(t.ppf(0.5 * (1 + level), len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
+    return float(v.mean()) - q, float(v.mean()) + q
+
+
+def _union(a: tuple[float, float] | None, b: tuple[float, float] | None) -> tuple[float, float] | None:
+    """The smallest interval holding both (each alone where the other is None)."""
+    if a is None or b is None:
+        return a or b
+    return min(a[0], b[0]), max(a[1], b[1])
+
+
 def _runs(energy: dict[int, list], n1: int, n2: int) -> tuple[np.ndarray, np.ndarray]:
     ns = [n for n in energy if n1 <= n <= n2]
     x = np.concatenate([np.full(len(energy[n]), float(n)) for n in ns] or [np.zeros(0)])
@@ -159,12 +195,26 @@ def decompose(
     if slope is None:
         return {**out, "available": False, "reason": "too few runs with an energy reading at two token counts"}
     x, y = _runs(e, n1, n2)
+    rx, rr = _runs({n: v for n, v in r.items() if len(v) == len(e[n])}, n1, n2)
     half = 1.0 - (1.0 - level) / 2.0  # each of the two intervals joined at half the error
     wide = _slope(e, r, s, n1, n2, estimator, half) or slope
     fixed = float(np.median(y - slope.value * x))
     window = fixed + at * slope.value
-    ci_fixed = _cut(line_value_interval(x, y, wide.lo, wide.hi, 0.0, half))
-    ci_window = _cut(line_value_interval(x, y, wide.lo, wide.hi, float(at), half))
+    # the rounds' interval joined in (where every run has its round): it carries a slow period
+    # that the runs' order statistics, taken as independent, do not
+    by_round = len(rx) == len(x)
+    ci_fixed = _cut(
+        _union(
+            line_value_interval(x, y, wide.lo, wide.hi, 0.0, half),
+            rounds_value_interval(x, y, rr, 0.0, level) if by_round else None,
+        )
+    )
+    ci_window = _cut(
+        _union(
+            line_value_interval(x, y, wide.lo, wide.hi, float(at), half),
+            rounds_value_interval(x, y, rr, float(at), level) if by_round else None,
+        )
+    )
     est = "median" if estimator == "theil-sen" else estimator
     measured: dict = {n: v for n, v in e.items() if v}  # energies in J: floats, as _fit accepts
     fit = _fit(measured, est)
