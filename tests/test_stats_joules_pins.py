@@ -54,3 +54,18 @@ def test_the_rounds_interval_carries_a_slow_round():
     assert rv is not None and out["ci"]["window_j"][1] == pytest.approx(rv[1])
     assert rounds_value_interval(x, y, np.full(len(x), -1), 10.0, 0.95) is None  # no round
     assert rounds_value_interval(x[:8], y[:8], np.concatenate([rounds[n] for n in ns])[:8], 0.0, 0.95) is None
+
+
+def test_without_rounds_the_runs_interval_alone():
+    ns = [1, 4, 7, 10]
+    rng = np.random.default_rng(5)
+    e = {n: [int((2.0 + 0.5 * n + 0.05 * rng.standard_normal()) * 1e6) for _ in range(6)] for n in ns}
+    w = {n: [10**9] * 6 for n in ns}
+    out = decompose(e, w, 1, 10, batch=1)  # no rounds recorded
+    x = np.concatenate([np.full(6, float(n)) for n in ns])
+    y = np.concatenate([[v * 1e-6 for v in e[n]] for n in ns])
+    from hostgap.stats.confidence import theil_sen
+
+    wide = theil_sen({n: [v * 1e-6 for v in e[n]] for n in ns}, 0.975)
+    a = line_value_interval(x, y, wide.lo, wide.hi, 10.0, 0.975)
+    assert out["ci"]["window_j"] == pytest.approx(list(a))
