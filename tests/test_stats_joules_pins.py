@@ -69,3 +69,23 @@ def test_without_rounds_the_runs_interval_alone():
     wide = theil_sen({n: [v * 1e-6 for v in e[n]] for n in ns}, 0.975)
     a = line_value_interval(x, y, wide.lo, wide.hi, 10.0, 0.975)
     assert out["ci"]["window_j"] == pytest.approx(list(a))
+
+
+def test_rounds_interval_by_hand():
+    x = [1, 2, 3] * 3
+    y = [3, 5, 7, 4, 6, 8, 2, 4, 6]  # three rounds of slope 2, intercepts 1, 2, 0
+    lo, hi = rounds_value_interval(x, y, [0] * 3 + [1] * 3 + [2] * 3, 0.0, 0.95)
+    q = 4.302652729911275 * 1.0 / np.sqrt(3)  # t(0.975, 2) x sd / sqrt(3)
+    assert (lo, hi) == pytest.approx((1 - q, 1 + q))
+    lo, hi = rounds_value_interval(x, y, [0] * 3 + [1] * 3 + [2] * 3, 2.0, 0.95)
+    assert (lo, hi) == pytest.approx((5 - q, 5 + q))
+
+
+def test_the_linearity_check_uses_the_runs_estimator():
+    # at N = 10 every run but one is 3 J high: the minimum per N lies on a line, the median not
+    ns = [1, 4, 7, 10]
+    e = {n: [int((2 + 0.5 * n) * 1e6)] * 5 for n in ns}
+    e[10] = [int(7e6)] + [int(10e6)] * 4
+    w = {n: [10**9] * 5 for n in ns}
+    assert decompose(e, w, 1, 10, batch=1, estimator="min")["linear"] is True
+    assert decompose(e, w, 1, 10, batch=1, estimator="median")["linear"] is False
