@@ -89,3 +89,12 @@ def test_the_linearity_check_uses_the_runs_estimator():
     w = {n: [10**9] * 5 for n in ns}
     assert decompose(e, w, 1, 10, batch=1, estimator="min")["linear"] is True
     assert decompose(e, w, 1, 10, batch=1, estimator="median")["linear"] is False
+
+
+def test_too_few_runs_for_an_interval_show_none():
+    # six runs and no rounds: the median's interval needs seven at 97.5 %, the rounds' three rounds
+    e = {1: [int(2.5e6)] * 2, 4: [int(4e6)] * 2, 10: [int(7e6)] * 2}
+    w = {n: [10**9] * 2 for n in e}
+    out = decompose(e, w, 1, 10, batch=1, estimator="median")
+    assert out["fixed_j"] == pytest.approx(2.0) and out["window_j"] == pytest.approx(7.0)
+    assert out["ci"]["fixed_j"] is None and out["ci"]["window_j"] is None and out["ci"]["token_j"] is None
