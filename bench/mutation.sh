@@ -57,7 +57,12 @@ tests_for() {
                            echo tests/test_capture_interleave.py tests/test_capture_validity.py ;;
     src/hostgap/analysis/vllm_split.py) echo tests/test_vllm_*.py tests/test_cb_split.py ;;  # steady_steps serves both splits
     src/hostgap/capture/engines/*.py|src/hostgap/analysis/harvest_table.py) echo tests/test_vllm_*.py ;;
+    src/hostgap/model/attribution/joule_shares.py) echo tests/test_attribution_energy.py ;;
     src/hostgap/model/attribution/*) echo tests/test_attribution_*.py ;;
+    src/hostgap/stats/joules.py|src/hostgap/capture/protocol/energy_run.py) echo tests/test_stats_joules.py tests/test_energy_run.py ;;
+    src/hostgap/energy/*)  echo tests/test_energy_counters.py ;;
+    src/hostgap/model/energy_paper.py) echo tests/test_energy_paper.py ;;
+    src/hostgap/server/watch/dcgm.py) echo tests/test_watch_energy.py ;;
     src/hostgap/model/steptable/files.py|src/hostgap/model/steptable/rows.py|src/hostgap/model/steptable/layouts.py)
                            echo tests/test_attribution_*.py ;;
     src/hostgap/model/roofline.py) echo tests/test_model_roofline.py tests/test_model_pins.py tests/test_model_pins_roofline.py tests/test_model_regimes.py ;;

@@ -94,7 +94,9 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=10.0, help="seconds of idle CPU measured")
     ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args()
-    print(f"autogroups on: {Path('/proc/sys/kernel/sched_autogroup_enabled').read_text().strip()}; cores: {os.cpu_count()}")
+    print(
+        f"autogroups on: {Path('/proc/sys/kernel/sched_autogroup_enabled').read_text().strip()}; cores: {os.cpu_count()}"
+    )
     times: dict[str, list[float]] = {"no head": [], "head, own session": [], "head, tests' session": []}
     with tempfile.TemporaryDirectory() as tmp:
         for own, label in ((True, "head, own session"), (False, "head, tests' session")):
@@ -112,7 +114,9 @@ def main() -> int:
             for _ in range(a.repeats):
                 times["no head"].append(short_task())
     for label, ts in times.items():
-        print(f"import hostgap.cli, {label}: median {statistics.median(ts):.2f} s, max {max(ts):.2f} s ({len(ts)} runs)")
+        print(
+            f"import hostgap.cli, {label}: median {statistics.median(ts):.2f} s, max {max(ts):.2f} s ({len(ts)} runs)"
+        )
     return 0
 
 

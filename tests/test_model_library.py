@@ -274,7 +274,7 @@ def test_predicted_maps_unknown_engines_and_modes_and_leaves_unknown_cells_alone
 
 def test_published_document():
     d = regimes.published_document()
-    assert set(d) == {"schema_version", "figures", "graph_launch"} and len(d["figures"]) > 5
+    assert set(d) == {"schema_version", "figures", "graph_launch", "energy"} and len(d["figures"]) > 5
     json.dumps(d, default=float)
 
 

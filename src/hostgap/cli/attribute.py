@@ -160,9 +160,30 @@ def eval_cmd(model_path, steps_path, requests_path, as_json, as_csv, include_tra
     show_default=True,
     help="Host/device split of each share (docs/attribution.md).",
 )
+@click.option(
+    "--step-energy",
+    type=float,
+    default=None,
+    help="The step's energy in J (measure's energy.step_j): shared by the latency shares (docs/energy.md).",
+)
+@click.option("--device-power", type=float, default=None, help="W drawn while device-active (with --host-power).")
+@click.option("--host-power", type=float, default=None, help="W drawn while host-exposed (with --device-power).")
 @click.option("--json", "as_json", is_flag=True, help="Rows as JSON.")
 @click.option("--csv", "as_csv", is_flag=True, help="Rows as CSV.")
-def explain_cmd(model_path, steps_path, step_id, source, requests_path, rescale, split, as_json, as_csv) -> None:
+def explain_cmd(
+    model_path,
+    steps_path,
+    step_id,
+    source,
+    requests_path,
+    rescale,
+    split,
+    step_energy,
+    device_power,
+    host_power,
+    as_json,
+    as_csv,
+) -> None:
     """One row per request of one step: share, device part, host part, cost alone.
 
     \b
@@ -176,12 +197,25 @@ def explain_cmd(model_path, steps_path, step_id, source, requests_path, rescale,
     steps = _load(steps_path, requests_path)
     explained = A.explain(model, steps, step_id, source=source, rescale=rescale, split=split)
     doc = view.explain_doc(explained)
+    if step_energy is None and (device_power is not None or host_power is not None):
+        from hostgap.errors import HostgapError
+
+        raise HostgapError("--device-power", "powers weight a step's energy: give it with --step-energy")
+    if step_energy is not None:
+        doc["energy"] = A.explain_energy(explained.shares, step_energy, device_power, host_power)
+        for row, e in zip(doc["requests_shares"], doc["energy"]["requests"]):
+            row.update(energy_j=e["energy_j"], device_energy_j=e["device_j"], host_energy_j=e["host_j"])
     if as_json:
         click.echo(view.strict_json(doc))
     elif as_csv:
         view.print_csv(doc["requests_shares"])
     else:
         view.print_explain(doc)
+        if "energy" in doc:
+            from hostgap.report import energy_view
+
+            for line in energy_view.shares_lines(doc["energy"]):
+                click.echo(line)
 
 
 @attribute_group.command("synth")

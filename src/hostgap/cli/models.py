@@ -187,7 +187,14 @@ def regimes_cmd(results, db, predict, model, paper_cells, published, as_json, as
         if as_json:
             _echo_json(regimes.published_document())
         else:
-            _echo((view.published_csv_lines if as_csv else view.published_lines)(table()))
+            from hostgap.model import energy_paper
+            from hostgap.report import energy_view
+
+            doc = energy_paper.document()
+            if as_csv:  # one table per CSV: the host model's figures (the energy rows: --json)
+                _echo(view.published_csv_lines(table()))
+            else:
+                _echo(view.published_lines(table()) + [""] + energy_view.paper_lines(doc))
         return
     m = regimes.regime_map([*results, *files], db, paper_cells=paper_cells, predict=predict, model=model)
     if as_json:

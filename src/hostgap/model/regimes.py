@@ -110,10 +110,11 @@ def predicted(c: RegimeCell, model: str | Path | None = None) -> RegimeCell:
 def published_document() -> dict:
     """``regimes --published --json``: every published figure placed on the model, and the
     graph-launch fit."""
-    from hostgap.model import published
+    from hostgap.model import energy_paper, published
 
     return {
         "schema_version": SCHEMA_VERSION,
         "figures": published.table(),
         "graph_launch": published.graph_fit(),
+        "energy": energy_paper.document(),
     }

@@ -298,6 +298,8 @@ def _figure(fig: C.Figure) -> str:
 
 
 def _verdict_card(i: int, inp: Input, d: dict) -> str:
+    from hostgap.report.energy_view import energy_html
+
     k = d["key"]
     v = k["values"]
     label = d["activity_label"]
@@ -394,6 +396,7 @@ def _verdict_card(i: int, inp: Input, d: dict) -> str:
     return (
         f"<figure id='fig-verdict-{i}'><h3>Verdict and key numbers</h3><p>{_verdict_badge(k['verdict'])}</p>"
         f"{note}<table><tr><th>quantity</th><th>value</th></tr>{''.join(rows)}</table>"
+        f"{energy_html((inp.results or {}).get('energy'))}"
         f"<figcaption>{esc(cap)}</figcaption></figure>"
     )
 

@@ -54,6 +54,10 @@ def render_measured(r: dict, con: Console) -> None:
     if note:
         con.print(note, style="bold yellow", markup=False)
     con.print(s.footnote(r), style="dim", markup=False)
+    from hostgap.report.energy_view import energy_lines
+
+    for line in energy_lines(r.get("energy")):
+        con.print(line, markup=False)
     if r.get("run_dir"):
         con.print(f"run directory: {r['run_dir']}", style="dim", markup=False)
 

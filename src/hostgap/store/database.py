@@ -68,6 +68,17 @@ ADDED_IN_2 = ("valid", "invalid_reasons", "contended")
 
 SUMMARY_COLUMNS = tuple(c for c, _ in COLUMNS if c != "results")
 
+ENERGY_COLUMNS = (
+    ("energy_step_j", "$.energy.step_j"),
+    ("energy_fixed_j", "$.energy.fixed_j"),
+    ("energy_request_j", "$.energy.request_j"),
+    ("energy_token_j", "$.energy.token_j"),
+    ("energy_power_w", "$.energy.power_w"),
+    ("energy_source", "$.energy.source"),
+)
+"""Summary columns read from each run's stored results (docs/energy.md): a sweep's energy against
+batch, context and output length in ``runs --csv``; NULL where a run measured no energy."""
+
 
 def default_path() -> Path:
     """Where the runs database lives unless ``--db`` says otherwise."""
@@ -304,7 +315,9 @@ class RunsDB:
     def rows(self, limit: int | None = None, **where) -> list[dict]:
         """Summary rows (no results JSON), newest first."""
         sql, args = self._where(where)
-        cols = ", ".join(SUMMARY_COLUMNS)
+        cols = ", ".join(
+            SUMMARY_COLUMNS + tuple(f"json_extract(results, '{path}') AS {c}" for c, path in ENERGY_COLUMNS)
+        )
         q = f"SELECT {cols} FROM runs{sql} ORDER BY created DESC, run_id DESC"
         if limit:
             q += f" LIMIT {int(limit)}"

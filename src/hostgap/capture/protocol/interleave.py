@@ -43,6 +43,7 @@ class Side:
     arch: Arch | None = None
     build_s: float = 0.0
     state: dict = field(default_factory=dict)  # the current attempt's runs
+    meter: Any = None  # hostgap.energy.counters.Meter read around every untraced run (None: no counter)
 
 
 def pair_order(k: int, i: int) -> list[int]:
@@ -81,6 +82,7 @@ def run_phases(sides: list[Side], tally, start: float | None = None) -> list[tup
             "traced": {n: [] for n in s.cfg.sweep},
             "round": {n: [] for n in s.cfg.sweep},
             "seq": {n: [] for n in s.cfg.sweep},
+            "energy": {n: [] for n in s.cfg.sweep},  # per run: domain -> µJ (None: reset, unreadable)
             "anatomy_trace": None,
             "loaded_n2": None,
         }
@@ -220,6 +222,10 @@ def _raw(s: Side, order: list[int], extra: list[int], stacks) -> dict:
         "anatomy_trace": s.run.rel(st["anatomy_trace"]) if st["anatomy_trace"] else None,
         "stacks": stacks,
     }
+    if s.meter is not None:
+        from hostgap.capture.protocol.energy_run import raw_energy
+
+        raw.update(raw_energy(s.meter, st["energy"]))
     other = st["other"]
     if all(len(v) == len(st["untraced"][n]) and all(x is not None for x in v) for n, v in other.items()):
         raw["untraced_other_cpu_ns"] = {str(n): v for n, v in other.items()}
@@ -240,7 +246,10 @@ def _warm_up(s: Side, tally) -> None:
 
 def _untraced(s: Side, n: int, tally, round_index: int = -1) -> None:
     st = s.state
+    before = s.meter.read() if s.meter is not None else None
     st["untraced"][n].append(int(s.engine.generate(n)))
+    if s.meter is not None:  # the counters around the run, as its wall is timed around it
+        st["energy"][n].append(s.meter.delta_uj(before, s.meter.read()))
     st["round"][n].append(round_index)  # -1: a repair run outside the rounds
     st["seq"][n].append(sum(len(v) for v in st["seq"].values()))  # position in run order
     st["thread"][n].append(int(getattr(s.engine, "last_thread_ns", 0)))

@@ -281,8 +281,12 @@ def measure_together(
         raise HostgapError("--engine", "engines measured together need the same token counts and repeats")
     sides = []
     try:
+        from hostgap.capture.protocol.energy_run import meter_for
+
+        meter = meter_for(resolved[0])
         for cfg in resolved:
             sides.append(_side(cfg, Side, engine_kw))
+            sides[-1].meter = meter
         tally = _Tally(sum(s.plan["tokens"] for s in sides), progress)
         with contextlib.ExitStack() as stack:
             for s in sides:  # closed in reverse order, every one even when another fails
@@ -424,7 +428,9 @@ def _results(
     anatomy = None
     if raw["anatomy_trace"]:
         anatomy = anatomy_of(run.path / raw["anatomy_trace"], floor_file, n2_trace)
-    return build_results(
+    from hostgap.capture.protocol.energy_run import energy_results
+
+    out = build_results(
         schema_version=RESULTS_SCHEMA_VERSION,
         run_id=run_id,
         cfg=cfg,
@@ -436,3 +442,5 @@ def _results(
         run_dir=str(run.path),
         build_s=build_s,
     )
+    out["energy"] = energy_results(raw, cfg, diff)
+    return out

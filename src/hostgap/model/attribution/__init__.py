@@ -50,6 +50,7 @@ from hostgap.model.attribution.heldout import (
     row_hashes,
     split_mask,
 )
+from hostgap.model.attribution.joule_shares import energy_shares, explain_energy
 from hostgap.model.attribution.json_io import (
     MODEL_KIND,
     from_json,
@@ -120,8 +121,10 @@ __all__ = [
     "attribute_step",
     "check_finite",
     "evaluate",
+    "energy_shares",
     "evaluate_held_out",
     "explain",
+    "explain_energy",
     "fit",
     "fit_class",
     "fit_held_out",

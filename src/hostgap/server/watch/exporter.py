@@ -12,6 +12,8 @@ checks them):
   ``hostgap_host_exposed_share_basis_info`` (1, with the basis as a label);
 - ``hostgap_step_period_seconds``, ``hostgap_steps_per_second``, ``hostgap_sequences_per_step``,
   ``hostgap_tokens_per_step``, ``hostgap_prefill_share``, ``hostgap_busy_share``;
+- ``hostgap_energy_joules_per_token``, ``hostgap_energy_joules_per_request``,
+  ``hostgap_gpu_power_watts`` (where the scrape has DCGM's energy counter, docs/energy.md);
 - ``hostgap_server_up`` (1 when the last scrape of the server succeeded),
   ``hostgap_last_interval_timestamp_seconds`` (Unix time the last interval ended);
 - ``hostgap_calibration_age_seconds`` (since the calibration in use was taken; NaN without one),
@@ -47,6 +49,9 @@ GAUGES = {
     "hostgap_tokens_per_step": ("tokens_per_step", "Tokens per engine step (prefill and decode)."),
     "hostgap_prefill_share": ("prefill_share", "Prefill tokens over all tokens in the interval."),
     "hostgap_busy_share": ("busy_share", "Share of the interval the engine was stepping."),
+    "hostgap_energy_joules_per_token": ("energy_j_per_token", "GPU energy (DCGM) per generated token."),
+    "hostgap_energy_joules_per_request": ("energy_j_per_request", "GPU energy (DCGM) per finished request."),
+    "hostgap_gpu_power_watts": ("gpu_power_w", "GPU power (DCGM energy over the interval), all GPUs summed."),
 }
 STATE_GAUGES = {
     "hostgap_server_up": "1 when the last scrape of the watched server succeeded, else 0.",

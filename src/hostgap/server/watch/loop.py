@@ -15,7 +15,8 @@ Row fields (JSON; times in seconds, shares in [0, 1], None where the metrics can
 ``step_period_s`` (+ ``_p90_s``), ``busy_share``, ``prefill_tokens``, ``decode_tokens``,
 ``prefill_share``, ``running``, ``waiting``, ``host_share`` with ``host_share_low``/``_high``
 and ``host_share_basis``, ``gpu_s_per_step``, ``host_s_per_step``, ``model_period_s``,
-``host_breakdown``, ``notes``.
+``host_breakdown``, ``energy_j``, ``gpu_power_w``, ``energy_j_per_token``,
+``energy_j_per_request``, ``energy_gpus`` (:mod:`hostgap.server.watch.dcgm`), ``notes``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from hostgap.server.metrics import (
     step_stats,
 )
 from hostgap.server.watch import estimate as est
+from hostgap.server.watch.dcgm import energy_fields
 from hostgap.server.watch.window import Window
 
 SCHEMA_VERSION = 1
@@ -200,6 +202,7 @@ def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None,
         "model_period_s": e.model_period_s,
         "host_breakdown": e.breakdown,
         "calibration": calibration.source if calibration is not None and engine == "vllm" else None,
+        **energy_fields(d, engine, stats.decode_tokens),  # DCGM's energy counter, where exported
         "notes": notes,
     }
 
