@@ -38,7 +38,7 @@ import msgspec
 import numpy as np
 
 from hostgap.errors import HostgapError
-from hostgap.events import CopyKind, DeviceInfo, EventTable, Kind, SkipCounter, Trace, TraceMeta
+from hostgap.events import CopyKind, DeviceInfo, EventTable, Kind, SkipCounter, Trace, TraceMeta, distinct
 from hostgap.readers.kineto_columns import (
     Batches,
     RawColumns,
@@ -545,7 +545,7 @@ _ARG_FIELDS = {
 
 def _devices(props: list | None, table: EventTable) -> tuple[DeviceInfo, ...]:
     gpu = table.kind <= Kind.GPU_ANNOTATION
-    seen = sorted(int(d) for d in np.unique(table.device[gpu]) if d >= 0)
+    seen = sorted(int(d) for d in distinct(table.device[gpu]) if d >= 0)
     known: dict[int, dict] = {}
     for p in props if isinstance(props, list) else []:
         if isinstance(p, dict) and isinstance(p.get("id"), int):
