@@ -34,3 +34,22 @@ def test_other_arrays_are_np_unique():
     assert distinct(m).tolist() == [1, 2, 3]  # flattened, as np.unique does
     b = np.array([True, False, True])
     assert distinct(b).tolist() == [False, True]
+
+
+def test_per_name_values_by_table_lookup_equal_the_unique_path():
+    from hostgap.readers.kineto_events import _per_name
+
+    names = ("a", "bb", "ccc", "", "eeeee")
+    codes = np.array([4, 1, 1, 0, 4, 2], dtype=np.int32)
+    got = _per_name(len, names, codes)
+    assert got.dtype == np.int8 and got.tolist() == [5, 2, 2, 1, 5, 3]
+    seen = []
+    _per_name(lambda n: seen.append(n) or 0, names, codes)
+    assert sorted(seen) == ["a", "bb", "ccc", "eeeee"]  # once per name a row uses; "" (no row) never
+    assert _per_name(len, names, np.zeros(0, dtype=np.int32)).dtype == np.int8
+    rng = np.random.default_rng(3)
+    many = tuple(str(i) * (i % 5) for i in range(300))
+    c = rng.integers(0, 300, 10_000).astype(np.int32)
+    used, inverse = np.unique(c, return_inverse=True)
+    want = np.array([len(many[i]) for i in used], dtype=np.int8)[inverse]
+    assert np.array_equal(_per_name(len, many, c), want)
