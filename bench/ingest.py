@@ -538,15 +538,67 @@ def main() -> None:
     ap.add_argument("--large-stages", action="store_true", help="per-stage times on the large trace too")
     ap.add_argument("--large-repeats", type=int, default=1, help="alternating stage runs on the large trace")
     ap.add_argument("--tmp", default=None, help="folder for the generated trace (default: system temp)")
+    ap.add_argument(
+        "--stages",
+        action="store_true",
+        help="only the stage table (bench/ingest_stages.py): on --trace, or with --large-gb on the "
+        "generated trace as plain JSON and as gzip -1",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     global ENV
     cache = tempfile.mkdtemp(prefix="hostgap-ingest-pyc-", dir=args.tmp)
     ENV = child_env(cache)
     try:
-        run(args)
+        stage_tables(args) if args.stages else run(args)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def stage_tables(args) -> None:
+    """``--stages``: every CPU-second of ``analyze --json`` by stage (bench/ingest_stages.py), the
+    first look (no cache) and the first look filling a fresh cache, after one warm-up run."""
+    import ingest_stages
+
+    load_start = os.getloadavg()
+    d = tempfile.mkdtemp(prefix="hostgap-ingest-", dir=args.tmp)
+    try:
+        if args.large_gb:
+            gen = generate(Path(args.trace), Path(d) / "large.json", int(args.large_gb * 1e9))
+            subprocess.run(["gzip", "-1", "-k", gen["path"]], check=True)
+            forms = {"json": gen["path"], "json.gz": gen["path"] + ".gz"}
+            sizes = dict.fromkeys(forms, gen["json_bytes"])
+        else:
+            forms = {Path(args.trace).name: args.trace}
+            sizes = {Path(args.trace).name: json_size(Path(args.trace))}
+        out = {}
+        for kind, path in forms.items():
+            ingest_stages.run_child(path, ENV)  # warm-up: bytecode and page cache
+            runs = {}
+            labels = ["no cache", "filling a fresh cache"]
+            if kind.endswith(".gz"):  # the fallback inflater beside ISA-L's, in the same run
+                labels.insert(1, "no cache, stdlib zlib")
+            for label in labels:
+                cache = tempfile.mkdtemp(prefix="hostgap-ingest-cache-", dir=args.tmp) if "fresh" in label else None
+                env = {**ENV, "HOSTGAP_STDLIB_ZLIB": "1"} if "zlib" in label else ENV
+                try:
+                    runs[label] = ingest_stages.run_child(path, env, cache)
+                finally:
+                    if cache:
+                        shutil.rmtree(cache, ignore_errors=True)
+            out[kind] = {"json_bytes": sizes[kind], "compressed_bytes": os.path.getsize(path), "runs": runs}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    res = {"stages": out, "load_average": {"start": load_start, "end": os.getloadavg()}}
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return
+    la = res["load_average"]
+    print(f"load average at the start {la['start'][0]:.2f}, at the end {la['end'][0]:.2f} ({os.cpu_count()} CPUs)")
+    for kind, o in out.items():
+        for label, r in o["runs"].items():
+            print(f"\n{kind} ({o['compressed_bytes'] / 1e6:.1f} MB on disk), analyze --json, {label}:")
+            print(ingest_stages.table(r, o["json_bytes"]))
 
 
 def run(args) -> None:

@@ -19,7 +19,7 @@ import re
 import numpy as np
 
 from hostgap.anatomy.link import Links
-from hostgap.events import Trace
+from hostgap.events import Trace, distinct
 
 COMM_PATTERN = re.compile(
     r"nccl|rccl|msccl|gloo|c10d::|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce",
@@ -103,7 +103,7 @@ def launch_classes(trace: Trace, links: Links, launch_rows: np.ndarray) -> np.nd
     comm = comm_of_name(trace)[ev.name[gpu]] if len(trace.names) else np.zeros(len(gpu), bool)
     owner = links.launch_of[gpu]
     # counted per distinct launch row, not per trace row (no row-length arrays on large traces)
-    rows = np.unique(launch_rows)
+    rows = distinct(launch_rows)
     pos = np.searchsorted(rows, owner)
     mine = pos < len(rows)
     mine[mine] = rows[pos[mine]] == owner[mine]

@@ -37,7 +37,7 @@ import numpy as np
 from hostgap.anatomy.intervals import covered_each, merge
 from hostgap.anatomy.link import Links
 from hostgap.anatomy.windows import INT_MIN, DeviceOps, StepWindows
-from hostgap.events import HOST_API_KINDS, NONE, CopyKind, Kind, Trace
+from hostgap.events import HOST_API_KINDS, NONE, CopyKind, Kind, Trace, distinct
 
 CAUSES = ("host", "dependency", "outside", "unexplained")
 BUSY, HOST, DEPENDENCY, OUTSIDE, UNEXPLAINED = range(5)
@@ -179,7 +179,7 @@ def device_states(
 def combine(states: list[DeviceStates]) -> DeviceStates:
     """The union-basis timeline of several devices that tile the same range: at each instant the
     lowest code (busy anywhere wins, then host, dependency, outside, unexplained)."""
-    cuts = np.unique(np.concatenate([d.start for d in states]))
+    cuts = distinct(np.concatenate([d.start for d in states]))
     code = np.full(len(cuts), UNEXPLAINED, dtype=np.int8)
     for d in states:
         code = np.minimum(code, d.code[np.searchsorted(d.start, cuts, side="right") - 1])
@@ -200,7 +200,7 @@ def attribute(trace: Trace, links: Links, ops: DeviceOps, windows: StepWindows, 
     """Busy time and idle causes inside every step's wall, per device and for the step as a whole."""
     n = len(windows)
     w_lo, w_hi = windows.start_ns, windows.wall_end_ns
-    devices = np.unique(ops.device)
+    devices = distinct(ops.device)
     held = np.zeros(len(ops), dtype=bool)
     if not n:
         return IdleAttribution(devices, np.zeros((0, 5), np.int64), [], np.zeros((0, len(devices)), bool), held)

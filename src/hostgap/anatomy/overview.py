@@ -21,7 +21,7 @@ from hostgap.anatomy.timeline import (
     top_kernels,
     windows,
 )
-from hostgap.events import GPU_OP_KINDS, Kind, Trace
+from hostgap.events import GPU_OP_KINDS, Kind, Trace, distinct
 from hostgap.version import SCHEMA_VERSION
 
 
@@ -35,7 +35,7 @@ def overview(
     names = {d.index: d for d in trace.meta.devices}
     is_comm_name = comm_of_name(trace)
     devices = []
-    for dev in np.unique(ev.device[gpu_rows]):
+    for dev in distinct(ev.device[gpu_rows]):
         rows = gpu_rows[ev.device[gpu_rows] == dev]
         info = names.get(int(dev))
         entry = {
@@ -46,7 +46,7 @@ def overview(
             "end_ns": int(ev.end_ns[rows].max()),
             **gpu_times(trace, rows).to_dict(),
             **_comm_split(trace, rows, is_comm_name),
-            "streams": int(len(np.unique(ev.stream[rows]))),
+            "streams": int(len(distinct(ev.stream[rows]))),
             "idle_gaps": idle_gaps(trace, links, rows, gap_threshold_ns).to_dict(),
             "top_kernels": top_kernels(trace, rows, top),
         }

@@ -33,7 +33,7 @@ import numpy as np
 from hostgap.anatomy.intervals import covered_each, merge
 from hostgap.anatomy.link import Links, Nesting
 from hostgap.anatomy.timeline import lane_prev_end
-from hostgap.events import HOST_API_KINDS, NONE, Kind, Trace
+from hostgap.events import HOST_API_KINDS, NONE, Kind, Trace, distinct
 
 INT_MIN = np.iinfo(np.int64).min
 
@@ -187,7 +187,7 @@ def kernel_taxes(
     # previous unit end on the thread (over all top-level ops and orphan launches)
     ops = links.ops
     tops = ops.rows[ops.parent < 0] if len(ops.rows) else np.zeros(0, np.int64)
-    all_units = np.unique(np.concatenate((tops, L[orphan])))
+    all_units = distinct(np.concatenate((tops, L[orphan])))
     del tops
     uo = np.lexsort((ev.start_ns[all_units], ev.tid[all_units]))
     au = all_units[uo]

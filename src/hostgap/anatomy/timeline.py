@@ -21,7 +21,7 @@ import numpy as np
 from hostgap.anatomy.collectives import is_comm
 from hostgap.anatomy.intervals import clip, grouped_running_max, grouped_union, union_ns
 from hostgap.anatomy.link import Links, Nesting
-from hostgap.events import GPU_OP_KINDS, Kind, Trace
+from hostgap.events import GPU_OP_KINDS, Kind, Trace, distinct
 
 DEFAULT_GAP_THRESHOLD_NS = 30_000
 """Idle gaps shorter than this that are not host-wait are kernel-wait (METHOD.md §5)."""
@@ -394,7 +394,7 @@ def windows(trace: Trace) -> list[Window]:
     ev = trace.events
     is_step = trace.name_mask(PROFILER_STEP.match)
     gpu_rows = np.flatnonzero(ev.of_kind(*GPU_OP_KINDS))
-    devices = np.unique(ev.device[gpu_rows])
+    devices = distinct(ev.device[gpu_rows])
     out: list[Window] = []
     gpu_ann = np.flatnonzero(is_step & (ev.kind == Kind.GPU_ANNOTATION))
     cpu_ann = np.flatnonzero(is_step & (ev.kind == Kind.ANNOTATION))

@@ -3,7 +3,6 @@ a function mapped over items as Ray tasks."""
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -27,6 +26,8 @@ def connect(address: str | None = None) -> Any:
         ) from None
     if ray.is_initialized():
         return ray
+    import logging  # here, not at import: a single-trace analysis never loads it
+
     kw: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": False}
     # ray.init sets a SIGTERM handler of its own in the calling process (sys.exit) and leaves it
     # there: the caller's is put back, so this process (and every process it forks) keeps it

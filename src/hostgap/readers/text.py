@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Generator, Iterable
 
 from hostgap.errors import HostgapError
+from hostgap.readers.inflater import backend
 
 MAX_INFLATE_RATIO = 200
 """Inflated size / compressed size above which a gzip file is refused as a bomb."""
@@ -62,7 +63,7 @@ def read_trace_text(path: str) -> bytes | bytearray | memoryview:
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gunzip(raw, path, limit)
-        except (EOFError, OSError, zlib.error) as e:
+        except _gzip_errors(OSError) as e:
             raise HostgapError(path, f"truncated or corrupt gzip ({_short(e)})") from None
         if not raw:
             raise HostgapError(path, "empty file inside gzip")
@@ -105,7 +106,7 @@ def text_pieces(path: str, read: list[int] | None = None) -> Generator[bytes, No
             yield from ahead(inflate(reads, size, path, limit))
         except OSError as e:
             raise HostgapError(path, f"cannot read ({e.strerror})") from None
-        except (EOFError, zlib.error) as e:
+        except _gzip_errors() as e:
             raise HostgapError(path, f"truncated or corrupt gzip ({_short(e)})") from None
 
 
@@ -120,8 +121,8 @@ AHEAD = 8
 
 
 def ahead(items: Generator[bytes, None, None], depth: int | None = None) -> Generator[bytes, None, None]:
-    """``items``, produced on a worker thread up to ``depth`` ahead. zlib releases the GIL while
-    it inflates, so on two or more cores the text is inflated while the caller decodes the
+    """``items``, produced on a worker thread up to ``depth`` ahead. The inflater releases the GIL
+    while it inflates, so on two or more cores the text is inflated while the caller decodes the
     previous piece. An exception in the worker is raised here, in order; closing this
     generator stops the worker (and closes ``items``) before it returns. ``depth`` defaults to
     :data:`AHEAD`."""
@@ -161,6 +162,12 @@ def ahead(items: Generator[bytes, None, None], depth: int | None = None) -> Gene
     finally:
         stop.set()
         worker.join()
+
+
+def _gzip_errors(*more: type[Exception]) -> tuple[type[Exception], ...]:
+    """What a truncated or corrupt gzip stream raises: ``EOFError``, the inflater's errors
+    (zlib's, and ISA-L's where it inflates), and ``more``."""
+    return (EOFError, *backend(note=False)[1], *more)
 
 
 def _too_big(n: int, limit: int) -> str:
@@ -204,19 +211,28 @@ def inflate(
     """The inflated text of every member of a gzip stream given as ``pieces`` of compressed
     bytes, in pieces of at most :data:`OUT_PIECE` bytes. Raises HostgapError once the text
     passes ``limit`` or :data:`MAX_INFLATE_RATIO` times ``compressed_size``, before the excess
-    is held; ``EOFError`` or ``zlib.error`` for a truncated or corrupt stream."""
+    is held; ``EOFError`` or the inflater's error (:func:`hostgap.readers.inflater.backend`) for a
+    truncated or corrupt stream."""
     limit = max_trace_bytes() if limit is None else limit
     ratio_cap = MAX_INFLATE_RATIO * compressed_size
-    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    lib, _ = backend()
+    d = lib.decompressobj(wbits=16 + zlib.MAX_WBITS)
     total = 0
+    held = b""  # after a member's end, one byte: too few to tell whether a gzip header follows
     for data in pieces:
+        if held:
+            data, held = held + bytes(data), b""
         more = len(data) > 0
         while more:
             if d.eof:  # another member follows, or zero padding
                 data = bytes(data).lstrip(b"\x00")
-                if not data:
+                if len(data) < 2:
+                    held = data
                     break
-                d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+                if data[:2] != b"\x1f\x8b":
+                    # zlib's gzip mode refuses any other header; ISA-L's would take a zlib stream
+                    raise zlib.error("incorrect header check after a gzip member")
+                d = lib.decompressobj(wbits=16 + zlib.MAX_WBITS)
             chunk = d.decompress(data, OUT_PIECE)
             total += len(chunk)
             if total > ratio_cap:
@@ -235,7 +251,7 @@ def inflate(
             else:  # a full piece may leave output inside the decompressor: call again
                 data = d.unconsumed_tail
                 more = len(data) > 0 or len(chunk) == OUT_PIECE
-    if not d.eof:
+    if not d.eof or held:
         raise EOFError("compressed stream ended before the end-of-stream marker")
 
 

@@ -38,7 +38,7 @@ import msgspec
 import numpy as np
 
 from hostgap.errors import HostgapError
-from hostgap.events import CopyKind, DeviceInfo, EventTable, Kind, SkipCounter, Trace, TraceMeta
+from hostgap.events import CopyKind, DeviceInfo, EventTable, Kind, SkipCounter, Trace, TraceMeta, distinct
 from hostgap.readers.kineto.compiled import (
     Batches,
     RawColumns,
@@ -375,8 +375,16 @@ class _NativeBuilder(_Builder):
             raw = raw_from_native(events.t, self.strings)
         else:
             raw = raw_from_events(events, self.strings)
-        if self.raw_carry is not None:
-            raw = concat([self.raw_carry, raw])
+        carry = self.raw_carry
+        if carry is not None and rows(carry):
+            # the carry and the head of this chunk make the next batch: only they are copied
+            # together, the rest of the chunk is cut where it lies (the batches are the same)
+            need = BATCH - rows(carry)
+            if rows(raw) < need:
+                self.raw_carry = concat([carry, raw])
+                return
+            self._raw_columns(concat([carry, take(raw, 0, need)]))
+            raw = take(raw, need, rows(raw))
         n = rows(raw)
         full = n - n % BATCH
         if full and not ((raw["pid_map"][:full] >= 0).any() or (raw["tid_map"][:full] >= 0).any()):
@@ -545,7 +553,7 @@ _ARG_FIELDS = {
 
 def _devices(props: list | None, table: EventTable) -> tuple[DeviceInfo, ...]:
     gpu = table.kind <= Kind.GPU_ANNOTATION
-    seen = sorted(int(d) for d in np.unique(table.device[gpu]) if d >= 0)
+    seen = sorted(int(d) for d in distinct(table.device[gpu]) if d >= 0)
     known: dict[int, dict] = {}
     for p in props if isinstance(props, list) else []:
         if isinstance(p, dict) and isinstance(p.get("id"), int):
