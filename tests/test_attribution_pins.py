@@ -680,3 +680,39 @@ def test_each_class_keeps_the_median_host_fraction_of_its_own_steps():
     m = A.fit(steps(wall, n_req, sum_p, sum_c, n_prefill=n_prefill, host=share * wall))
     assert m.host_fraction["prefill"] == pytest.approx(np.median(share[:n_pre]))
     assert m.host_fraction["decode"] == pytest.approx(np.median(share[n_pre:]))
+
+
+def test_the_other_class_is_suggested_only_where_it_has_steps_and_was_asked_for():
+    """The refusal of too few steps suggests fitting the other class only when that class has
+    steps in the data and is among the requested classes (``and``, not ``or``)."""
+    from hostgap.model.synth import synth_steps
+
+    data = synth_steps(30, seed=1, decode_fraction=0.9)  # 5 prefill steps: too few (need 18)
+    bare = "5 prefill step(s) are too few to fit the prefill model (need >= 18); collect more steps"
+    with pytest.raises(HostgapError) as e:
+        A.fit(data.steps, classes=("prefill",))  # decode has steps, but was not asked for
+    assert e.value.problem == bare
+    only_prefill = data.steps.subset(data.steps.is_prefill)
+    with pytest.raises(HostgapError) as e:
+        A.fit(only_prefill)  # decode is asked for (the default), but has no steps
+    assert e.value.problem == bare
+
+
+def test_the_split_search_refines_a_coarse_grid_instead_of_trying_every_cut():
+    """On 1,000 candidate cuts with one minimum the search finds it while evaluating a small
+    fraction of them: a coarse grid of at most _COARSE_BREAKS cuts, refined between the best
+    point's neighbours (what keeps fitting fast on long harvests)."""
+    import importlib
+
+    F = importlib.import_module("hostgap.model.attribution.fit")  # the package's `fit` is the function
+
+    class Counting:
+        calls = 0
+
+        def sse(self, cut: int) -> float:
+            Counting.calls += 1
+            return float((cut - 637) ** 2)
+
+    cuts = np.arange(1000)
+    assert F._search_cuts(Counting(), cuts) == 637
+    assert 0 < Counting.calls <= 6 * F._COARSE_BREAKS < len(cuts) / 2
