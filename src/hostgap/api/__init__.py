@@ -5,7 +5,7 @@ which prints the command's terminal output (``print()``) and shows itself in a n
 ``import hostgap`` exposes the same names (docs/api.md)."""
 
 from hostgap.api._cache import CacheListing, cache
-from hostgap.api._fleet import RulesResult, rules
+from hostgap.api._fleet import FleetWatch, RulesResult, rules
 from hostgap.api._measure import MeasureResult, MeasureResults, PresetsResult, RunResult, measure, presets
 from hostgap.api._models import Prediction, predict
 from hostgap.api._results import Result
@@ -31,6 +31,7 @@ __all__ = [
     "AttachResult",
     "CacheListing",
     "Comparison",
+    "FleetWatch",
     "KernelsResult",
     "MeasureResult",
     "MeasureResults",
