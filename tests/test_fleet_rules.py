@@ -44,13 +44,20 @@ def test_generated_rules_pass_promtool_check_and_the_hand_worked_unit_tests(tmp_
 
 
 @needs_promtool
-def test_a_wrong_expected_value_fails_the_unit_test(tmp_path):
-    # the unit test would catch a wrong number: the same file with i1's share changed fails
+@pytest.mark.parametrize(
+    ("needle", "wrong"),
+    [
+        ('hostgap:host_exposed_share{calibration="cal-a",hostgap_class="vllm/m-a/cuda",instance="i1",', "value: 0.4}"),
+        ('hostgap:step_anomaly{calibration="cal-a",hostgap_class="vllm/m-a/cuda",instance="i6",', "value: 0}"),
+    ],
+)
+def test_a_wrong_expected_value_fails_the_unit_test(tmp_path, needle, wrong):
+    # the unit test would catch a wrong number: the same file with one value changed fails
     hostgap.rules(str(DATA / "cal-a.json")).write(str(tmp_path / "fleet-rules.yml"))
-    text = (DATA / "rules_test.yml").read_text()
-    needle = 'instance="i1",job="vllm",model_name="m-a"}\', value: 0.5}'
-    assert text.count(needle) == 1
-    (tmp_path / "rules_test.yml").write_text(text.replace(needle, needle.replace("0.5}", "0.4}")))
+    lines = (DATA / "rules_test.yml").read_text().splitlines(keepends=True)
+    (i,) = [n for n, line in enumerate(lines) if needle in line]
+    lines[i] = lines[i].split("value:")[0] + wrong + "\n"
+    (tmp_path / "rules_test.yml").write_text("".join(lines))
     assert _promtool("test", "rules", "rules_test.yml", cwd=tmp_path).returncode != 0
 
 

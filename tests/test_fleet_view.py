@@ -130,11 +130,14 @@ def test_each_row_is_watchs_row_for_the_same_increases():
     assert (i1["host_share"], i1["host_share_low"], i1["host_share_high"]) == (0.5, 0.375, 0.625)
     assert i1["steps_per_s"] == 32.0 and i1["running"] == 4.0 and i1["interval_s"] == 60.0
     assert i1["calibration"] == "cal-a" and i1["calibration_out_of_range"] is False and i1["model"] == "m-a"
+    # expected 1/128 + 1/512 + (2560/1920) × 1/1024 = 0.009765625 + 1/768 = 0.0110677083 s; top × 1.5: 1/64 within
+    assert i1["expected_period_s"] == pytest.approx(0.009765625 + 1 / 768, rel=1e-12) and i1["anomaly"] is False
     assert i1_idle["status"] == "idle" and i1_idle["host_share"] is None
     assert i1_idle["calibration_out_of_range"] is None
     i2 = _by(rows, "i2")[0]
     assert (i2["host_share"], i2["host_share_low"], i2["host_share_high"]) == (0.375, 0.0, 0.84375)
     assert i2["calibration_out_of_range"] is True
+    assert i2["anomaly"] is False  # top 0.021484375 × 2 = 0.04296875 > 1/32: the batch explains it
     assert any("outside the calibrated batches" in n for n in i2["notes"])
     i3 = _by(rows, "i3")[0]
     assert i3["host_share"] is None and i3["calibration"] is None
@@ -159,6 +162,7 @@ def test_the_fleet_summary_and_fail_if_across_instances():
     ]
     per = {i["instance"]: i for i in summ["per_instance"]}
     assert per["i1"]["calibration"] == "cal-a" and per["i3"]["calibration"] is None
+    assert (per["i1"]["judged_intervals"], per["i1"]["anomaly_intervals"], summ["anomalous"]) == (1, 0, [])
     assert per["i2"]["calibration_out_of_range_share"] == 1.0 and per["i1"]["calibration_out_of_range_share"] == 0.0
     assert summ["fail_if"] == [
         {

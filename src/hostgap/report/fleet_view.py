@@ -35,6 +35,8 @@ def summary_lines(doc: dict) -> list[str]:
         f"{s['instances_with_share']} with a share"
         + (f": {', '.join(s['host_bound'][:10])}" if s["host_bound"] else ""),
     ]
+    if s.get("anomalous"):
+        lines.append(f"step anomalies (slower than the load explains): {', '.join(s['anomalous'][:10])}")
     if s["worst"]:
         lines.append("worst by host-exposed share:")
         lines += [

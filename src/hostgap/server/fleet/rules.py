@@ -16,7 +16,10 @@ Every expression reads the engines' own series only, through the instance's Prom
   lies above 1 (the model's GPU time exceeds the measured period, ``gpu·(1−err) > period``) gets
   no share, as watch withholds it. Every series carries ``calibration`` (the class's runs) and
   ``hostgap_class``; ``hostgap:calibration_out_of_range`` is 1 while an instance's batch lies
-  outside the class's calibrated batches (the class wants a new attach at that load), else 0.
+  outside the class's calibrated batches (the class wants a new attach at that load), else 0;
+  ``hostgap:step_anomaly`` is 1 while the period lies above the model's band at the instance's
+  batch and prefill (``hostgap:model_step_period_high_seconds``, :mod:`hostgap.server.watch.anomaly`),
+  0 while within it.
   The selectors match the class's ``model_name`` (and its hardware through a label the scrape
   configuration sets, ``--hardware-label``): a server of a class without calibration matches no
   rule and gets no series at all, never a 0.
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 
 from hostgap.errors import HostgapError
 from hostgap.server.fleet.classes import ClassCalibration, quoted
+from hostgap.server.watch.anomaly import HOST_TOLERANCE
 
 SHARE = "hostgap:host_exposed_share"
 PERIOD = "hostgap:step_period_seconds"
@@ -47,7 +51,25 @@ ERR = "hostgap:model_rel_error"
 MODEL_PERIOD = "hostgap:model_step_period_seconds"
 OUT_OF_RANGE = "hostgap:calibration_out_of_range"
 PREFILL = "hostgap:prefill_share"
-RECORDED = (SHARE, SHARE + "_low", SHARE + "_high", PERIOD, BATCH, STEPS, GPU, ERR, MODEL_PERIOD, OUT_OF_RANGE, PREFILL)
+PREFILL_PER_STEP = "hostgap:prefill_tokens_per_step"
+MODEL_PERIOD_HIGH = "hostgap:model_step_period_high_seconds"
+ANOMALY = "hostgap:step_anomaly"
+RECORDED = (
+    SHARE,
+    SHARE + "_low",
+    SHARE + "_high",
+    PERIOD,
+    BATCH,
+    STEPS,
+    GPU,
+    ERR,
+    MODEL_PERIOD,
+    OUT_OF_RANGE,
+    PREFILL,
+    PREFILL_PER_STEP,
+    MODEL_PERIOD_HIGH,
+    ANOMALY,
+)
 
 
 @dataclass(frozen=True)
@@ -122,7 +144,14 @@ def vllm_group(cls: ClassCalibration, cfg: RulesConfig) -> dict:
             rule(PREFILL, f"{prompt}\n/ (({prompt} + {gen}) > 0)"),
             rule(GPU, f"({_num(cal.gpu_intercept_s)} + {_num(cal.gpu_slope_s)} * {batch}) > 0"),
             rule(ERR, f"{_num(cal.block_rel_err)} + {extra}"),
-            rule(MODEL_PERIOD, f"{gpu} + {_num(cal.host_intercept_s)} + {_num(cal.host_slope_s)} * {batch}"),
+            rule(PREFILL_PER_STEP, f"{prompt}\n/ ({steps} > 0)"),
+            rule(
+                MODEL_PERIOD,
+                f"{gpu} + {_num(cal.host_intercept_s)} + {_num(cal.host_slope_s)} * {batch}\n"
+                f"+ {_num(max(cal.gpu_slope_s, 0.0))} * {PREFILL_PER_STEP + mine}",
+            ),
+            rule(MODEL_PERIOD_HIGH, f"{MODEL_PERIOD + mine} * (1 + {err} + {_num(HOST_TOLERANCE)})"),
+            rule(ANOMALY, f"{period} > bool {MODEL_PERIOD_HIGH + mine}"),
             rule(SHARE, f"clamp(1 - {gpu} / {period}, 0, 1)\nand ({shown})"),
             rule(SHARE + "_low", f"clamp(1 - {gpu} * (1 + {err}) / {period}, 0, 1)\nand ({shown})"),
             rule(SHARE + "_high", f"clamp(1 - {gpu} * (1 - {err}) / {period}, 0, 1)\nand ({shown})"),

@@ -195,7 +195,15 @@ class FleetWindow:
         target = (row["job"], row["instance"])
         if target not in self.windows:
             self.windows[target] = Window(self.conditions, recent=self.recent)
-            self.meta[target] = {"model": None, "engine": None, "calibrations": set(), "in": 0, "out": 0}
+            self.meta[target] = {
+                "model": None,
+                "engine": None,
+                "calibrations": set(),
+                "in": 0,
+                "out": 0,
+                "judged": 0,
+                "anomalies": 0,
+            }
         self.windows[target].add(row)
         m = self.meta[target]
         m["model"] = row["model"] or m["model"]
@@ -204,6 +212,9 @@ class FleetWindow:
             m["calibrations"].add(row["calibration"])
         if row["calibration_out_of_range"] is not None:
             m["out" if row["calibration_out_of_range"] else "in"] += 1
+        if row.get("anomaly") is not None:
+            m["judged"] += 1
+            m["anomalies"] += int(row["anomaly"])
 
     def summary(self) -> dict:
         """Each instance's window (watch's summary of its rows), the instances whose window share
@@ -223,6 +234,8 @@ class FleetWindow:
                     "model": m["model"],
                     "calibration": "+".join(cals) if cals else None,
                     "calibration_out_of_range_share": m["out"] / read if read else None,
+                    "anomaly_intervals": m["anomalies"],
+                    "judged_intervals": m["judged"],
                     "summary": self.windows[target].summary(),
                 }
             )
@@ -253,6 +266,7 @@ class FleetWindow:
                 }
                 for i in worst
             ],
+            "anomalous": [instance_name((i["job"], i["instance"])) for i in instances if i["anomaly_intervals"]],
             "fail_if": fail_if,
             "per_instance": instances,
         }

@@ -12,6 +12,9 @@ checks them):
   ``hostgap_host_exposed_share_basis_info`` (1, with the basis as a label);
 - ``hostgap_step_period_seconds``, ``hostgap_steps_per_second``, ``hostgap_sequences_per_step``,
   ``hostgap_tokens_per_step``, ``hostgap_prefill_share``, ``hostgap_busy_share``;
+- ``hostgap_step_anomaly`` (1 when the step period lies above the calibrated model's band at the
+  interval's batch and prefill, 0 when within it: :mod:`hostgap.server.watch.anomaly`) and
+  ``hostgap_expected_step_period_seconds``;
 - ``hostgap_server_up`` (1 when the last scrape of the server succeeded),
   ``hostgap_last_interval_timestamp_seconds`` (Unix time the last interval ended);
 - ``hostgap_calibration_age_seconds`` (since the calibration in use was taken; NaN without one),
@@ -47,6 +50,8 @@ GAUGES = {
     "hostgap_tokens_per_step": ("tokens_per_step", "Tokens per engine step (prefill and decode)."),
     "hostgap_prefill_share": ("prefill_share", "Prefill tokens over all tokens in the interval."),
     "hostgap_busy_share": ("busy_share", "Share of the interval the engine was stepping."),
+    "hostgap_step_anomaly": ("anomaly", "1 when the step period is above the calibrated model's band at the load."),
+    "hostgap_expected_step_period_seconds": ("expected_period_s", "The step period the model expects at the load."),
 }
 STATE_GAUGES = {
     "hostgap_server_up": "1 when the last scrape of the watched server succeeded, else 0.",

@@ -40,6 +40,8 @@ from hostgap.server.metrics import (
     step_stats,
 )
 from hostgap.server.watch import estimate as est
+from hostgap.server.watch.anomaly import KEYS as ANOMALY_KEYS
+from hostgap.server.watch.anomaly import judge
 from hostgap.server.watch.window import Window
 
 SCHEMA_VERSION = 1
@@ -200,6 +202,7 @@ def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None,
         "model_period_s": e.model_period_s,
         "host_breakdown": e.breakdown,
         "calibration": calibration.source if calibration is not None and engine == "vllm" else None,
+        **judge(stats, calibration if engine == "vllm" else None),
         "notes": notes,
     }
 
@@ -226,6 +229,7 @@ def failed_row(last: Scrape, now_wall: float, now_mono: float, t_origin: float, 
             "gpu_s_per_step",
             "host_s_per_step",
             "model_period_s",
+            *ANOMALY_KEYS,
         )
     )
     row.update(
