@@ -28,8 +28,9 @@ def summary_lines(doc: dict) -> list[str]:
     s = doc["summary"]
     end = "now" if doc.get("end") is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(doc["end"]))
     start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(doc["start"]))
+    which = doc["match"] if doc["match"] != "{}" else "(every instance)"
     lines = [
-        f"fleet of {doc['prometheus']} {doc['match']}: {s['instances']} instances, {start} to {end} UTC, "
+        f"fleet of {doc['prometheus']} {which}: {s['instances']} instances, {start} to {end} UTC, "
         f"every {doc['interval_s']:g} s ({doc['intervals_total']} rows)",
         f"host-bound (window share ≥ {s['host_bound_min']:g}): {len(s['host_bound'])} of "
         f"{s['instances_with_share']} with a share"
