@@ -55,3 +55,33 @@ def test_a_watch_without_an_estimate_shows_none_not_zero():
     row = _row(render([], "t", extra=watch_sections([("w", _doc(None))]))[0])
     assert "<td data-key='host_fraction' data-value=''>—</td>" in row
     assert "share not estimated" in row
+
+
+def test_report_on_a_stored_fleet_view_draws_one_line_per_instance(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from hostgap.cli import cli
+    from test_fleet_view import session
+
+    s = session()
+    list(s)
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps(s.document(1)))
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(cli, ["report", str(path), "-o", str(out), "--json", "-q"])
+    assert res.exit_code == 0, res.output
+    (entry,) = json.loads(res.stdout)["fleet_watches"]
+    assert [i["instance"] for i in entry["instances"]] == ["s1", "i1", "i2", "i3"]
+    page = out.read_text()
+    section = page.split("<section id='fleet-0'>")[1].split("</section>")[0]
+    assert section.count("<tr><td class='name'>") == 4
+    assert "0.50 [0.38–0.62]" in section and "cal-a" in section and "0 of 1" in section
+    # each instance also has its row in the inputs table: i1's window share 0.5, step period 1/64 s
+    table = page.split("<figure id='fig-summary'>")[1].split("</table>")[0]
+    rows = re.findall(r"<tr data-input='watch-\d+'>.*?</tr>", table)
+    assert len(rows) == 4
+    (i1,) = [r for r in rows if ">i1 (" in r]
+    assert "<td data-key='host_fraction' data-value='0.5'>50.0%</td>" in i1
+    assert "<td data-key='wall_ns' data-value='15625000.0'>15.625 ms</td>" in i1

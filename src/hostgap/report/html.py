@@ -271,7 +271,12 @@ def _summary(data: dict) -> str:
             )
             + f"<td>{esc(k['basis'])}</td></tr>"
         )
-    for j, entry in enumerate(data.get("watch_runs") or []):
+    watched = list(data.get("watch_runs") or [])
+    for fleet in data.get("fleet_watches") or []:  # one row per instance of a stored fleet view
+        watched += [
+            {"run_id": i["instance"], "url": fleet["prometheus"], "summary": i["summary"]} for i in fleet["instances"]
+        ]
+    for j, entry in enumerate(watched):
         rows.append(_watch_row(len(data["inputs"]) + j + 1, j, entry))
     head = (
         "<tr><th>#</th><th class='name'>input</th><th>kind</th><th>verdict</th><th>wall / step</th>"
