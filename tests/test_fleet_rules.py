@@ -168,3 +168,30 @@ def test_the_rules_read_only_series_the_engines_export():
     read = set().union(*(metric_names(r["expr"]) for g in doc["rules"]["groups"] for r in g["rules"]))
     assert {n for n in read if n.startswith("vllm:")} >= {"vllm:generation_tokens_total"}
     assert read - known == set()
+
+
+def test_db_attach_runs_of_one_class_are_fitted_together(tmp_path):
+    # two attach runs of vllm/m-a on cpu in a runs database (no refs: every attach run), each with
+    # decode steps on the line gpu = 2 ms + 1 ms × batch: one calibration named by both runs
+    from hostgap.store.database import RunsDB
+
+    def run(run_id: str, created: str, batches: list[int]) -> dict:
+        steps = [
+            {"kind": "decode", "batch": b, "wall_ns": int((3 + b) * 1e6), "gpu_active_ns": int((2 + b) * 1e6)}
+            for b in batches
+        ]
+        return {"run_id": run_id, "created": created, "mode": "attach", "engine": "vllm", "model": "m-a"} | {
+            "device": "cpu",
+            "steps_decode": steps,
+        }
+
+    db = tmp_path / "runs.sqlite"
+    with RunsDB(db) as runs:
+        runs.add(run("r1", "2026-12-07T01:00:00Z", [1, 2] * 5))
+        runs.add(run("r2", "2026-12-07T02:00:00Z", [4, 8] * 5))
+    doc = hostgap.rules(db=str(db), sglang=False).to_dict()
+    (cls,) = doc["classes"]
+    assert (cls["calibration"], cls["hardware"], cls["steps"], cls["batches"]) == ("r1+r2", "cpu", 20, [1, 2, 4, 8])
+    gpu = next(r for r in doc["rules"]["groups"][0]["rules"] if r["record"] == "hostgap:model_gpu_seconds_per_step")
+    a, b = (float(x) for x in gpu["expr"].strip("(").split(" * ")[0].split(" + "))
+    assert (a, b) == pytest.approx((0.002, 0.001))
