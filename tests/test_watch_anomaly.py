@@ -47,6 +47,7 @@ def test_the_same_load_with_slower_steps_is_an_anomaly():
     assert row["anomaly"] is True
     assert row["expected_period_s"] == 0.009765625 and row["expected_period_high_s"] == 0.0146484375
     assert "15 ms above the 14.6 ms" in row["anomaly_reason"] and "batch 4.0" in row["anomaly_reason"]
+    assert "with 0 prefill tokens per step (expected 9.77 ms)" in row["anomaly_reason"]
     # with prefill the same period is load
     assert judge(stats(4, 0.0150, prefill_per_step=4), CAL)["anomaly"] is False
 
@@ -61,3 +62,10 @@ def test_the_same_load_with_slower_steps_is_an_anomaly():
 def test_no_model_no_verdict(s):
     assert judge(s, CAL) == dict.fromkeys(("anomaly", "anomaly_reason", "expected_period_s", "expected_period_high_s"))
     assert judge(stats(4, 0.02), None)["anomaly"] is None
+
+
+def test_an_interval_without_a_prefill_count_is_judged_without_prefill():
+    # vLLM without vllm:prompt_tokens_total: no prefill allowance, the decode model alone
+    s = StepStats("vllm", 60.0, 1000.0, 16.7, 4.0, 4.0, 0.0150, None, "m", 1.0, None, 4000.0, None, None, None)
+    row = judge(s, CAL)
+    assert row["expected_period_s"] == 0.009765625 and row["anomaly"] is True
