@@ -129,6 +129,8 @@ def test_each_row_is_watchs_row_for_the_same_increases():
     assert (i1["seqs_per_step"], i1["step_period_s"], i1["prefill_share"]) == (4.0, 1 / 64, 0.25)
     assert (i1["host_share"], i1["host_share_low"], i1["host_share_high"]) == (0.5, 0.375, 0.625)
     assert i1["steps_per_s"] == 32.0 and i1["running"] == 4.0 and i1["interval_s"] == 60.0
+    assert (i1["t_start"], i1["t_end"], i1["t_rel_s"]) == (1000.0, 1060.0, 0.0)
+    assert (i1_idle["t_start"], i1_idle["t_rel_s"]) == (1060.0, 60.0)
     assert i1["calibration"] == "cal-a" and i1["calibration_out_of_range"] is False and i1["model"] == "m-a"
     # expected 1/128 + 1/512 + (2560/1920) × 1/1024 = 0.009765625 + 1/768 = 0.0110677083 s; top × 1.5: 1/64 within
     assert i1["expected_period_s"] == pytest.approx(0.009765625 + 1 / 768, rel=1e-12) and i1["anomaly"] is False
@@ -162,6 +164,8 @@ def test_the_fleet_summary_and_fail_if_across_instances():
     ]
     per = {i["instance"]: i for i in summ["per_instance"]}
     assert per["i1"]["calibration"] == "cal-a" and per["i3"]["calibration"] is None
+    assert (per["i1"]["model"], per["i3"]["model"], per["s1"]["model"]) == ("m-a", "m-b", None)
+    assert (per["i1"]["engine"], per["s1"]["engine"]) == ("vllm", "sglang")
     assert (per["i1"]["judged_intervals"], per["i1"]["anomaly_intervals"], summ["anomalous"]) == (1, 0, [])
     assert per["i2"]["calibration_out_of_range_share"] == 1.0 and per["i1"]["calibration_out_of_range_share"] == 0.0
     assert summ["fail_if"] == [
