@@ -255,3 +255,13 @@ def test_a_server_url_and_prometheus_are_not_both_given():
     assert res.exit_code == 2 and "give the server's URL" in res.output
     res = CliRunner().invoke(cli, ["watch", "http://127.0.0.1:8000", "--since", "2h"])
     assert res.exit_code == 2 and "need --prometheus" in res.output
+
+
+def test_the_queries_read_each_engine_series_over_the_interval():
+    from hostgap.server.fleet.view import queries
+
+    qs = {q.promql for q in queries('job="vllm"', 60.0)}
+    assert 'increase(vllm:generation_tokens_total{job="vllm"}[60s])' in qs
+    assert 'increase(vllm:inter_token_latency_seconds_sum{job="vllm"}[60s])' in qs
+    assert 'vllm:num_requests_running{job="vllm"}' in qs
+    assert "increase(sglang:forward_execution_seconds_total{}[1500ms])" in {q.promql for q in queries("", 1.5)}
