@@ -265,3 +265,46 @@ def test_the_queries_read_each_engine_series_over_the_interval():
     assert 'increase(vllm:inter_token_latency_seconds_sum{job="vllm"}[60s])' in qs
     assert 'vllm:num_requests_running{job="vllm"}' in qs
     assert "increase(sglang:forward_execution_seconds_total{}[1500ms])" in {q.promql for q in queries("", 1.5)}
+
+
+def test_the_fleet_window_counts_out_of_range_and_anomalous_intervals():
+    from hostgap.server.fleet.view import FleetWindow
+
+    base = {"job": "vllm", "instance": "i9", "model": "m-a", "engine": "vllm", "calibration": "cal-a"}
+    base |= {
+        "status": "ok",
+        "interval_s": 60.0,
+        "steps": 100.0,
+        "host_share": 0.5,
+        "host_share_basis": "model estimate",
+    }
+    w = FleetWindow()
+    for out, anomaly in ((False, False), (False, True), (True, True), (None, None)):
+        w.add({**base, "calibration_out_of_range": out, "anomaly": anomaly})
+    (i9,) = w.summary()["per_instance"]
+    assert (i9["calibration_out_of_range_intervals"], i9["calibration_out_of_range_share"]) == (1, 1 / 3)
+    assert (i9["anomaly_intervals"], i9["judged_intervals"]) == (2, 3)
+    assert w.summary()["anomalous"] == ["i9 (vllm)"]
+
+
+def test_the_hardware_label_picks_each_instances_class(tmp_path):
+    doc = json.loads(Path(CAL).read_text())
+    paths = []
+    for hw, slope in (("h100", 0.0009765625), ("l4", 0.001953125)):
+        d = {**doc, "run_id": f"cal-{hw}", "device": hw, "calibration": {**doc["calibration"], "gpu_slope_s": slope}}
+        paths.append(tmp_path / f"{hw}.json")
+        paths[-1].write_text(json.dumps(d))
+    classes = class_calibrations([str(p) for p in paths])
+
+    def labelled(query, start, end, step):  # i1 on l4, i2 on h100
+        out = fetch(query, start, end, step)
+        for s in out:
+            inst = s["metric"].get("instance")
+            s["metric"] = {**s["metric"], "gpu": {"i1": "l4", "i2": "h100"}.get(inst, "")}
+        return out
+
+    config = FleetConfig("u", start=1000.0, end=1060.0, interval_s=60.0, hardware_label="gpu")
+    rows = list(FleetSession(config, classes, labelled, clock=lambda: 5000.0))
+    got = {r["instance"]: (r["calibration"], r["gpu_s_per_step"]) for r in rows if r["instance"] in ("i1", "i2")}
+    # i1 on l4: 1/256 + 4 × 1/512 = 0.01171875; i2 on h100: 1/256 + 16/1024 = 0.01953125
+    assert got == {"i1": ("cal-l4", 0.01171875), "i2": ("cal-h100", 0.01953125)}

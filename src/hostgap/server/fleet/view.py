@@ -234,6 +234,7 @@ class FleetWindow:
                     "model": m["model"],
                     "calibration": "+".join(cals) if cals else None,
                     "calibration_out_of_range_share": m["out"] / read if read else None,
+                    "calibration_out_of_range_intervals": m["out"],
                     "anomaly_intervals": m["anomalies"],
                     "judged_intervals": m["judged"],
                     "summary": self.windows[target].summary(),
