@@ -195,3 +195,9 @@ def test_db_attach_runs_of_one_class_are_fitted_together(tmp_path):
     gpu = next(r for r in doc["rules"]["groups"][0]["rules"] if r["record"] == "hostgap:model_gpu_seconds_per_step")
     a, b = (float(x) for x in gpu["expr"].strip("(").split(" * ")[0].split(" + "))
     assert (a, b) == pytest.approx((0.002, 0.001))
+
+
+def test_a_model_name_is_written_as_it_is_and_quoted_in_matchers(tmp_path):
+    path = _write(tmp_path, "u", model='modèle "x"\\y')
+    text = hostgap.rules(path, sglang=False).yaml
+    assert 'model_name="modèle \\"x\\"\\\\y"' in text  # PromQL escapes, the YAML keeps the letters
