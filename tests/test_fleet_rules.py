@@ -201,3 +201,15 @@ def test_a_model_name_is_written_as_it_is_and_quoted_in_matchers(tmp_path):
     path = _write(tmp_path, "u", model='modèle "x"\\y')
     text = hostgap.rules(path, sglang=False).yaml
     assert 'model_name="modèle \\"x\\"\\\\y"' in text  # PromQL escapes, the YAML keeps the letters
+
+
+def test_the_rule_file_reads_record_first_and_has_the_sglang_group_by_default():
+    from hostgap.server.fleet.classes import class_calibrations
+    from hostgap.server.fleet.rules import rules_document, rules_yaml
+
+    doc = rules_document(class_calibrations([str(DATA / "cal-a.json")]))
+    assert [g["name"] for g in doc["groups"]] == ["hostgap-vllm/m-a/cuda", "hostgap-sglang"]
+    text = rules_yaml(doc, ["a header"])
+    assert text.startswith(
+        "# a header\ngroups:\n- name: hostgap-vllm/m-a/cuda\n  rules:\n  - record: hostgap:steps_per_second\n"
+    )
