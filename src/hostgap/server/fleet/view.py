@@ -156,7 +156,7 @@ def rows(
             cls = calibration_for(classes, model, hardware, hardware_label)
             cal = dataclasses.replace(cls.calibration, source=cls.name) if cls else None
             row = interval_row(delta(url, t, step_s, cell), t_origin, cal)
-            if row["engine"] == "vllm" and cls is None and row["host_share_basis"] == "none":
+            if cls is None:  # watch's "no calibration" note, said of the class
                 row["notes"] = [
                     n
                     if not n.startswith("no calibration")
