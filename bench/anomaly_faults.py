@@ -7,7 +7,7 @@
    stored in a temporary runs database; the watch reads the server with those runs.
 2. A schedule of phases of --phase-s seconds each, with ``hostgap.watch(URL, interval=2)`` running
    throughout in this process (no self-calibration, nothing stored):
-   - load changes (ground truth: no fault): streams 1 → 2 → 4 → 8 at 32-token prompts, then 512-token
+   - load changes (ground truth: no fault): streams 1 → 2 → 4 → 8 at 32-token prompts, then 384-token
      prompts at 8, 4 and 1 streams;
    - faults at 4 streams of 32-token prompts: ``hog`` (one CPU-bound process per core the server
      may run on, pinned to it), ``cpu.max`` (the server's processes moved into a cgroup v2 child
@@ -39,9 +39,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-LOADS = [(1, 32), (2, 32), (4, 32), (8, 32), (8, 512), (4, 512), (1, 512)]
+LOADS = [(1, 32), (2, 32), (4, 32), (8, 32), (8, 384), (4, 384), (1, 384)]
 FAULTS = ["hog", "cpu.max", "sigstop"]
 FAULT_LOAD = (4, 32)
+# the server of tests/vllm_server.py holds 512 positions (--max-model-len): a request's prompt and
+# output fit in 500, so the long prompts are 384 tokens (the 512 would leave no output)
+MAX_TOKENS = 500
 
 
 def hostgap_json(args: list[str]) -> dict:
@@ -205,8 +208,9 @@ def main() -> None:
         pids = server_pids(root_pid)
         pgid = os.getpgid(root_pid)
         for kind, name, (streams, prompt), fault in schedule:
-            with LoadGenerator(url, LoadSpec(streams, prompt_len=prompt, output_len=4096)) as load:
-                load.wait_streaming(120)
+            with LoadGenerator(url, LoadSpec(streams, prompt_len=prompt, output_len=MAX_TOKENS - prompt)) as load:
+                if not load.wait_streaming(120):
+                    raise SystemExit(f"the load {streams} x {prompt} never streamed (see the server log)")
                 time.sleep(4)  # the load settles before the phase counts
                 phase = {"kind": kind, "name": name, "t0": time.time()}
                 try:
