@@ -93,6 +93,9 @@ tests_for() {
                            echo tests/test_capture_cli.py tests/test_capture_measure.py tests/test_capture_validity.py tests/test_capture_coverage_noise.py tests/test_cli_*.py ;;
     src/hostgap/report/model_view.py)
                            echo tests/test_model_api.py tests/test_model_cli.py tests/test_model_stepmodel.py tests/test_model_regimes.py tests/test_model_published.py tests/test_capture_validity.py ;;
+    src/hostgap/server/fleet/rules.py) echo tests/test_fleet_rules.py ;;
+    src/hostgap/server/fleet/*) echo tests/test_fleet_view.py tests/test_fleet_rules.py ;;
+    src/hostgap/server/watch/anomaly.py) echo tests/test_watch_anomaly.py tests/test_fleet_view.py tests/test_fleet_rules.py ;;
     src/hostgap/report/*)  echo tests/test_report_*.py tests/test_ranks_report.py tests/test_anatomy_cli.py ;;
     *)                     echo tests ;;
   esac

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from hostgap.server.fleet.rules import RECORDED
 from hostgap.server.watch.exporter import EXPORTED
 from metrics_standin import SglangState, sglang_text
 
@@ -54,7 +55,7 @@ def sample_names(text: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def known() -> set[str]:
-    names = set(EXPORTED)
+    names = set(EXPORTED) | set(RECORDED)  # and what `hostgap rules` records
     for f in (ROOT / "tests" / "data" / "watch").glob("vllm_*.txt"):
         names |= sample_names(f.read_text())
     names |= sample_names(sglang_text([SglangState()], device_timer=True))

@@ -5,6 +5,7 @@ which prints the command's terminal output (``print()``) and shows itself in a n
 ``import hostgap`` exposes the same names (docs/api.md)."""
 
 from hostgap.api._cache import CacheListing, cache
+from hostgap.api._fleet import FleetWatch, RulesResult, rules
 from hostgap.api._measure import MeasureResult, MeasureResults, PresetsResult, RunResult, measure, presets
 from hostgap.api._models import Prediction, predict
 from hostgap.api._results import Result
@@ -30,6 +31,7 @@ __all__ = [
     "AttachResult",
     "CacheListing",
     "Comparison",
+    "FleetWatch",
     "KernelsResult",
     "MeasureResult",
     "MeasureResults",
@@ -38,6 +40,7 @@ __all__ = [
     "Report",
     "Result",
     "RunResult",
+    "RulesResult",
     "RunsTable",
     "StepsResult",
     "Trace",
@@ -54,6 +57,7 @@ __all__ = [
     "measure",
     "predict",
     "presets",
+    "rules",
     "run",
     "runs",
     "steps",

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from rich.console import Console
 
+    from hostgap.api._fleet import FleetWatch
     from hostgap.api._traces import TraceResult, TraceSetResult
     from hostgap.server.watch.session import WatchSession
 
@@ -214,9 +215,15 @@ class Watch(Result):
 
 
 def watch(
-    url: str,
+    url: str | None = None,
     *,
-    interval: float = 5.0,
+    prometheus: str | None = None,
+    match: str | None = None,
+    since: str | float | None = None,
+    start: str | float | None = None,
+    end: str | float | None = None,
+    hardware_label: str | None = None,
+    interval: float | None = None,
     duration: float | None = None,
     calibration: str | Sequence[str] = (),
     calibrate: bool | None = None,
@@ -232,21 +239,51 @@ def watch(
     store: bool = True,
     max_intervals: int | None = None,
     on_note: Note = _silent,
-) -> Watch:
+) -> Watch | FleetWatch:
     """Watch a running vLLM or SGLang server's Prometheus metrics every ``interval`` seconds, as
     ``hostgap watch`` does (same options; ``store=False`` is ``--no-store``): an iterator of one
     dict per interval with the decode telemetry and the host-exposed share with its basis and
     interval (and the ``calibration`` it used). ``calibrate``: True is ``--calibrate``, False
     ``--no-calibrate``, None the default (vLLM without ``calibration``: the watch calibrates on
     the server's own traffic; ``trace_dir`` as attach's). ``serve``: ``"HOST:PORT"`` or a port on 127.0.0.1. The opening
-    scrape happens here (a server without metrics raises :class:`~hostgap.HostgapError` at once)."""
+    scrape happens here (a server without metrics raises :class:`~hostgap.HostgapError` at once).
+
+    ``prometheus="http://host:9090"`` (no ``url``): the fleet view instead, every instance that
+    Prometheus holds read through its HTTP API (``match``, ``since`` or ``start``/``end``,
+    ``hardware_label``: :func:`hostgap.api._fleet.fleet_watch`); returns a ``FleetWatch``."""
+    from hostgap.errors import HostgapError
     from hostgap.server.watch.session import WatchSession
+
+    if prometheus is not None:
+        if url is not None:
+            raise HostgapError(url, "give a server URL or --prometheus, not both")
+        from hostgap.api._fleet import fleet_watch
+
+        return fleet_watch(
+            prometheus,
+            match=match,
+            since=since,
+            start=start,
+            end=end,
+            interval=interval,
+            duration=duration,
+            calibration=calibration,
+            db=db,
+            hardware_label=hardware_label,
+            fail_if=fail_if,
+            jsonl=jsonl,
+            on_note=on_note,
+        )
+    if url is None:
+        raise HostgapError("watch", "give the server's URL (or --prometheus URL for a fleet)")
+    if any(x is not None for x in (match, since, start, end, hardware_label)):
+        raise HostgapError("watch", "--match, --since, --start, --end and --hardware-label need --prometheus")
 
     refs = [calibration] if isinstance(calibration, str) else list(calibration)
     return Watch(
         WatchSession(
             url,
-            interval_s=interval,
+            interval_s=5.0 if interval is None else interval,
             duration_s=duration,
             calibrations=refs,
             calibrate=calibrate,

@@ -43,6 +43,7 @@ COMMANDS = {
     "overlay": "report",
     "attach": "attach",
     "watch": "watch",
+    "rules": "fleet",
     "cache": "cache",
 }
 """Each top-level command and the module (``hostgap.cli.<module>``) whose ``register`` adds it."""

@@ -14,14 +14,27 @@ from hostgap.server.attach.profile import sigterm_unwinds
 
 def register(cli: click.Group) -> None:
     @cli.command("watch")
-    @click.argument("url")
+    @click.argument("url", required=False)
     @click.option(
         "--interval",
         "interval_s",
         type=float,
-        default=5.0,
-        show_default=True,
-        help="Seconds between scrapes (one row per interval).",
+        default=None,
+        help="Seconds between scrapes (one row per interval) [default: 5; --prometheus: 15, a history cut "
+        "into 240 intervals].",
+    )
+    @click.option(
+        "--prometheus",
+        metavar="URL",
+        help="The fleet view: read every instance from this Prometheus's HTTP API (query_range) instead of "
+        "scraping one server.",
+    )
+    @click.option("--match", metavar="SELECTOR", help="--prometheus: the instances, e.g. '{job=\"vllm\"}'.")
+    @click.option("--since", metavar="DURATION", help="--prometheus: the last DURATION (2h, 30m) of history.")
+    @click.option("--start", metavar="T", help="--prometheus: history from T (unix seconds or RFC 3339) ...")
+    @click.option("--end", metavar="T", help="... to T [default: follow the present].")
+    @click.option(
+        "--hardware-label", metavar="LABEL", help="--prometheus: the label naming each server's hardware class."
     )
     @click.option(
         "--duration", "duration_s", type=float, default=None, help="Seconds to watch [default: until Ctrl-C]."
@@ -86,6 +99,12 @@ def register(cli: click.Group) -> None:
     def watch_cmd(
         url,
         interval_s,
+        prometheus,
+        match,
+        since,
+        start,
+        end,
+        hardware_label,
         duration_s,
         calibrations,
         calibrate,
@@ -120,14 +139,40 @@ def register(cli: click.Group) -> None:
           hostgap watch http://127.0.0.1:8000 --calibration 20261203-0112 --duration 600
           hostgap watch http://127.0.0.1:30000 --serve 9400          # Grafana beside SGLang's panels
           hostgap watch $URL --duration 300 --fail-if 'host_share>0.3' --json > watch.json
+          hostgap watch --prometheus http://prom:9090 --match '{job="vllm"}' --since 2h --calibration RUN
         """
 
         def note(msg: str) -> None:
             if not quiet:
                 click.echo(f"watch: {msg}", err=True)
 
+        if prometheus is not None:
+            _fleet(
+                url,
+                prometheus,
+                match,
+                since,
+                start,
+                end,
+                hardware_label,
+                interval_s,
+                duration_s,
+                calibrations,
+                db,
+                fail_if,
+                jsonl,
+                as_json,
+                quiet,
+                note,
+            )
+            return
         session = api.watch(
             url,
+            match=match,
+            since=since,
+            start=start,
+            end=end,
+            hardware_label=hardware_label,
             interval=interval_s,
             duration=duration_s,
             calibration=calibrations,
@@ -156,3 +201,55 @@ def register(cli: click.Group) -> None:
         if session.failed:
             click.echo(f"hostgap: fail-if held over the window: {', '.join(session.failed)}", err=True)
             sys.exit(1)
+
+
+def _fleet(
+    url,
+    prometheus,
+    match,
+    since,
+    start,
+    end,
+    hardware_label,
+    interval_s,
+    duration_s,
+    calibrations,
+    db,
+    fail_if,
+    jsonl,
+    as_json,
+    quiet,
+    note,
+) -> None:
+    """``watch --prometheus``: the fleet's rows as they are read, then its summary."""
+    fleet = api.watch(
+        url,
+        prometheus=prometheus,
+        match=match,
+        since=since,
+        start=start,
+        end=end,
+        hardware_label=hardware_label,
+        interval=interval_s,
+        duration=duration_s,
+        calibration=calibrations,
+        db=db,
+        fail_if=fail_if,
+        jsonl=jsonl,
+        on_note=note,
+    )
+    assert isinstance(fleet, api.FleetWatch)
+    table = None if quiet else (sys.stderr if as_json else sys.stdout)
+    if table is not None:
+        print(fleet.header, file=table)
+    with sigterm_unwinds(), fleet, contextlib.suppress(KeyboardInterrupt):
+        for row in fleet:
+            if table is not None:
+                print(fleet.table_line(row), file=table, flush=True)
+    if as_json:
+        click.echo(fleet.to_json())
+    elif not quiet:
+        fleet.print()
+    if fleet.failed:
+        click.echo(f"hostgap: fail-if held on the fleet: {', '.join(fleet.failed)}", err=True)
+        sys.exit(1)

@@ -272,6 +272,13 @@ def _summary(data: dict) -> str:
             )
             + f"<td>{esc(k['basis'])}</td></tr>"
         )
+    watched = list(data.get("watch_runs") or [])
+    for fleet in data.get("fleet_watches") or []:  # one row per instance of a stored fleet view
+        watched += [
+            {"run_id": i["instance"], "url": fleet["prometheus"], "summary": i["summary"]} for i in fleet["instances"]
+        ]
+    for j, entry in enumerate(watched):
+        rows.append(_watch_row(len(data["inputs"]) + j + 1, j, entry))
     head = (
         "<tr><th>#</th><th class='name'>input</th><th>kind</th><th>verdict</th><th>wall / step</th>"
         "<th>device-active / step (GPU-active; CPU: CPU-compute)</th><th>host-exposed / step</th>"
@@ -283,11 +290,40 @@ def _summary(data: dict) -> str:
         f"device-active union); 'steps': median over the trace's steady decode steps. Device-active is the GPU "
         f"union of kernels, copies and memsets; on CPU-only inputs it is the CPU-compute analogue. Verdict "
         f"thresholds: host-bound at host fraction ≥ {HOST_BOUND_MIN:g}, device-bound below "
-        f"{DEVICE_BOUND_MAX:g}."
+        f"{DEVICE_BOUND_MAX:g}. A watched run (hostgap watch): wall / step is its step period (the mean "
+        f"inter-token latency), host fraction its host-exposed share over the window, host-exposed / step "
+        f"share × period; its basis cell gives the share's basis and interval and the decode batch, as "
+        f"`hostgap show` does (docs/watch.md)."
     )
     return (
         f"<figure id='fig-summary'><h3>Inputs and their verdicts</h3><table>{head}{''.join(rows)}</table>"
         f"<figcaption>{esc(cap)}</figcaption></figure>"
+    )
+
+
+def _watch_row(n: int, j: int, entry: dict) -> str:
+    """A stored watch's row of the inputs table: its window's step period, host share and batch."""
+    s = entry.get("summary") or {}
+    period, share, batch = s.get("step_period_s"), s.get("host_share"), s.get("seqs_per_step")
+    basis = str(s.get("host_share_basis") or "none")
+    parts = [f"watch, {basis}"]
+    if share is not None and s.get("host_share_low") is not None and s.get("host_share_high") is not None:
+        parts.append(f"share {share:.2f} [{s['host_share_low']:.2f}-{s['host_share_high']:.2f}]")
+    else:
+        parts.append("share not estimated")
+    parts.append("batch —" if batch is None else f"batch {batch:.1f}")
+    host_ns = share * period * 1e9 if share is not None and period is not None else None
+    label = f"{entry.get('run_id') or entry.get('source')} ({entry.get('url')})"
+    return (
+        f"<tr data-input='watch-{j}'><td>{n}</td><td class='name'>{esc(label)}</td><td>watched</td>"
+        f"<td>{_verdict_badge(None)}</td>"
+        + _num("wall_ns", None if period is None else period * 1e9)
+        + _num("gpu_active_ns", None)
+        + _num("host_exposed_ns", host_ns)
+        + _num("host_fraction", share)
+        + _num("kernel_count", None)
+        + _num("hdbi", None)
+        + f"<td>{esc(', '.join(parts))}</td></tr>"
     )
 
 

@@ -36,6 +36,8 @@ def _watch_doc(arg: str, db: str | None) -> dict | None:
             return None
         with RunsDB(db_path) as runs:
             doc = runs.get(arg)
+    if isinstance(doc, dict) and doc.get("kind") == "fleet_watch" and "summary" in doc:
+        return doc  # `watch --prometheus --json`: one line per instance (report/fleet_view.py)
     return doc if isinstance(doc, dict) and doc.get("kind") == "watch" and "watch" in doc else None
 
 
@@ -101,6 +103,11 @@ def watch_sections(runs: list[tuple[str, dict]]) -> list[tuple[str, str, dict]]:
     """``render``'s ``extra`` for watch runs: (section HTML, "watch_runs", entry)."""
     out = []
     for n, (arg, doc) in enumerate(runs):
+        if doc.get("kind") == "fleet_watch":
+            from hostgap.report.fleet_view import fleet_section
+
+            out.append(fleet_section(n, arg, doc))
+            continue
         fig = watch_figure(doc, f"fig-watch-{n}")
         summ = doc["watch"]["summary"]
         out.append(

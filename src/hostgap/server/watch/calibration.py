@@ -87,6 +87,11 @@ def _document(ref: str, db: str | None) -> tuple[object, str]:
     return found
 
 
+def read_run(ref: str, db: str | None = None) -> tuple[object, str]:
+    """The document RUN names (a file, a run directory, a run id) and where it came from."""
+    return _document(ref, db)
+
+
 def load_calibration(refs: Sequence[str], db: str | None = None) -> Calibration:
     """The calibration of ``refs`` (see the module docstring); HostgapError (exit 2) when a RUN
     cannot be read or holds too few usable decode steps."""

@@ -14,6 +14,9 @@ checks them):
   ``hostgap_tokens_per_step``, ``hostgap_prefill_share``, ``hostgap_busy_share``;
 - ``hostgap_energy_joules_per_token``, ``hostgap_energy_joules_per_request``,
   ``hostgap_gpu_power_watts`` (where the scrape has DCGM's energy counter, docs/energy.md);
+- ``hostgap_step_anomaly`` (1 when the step period lies above the calibrated model's band at the
+  interval's batch and prefill, 0 when within it: :mod:`hostgap.server.watch.anomaly`) and
+  ``hostgap_expected_step_period_seconds``;
 - ``hostgap_server_up`` (1 when the last scrape of the server succeeded),
   ``hostgap_last_interval_timestamp_seconds`` (Unix time the last interval ended);
 - ``hostgap_calibration_age_seconds`` (since the calibration in use was taken; NaN without one),
@@ -52,6 +55,8 @@ GAUGES = {
     "hostgap_energy_joules_per_token": ("energy_j_per_token", "GPU energy (DCGM) per generated token."),
     "hostgap_energy_joules_per_request": ("energy_j_per_request", "GPU energy (DCGM) per finished request."),
     "hostgap_gpu_power_watts": ("gpu_power_w", "GPU power (DCGM energy over the interval), all GPUs summed."),
+    "hostgap_step_anomaly": ("anomaly", "1 when the step period is above the calibrated model's band at the load."),
+    "hostgap_expected_step_period_seconds": ("expected_period_s", "The step period the model expects at the load."),
 }
 STATE_GAUGES = {
     "hostgap_server_up": "1 when the last scrape of the watched server succeeded, else 0.",

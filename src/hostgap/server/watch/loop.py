@@ -41,6 +41,8 @@ from hostgap.server.metrics import (
     step_stats,
 )
 from hostgap.server.watch import estimate as est
+from hostgap.server.watch.anomaly import KEYS as ANOMALY_KEYS
+from hostgap.server.watch.anomaly import judge
 from hostgap.server.watch.dcgm import energy_fields
 from hostgap.server.watch.window import Window
 
@@ -203,6 +205,7 @@ def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None,
         "host_breakdown": e.breakdown,
         "calibration": calibration.source if calibration is not None and engine == "vllm" else None,
         **energy_fields(d, engine, stats.decode_tokens),  # DCGM's energy counter, where exported
+        **judge(stats, calibration if engine == "vllm" else None),
         "notes": notes,
     }
 
@@ -229,6 +232,7 @@ def failed_row(last: Scrape, now_wall: float, now_mono: float, t_origin: float, 
             "gpu_s_per_step",
             "host_s_per_step",
             "model_period_s",
+            *ANOMALY_KEYS,
         )
     )
     row.update(

@@ -1,0 +1,1 @@
+"""A fleet through its Prometheus: calibrations per class, recording rules, the fleet view."""
