@@ -26,6 +26,8 @@ SCHEMA_VERSION = 1
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AdviseResult",
+    "AdviseResults",
     "AttachResult",
     "CacheListing",
     "Comparison",
@@ -46,6 +48,7 @@ __all__ = [
     "TraceSetResult",
     "Watch",
     "__version__",
+    "advise",
     "analyze",
     "attach",
     "attribution",
@@ -67,6 +70,8 @@ _API = frozenset(__all__) - {"SCHEMA_VERSION", "HostgapError", "__version__", "a
 
 if TYPE_CHECKING:
     from hostgap.api import (
+        AdviseResult,
+        AdviseResults,
         AttachResult,
         CacheListing,
         Comparison,
@@ -85,6 +90,7 @@ if TYPE_CHECKING:
         TraceResults,
         TraceSetResult,
         Watch,
+        advise,
         analyze,
         attach,
         cache,

@@ -44,6 +44,7 @@ COMMANDS = {
     "attach": "attach",
     "watch": "watch",
     "cache": "cache",
+    "advise": "advise",
 }
 """Each top-level command and the module (``hostgap.cli.<module>``) whose ``register`` adds it."""
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))

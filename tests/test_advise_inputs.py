@@ -1,0 +1,222 @@
+"""The levers from documents (model/advise_inputs.py, advise_levers.py), the corpus traces and the
+``hostgap advise`` command (docs/advise.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from tests.conftest import corpus_path, vendored_path
+
+import hostgap
+from hostgap.cli import cli
+from hostgap.errors import HostgapError
+from hostgap.model import advise_levers as L
+from hostgap.model.advise_inputs import baseline, from_run, from_trace
+
+MS = 1e6
+HOST_SIDE = ("graphs", "async", "cpu", "fusion", "megakernel")
+
+
+def step(i: int, **kw) -> dict:
+    d = {
+        "index": i,
+        "kind": "decode",
+        "start_ns": i * 10 * MS,
+        "marker_end_ns": i * 10 * MS + 9 * MS,
+        "wall_ns": 10 * MS,
+        "gpu_active_ns": 4 * MS,
+        "host_wait_ns": 5 * MS,
+        "launches": 100,
+        "graph_launches": 0,
+        "kernel_count": 100,
+        "partial": False,
+        "gen_requests": 8,
+        "taxbreak": {"orchestrate_ns": 3 * MS},
+    }
+    d.update(kw)
+    return d
+
+
+def trace_doc(n: int = 6, **kw) -> dict:
+    return {
+        "trace": "t.json",
+        "activity": "gpu",
+        "marker_family": "vllm",
+        "steps": [step(i, **kw) for i in range(n)],
+        "summary": {"steady": {"indices": list(range(n))}},
+        "verdict": {"verdict": "host-bound", "graph_flagged_steps": []},
+        "taxbreak": {"launch_floor_ns": 5e3},
+        "devices": [{"name": "NVIDIA H100 80GB HBM3", "name_source": "trace"}],
+    }
+
+
+def by_name(rows) -> dict:
+    return {r["lever"]: r for r in rows}
+
+
+def test_from_trace_reads_each_quantity():
+    b = from_trace(trace_doc())
+    s = b.steps
+    assert len(s) == 6 and s.between[0] == pytest.approx(1 * MS)  # wall 10 - marker 9
+    assert (s.wall[0], s.device[0], s.host_wait[0], s.orchestrate[0]) == (10 * MS, 4 * MS, 5 * MS, 3 * MS)
+    assert (b.batch, b.batch_known, b.engine, b.launch_floor_ns) == (8.0, True, "vllm", 5e3)
+    assert b.device_name == "NVIDIA H100 80GB HBM3" and b.unfaithful == ()
+    # without the steady group: the decode steps that are not partial
+    d = trace_doc()
+    d["summary"] = {}
+    d["steps"][0]["partial"] = True
+    assert len(from_trace(d).steps) == 5
+
+
+def test_from_trace_names_what_it_does_not_know():
+    d = trace_doc()
+    for s in d["steps"]:
+        s.pop("gen_requests")
+    d["devices"] = [{"name": "GPU 2 (name not in trace)", "name_source": "missing"}]
+    d["verdict"] = {"verdict": "incomplete-capture", "graph_flagged_steps": [0, 1]}
+    b = from_trace(d)
+    assert (b.batch, b.batch_known, b.device_name) == (1.0, False, None)
+    assert b.unfaithful[0] == "graph replays flagged on 2 step(s)" and "incomplete capture" in b.unfaithful[1]
+    assert any("1 sequence per step assumed" in n for n in b.notes)
+    with pytest.raises(HostgapError, match="no steps"):
+        from_trace({"trace": "x", "steps": []})
+    with pytest.raises(HostgapError, match="neither"):
+        baseline({"run_id": "r"})
+
+
+def test_levers_of_a_host_bound_eager_trace():
+    rows = by_name(L.document(from_trace(trace_doc()))["levers"])
+    assert set(rows) == set(L.NAMES)
+    g = rows["graphs"]
+    # 100 x 30 us - (30 + 100 x ~1 us) cut, within the 4 ms inside wait
+    assert g["applicable"] and 7.0 * MS < g["step_ns"] < 7.2 * MS
+    assert g["step_ns_ci"] == pytest.approx([g["step_ns"], g["step_ns"]])  # six identical steps
+    assert rows["async"]["step_ns"] == pytest.approx(9 * MS)
+    assert "100 eager launches per step x 30.0 us" in g["basis"]
+    assert rows["batch"]["reason"] == "needs the model's architecture (the device time at a larger batch): --preset"
+    assert rows["fp8"]["reason"] == "needs the model's architecture"
+
+
+def test_levers_withheld_on_an_unfaithful_trace():
+    d = trace_doc()
+    d["verdict"]["graph_flagged_steps"] = [0]
+    rows = by_name(L.document(from_trace(d))["levers"])
+    for name in HOST_SIDE:
+        assert not rows[name]["applicable"] and "graph replays flagged on 1 step(s)" in rows[name]["reason"]
+
+
+def test_full_graph_step_gets_no_graphs_lever():
+    d = trace_doc(launches=4, graph_launches=1, kernel_count=425)
+    g = by_name(L.document(from_trace(d))["levers"])["graphs"]
+    assert not g["applicable"] and g["reason"].startswith("already replayed as a FULL graph")
+    # a piecewise step (vLLM's default: attention eager) still gets one
+    d = trace_doc(launches=60, graph_launches=33, kernel_count=425)
+    assert by_name(L.document(from_trace(d))["levers"])["graphs"]["applicable"]
+
+
+def run_doc(**kw) -> dict:
+    d = {
+        "run_id": "r1",
+        "valid": True,
+        "engine": "hf-cb",
+        "device": "cpu",
+        "preset": "tiny",
+        "batch": 1,
+        "prompt_len": 128,
+        "n2": 128,
+        "differencing": {
+            "t_step_ns": 3 * MS,
+            "g_step_ns": 1 * MS,
+            "h_step_ns": 2 * MS,
+            "k_step": 192.0,
+            "activity": "cpu-compute",
+            "ci": {"t_step_ns": [2.5 * MS, 3.5 * MS]},
+        },
+        "verdict": {"host_wait_share": None},
+        "taxbreak": {"applicable": False},
+        "engine_facts": {"cb_split": {"between_ns": 0.4 * MS}},
+        "anatomy_summary": {"steps": 128},
+    }
+    d.update(kw)
+    return d
+
+
+def test_from_run_and_the_cpu_levers():
+    b = from_run(run_doc())
+    assert (b.gpu, b.wall_ci, b.preset, b.engine) == (False, (2.5 * MS, 3.5 * MS), "tiny", "hf-cb")
+    assert b.steps.between[0] == pytest.approx(0.4 * MS) and b.steps.host_wait[0] == pytest.approx(2 * MS)
+    rows = by_name(L.document(b)["levers"])
+    assert rows["graphs"]["reason"] == "no device time to overlap: CPU run"
+    assert rows["async"]["reason"].startswith("no device time to overlap: CPU run")
+    assert rows["async"]["step_ns"] is None
+    cpu = rows["cpu"]  # the whole step / 1.4, the interval's ends too
+    assert cpu["step_ns"] == pytest.approx(3 * MS / 1.4)
+    assert cpu["step_ns_ci"] == pytest.approx([2.5 * MS / 1.4, 3.5 * MS / 1.4])
+    assert rows["batch"]["applicable"] and rows["batch"]["target"] == {"batch": 4}
+    assert rows["fp8"]["reason"] == "a device-side lever: no device model for a CPU run"
+    bad = from_run(run_doc(valid=False, invalid_reasons=["non-linear"]))
+    assert bad.unfaithful == ("invalid measurement: non-linear",)
+    with pytest.raises(HostgapError, match="no measured step"):
+        from_run(run_doc(differencing={"t_step_ns": None}))
+
+
+def test_corpus_full_graph_vllm_trace_has_no_graphs_lever():
+    p = corpus_path("tracelens/mi300x_vllm_decode_fullgraph.json.gz", vendored=True)
+    r = hostgap.advise(str(p), cache=False)
+    g = by_name(r.to_dict()["levers"])["graphs"]
+    assert not g["applicable"] and "already replayed as a FULL graph" in g["reason"]
+    assert "421 of 425 kernels" in g["reason"]
+    assert r.levers.num_rows == len(L.NAMES)
+
+
+def test_corpus_eager_trace_gets_a_graphs_lever_with_its_launches():
+    p = corpus_path("tracelens/h100_bert-small.json.gz", vendored=True)
+    rows = by_name(hostgap.advise(str(p), cache=False).to_dict()["levers"])
+    g = rows["graphs"]
+    assert g["applicable"] and g["gain"] > 0.1 and "60 eager launches per step" in g["basis"]
+
+
+def test_corpus_device_bound_trace_gets_no_host_lever_beyond_its_host_share():
+    p = corpus_path("tracelens/h100_qwen1.5-0.5b.json.gz", vendored=True)
+    doc = hostgap.analyze(str(p), cache=False).to_dict()
+    assert doc["verdict"]["verdict"] == "device-bound"
+    share = doc["verdict"]["host_wait_share"]
+    rows = by_name(hostgap.advise(doc).to_dict()["levers"])
+    for name in HOST_SIDE:
+        if rows[name]["applicable"]:
+            assert rows[name]["gain"] <= share + 1e-9 < 0.10
+
+
+def test_cli_json_csv_and_bad_input(tmp_path):
+    p = vendored_path("tracelens/h100_bert-small.json.gz")
+    res = CliRunner().invoke(cli, ["advise", str(p), "--json", "--no-cache"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema_version"] == hostgap.SCHEMA_VERSION
+    assert list(doc["levers"][0]) == [
+        "lever",
+        "applicable",
+        "reason",
+        "target",
+        "step_ns",
+        "step_ns_ci",
+        "tokens_per_s",
+        "gain",
+        "regime_after",
+        "basis",
+        "validated",
+    ]
+    res = CliRunner().invoke(cli, ["advise", str(p), "--csv", "--no-cache"])
+    assert res.exit_code == 0 and res.stdout.splitlines()[0].startswith("input,lever,applicable")
+    res = CliRunner().invoke(cli, ["advise", str(p), "--no-cache"])
+    assert res.exit_code == 0 and "levers for" in res.stdout and "graphs" in res.stdout
+    for args, msg in (
+        (["advise", str(tmp_path / "none")], "no such run"),
+        (["advise", str(p), "--preset", "nope"], "unknown preset"),
+        (["advise", str(p), "--gpu", "nope"], "nope"),
+    ):
+        res = CliRunner().invoke(cli, args)
+        assert res.exit_code == 2 and msg in res.stderr and "Traceback" not in res.output
+        assert len(res.stderr.strip().splitlines()) == 1
