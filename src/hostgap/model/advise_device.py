@@ -48,7 +48,7 @@ def setup_for(base: Baseline, gpu: str | None = None, batch: float | None = None
     """The model's setup of the input's cell (its preset, device, batch, engine, mode)."""
     if base.preset is None:
         raise HostgapError("--preset", "needs the model's architecture")
-    dev = gpu or base.device_name or ("cpu" if not base.gpu else None)
+    dev = gpu or (base.device_name if base.gpu else "cpu")
     if dev is None:
         raise HostgapError("--gpu", "needs the GPU's spec: the input does not name a known device")
     try:

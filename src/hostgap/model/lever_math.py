@@ -165,12 +165,13 @@ def per_launch_ns(s: Steps) -> np.ndarray:
     return np.where(calls > 0, s.orchestrate / np.maximum(calls, 1.0), np.nan)
 
 
-def graphs_full(s: Steps, cost: graphlaunch.GraphLaunchCost) -> Outcome:
-    """Every eager launch replayed from one graph: the eager launches' ΔFT + ΔCT + ΔKT are cut,
-    one graph launch of that many nodes is paid (graphlaunch.py); already-replayed graph launches
-    stay."""
-    eager = s.launches * per_launch_ns(s)
-    cut = eager - (cost.fixed_ns + cost.per_node_ns * s.launches)
+def graphs_full(s: Steps, cost: graphlaunch.GraphLaunchCost, keep: float = 0.0, graphs: float = 1.0) -> Outcome:
+    """The eager launches replayed from ``graphs`` graphs (1: FULL capture), ``keep`` of them still
+    launched eagerly (piecewise capture: attention between the pieces): the replayed launches'
+    ΔFT + ΔCT + ΔKT are cut, the graph launches of that many nodes paid (graphlaunch.py);
+    already-replayed graph launches stay."""
+    moved = np.maximum(s.launches - keep, 0.0)
+    cut = moved * per_launch_ns(s) - (graphs * cost.fixed_ns + cost.per_node_ns * moved)
     return critical_cut(s, cut, inside_wait(s))
 
 
