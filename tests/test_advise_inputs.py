@@ -158,6 +158,8 @@ def test_from_run_and_the_cpu_levers():
     assert rows["fp8"]["reason"] == "a device-side lever: no device model for a CPU run"
     bad = from_run(run_doc(valid=False, invalid_reasons=["non-linear"]))
     assert bad.unfaithful == ("invalid measurement: non-linear",)
+    rows = L.document(bad)["levers"]
+    assert len(rows) == 9 and all(not r["applicable"] and r["reason"].startswith("invalid measurement") for r in rows)
     with pytest.raises(HostgapError, match="no measured step"):
         from_run(run_doc(differencing={"t_step_ns": None}))
 

@@ -140,22 +140,26 @@ def test_interval_of_a_measured_run_runs_the_lever_at_its_ends():
     assert A.today_interval(b) == pytest.approx((9 * MS, 11 * MS))
 
 
-def test_interval_of_a_trace_is_a_bootstrap_of_the_median():
+def test_interval_of_a_trace_is_the_order_statistic_interval_of_the_median():
     walls = np.array([8, 9, 10, 11, 12, 10, 10.0]) * MS
+    n = len(walls)
     s = A.Steps(
         walls,
-        np.full(7, 4 * MS),
-        np.full(7, 0.0),
-        np.zeros(7),
-        np.full(7, 1 * MS),
-        np.full(7, 10.0),
-        np.zeros(7),
-        np.full(7, 10.0),
+        np.full(n, 4 * MS),
+        np.full(n, 0.0),
+        np.zeros(n),
+        np.full(n, 1 * MS),
+        np.full(n, 10.0),
+        np.zeros(n),
+        np.full(n, 10.0),
     )
-    lo, hi = A.today_interval(base(s))
-    assert 8 * MS <= lo <= 10 * MS <= hi <= 12 * MS
-    assert A.today_interval(base(s.take(np.arange(4)))) is None  # four steps: no interval
-    # identical steps: the interval is the point
+    # 7 values: P(Binomial(7, 1/2) <= 0) = 1/128 <= 0.025, P(<= 1) = 8/128 > 0.025: [min, max]
+    assert A.today_interval(base(s)) == pytest.approx((8 * MS, 12 * MS))
+    assert A.today_interval(base(s.take(np.arange(5)))) is None  # five steps: no 95 % interval
+    assert A.median_rank(5) is None and A.median_rank(6) == 0 and A.median_rank(7) == 0
+    # n = 9: P(<= 1) = 10/512 <= 0.025 < P(<= 2) = 46/512: the 2nd smallest to the 2nd largest
+    assert A.median_rank(9) == 1
+    assert A.median_rank(100) == 39  # the textbook 40th and 61st of 100
     same = base(steps(6))
     assert A.today_interval(same) == pytest.approx((10 * MS, 10 * MS))
 

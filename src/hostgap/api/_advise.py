@@ -44,6 +44,26 @@ def levers_of(doc: dict, preset: str | None = None, gpu: str | None = None) -> d
         return {"today": None, "notes": [str(e)], "levers": []}
 
 
+def with_levers(doc):
+    """``doc`` with the ``levers`` key its command's ``--json`` carries (docs/advise.md): a trace's
+    analysis, a rank set's, a measured or attached run's results; other documents unchanged."""
+    if not isinstance(doc, dict) or "levers" in doc:
+        return doc
+    advisable = (
+        "steps" in doc
+        or "ranks" in doc
+        or isinstance(doc.get("differencing"), dict)
+        or isinstance(doc.get("analysis"), dict)
+    )
+    if not advisable or doc.get("kind") == "watch" or doc.get("mode") == "watch":
+        return doc
+    try:
+        rows = levers_of(doc)["levers"]
+    except (ValueError, TypeError, KeyError) as e:  # a document from an older hostgap: no levers, said so
+        rows = [{"lever": None, "applicable": False, "reason": f"levers not computed: {e!r}"}]
+    return {**doc, "levers": rows}
+
+
 def levers_table(levers: list[dict]) -> pa.Table:
     """The lever rows as Arrow (target and interval as JSON text)."""
     return arrow_table(levers, LEVER_COLUMNS)

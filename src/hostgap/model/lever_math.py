@@ -11,8 +11,8 @@ waits on the host, so a cut of ``X`` of host work saves ``min(X, W')``, ``W'`` t
 it can reach.
 
 Each lever is computed per step on the step's own quantities; the prediction is the median over
-the steps and its 95 % interval a percentile bootstrap of that median over steps (paired with
-today's median: same resamples). A measured run is one point with its own intervals: the lever
+the steps and its 95 % interval the distribution-free order-statistic interval of that median
+(steps taken as independent draws; :func:`median_rank`). A measured run is one point with its own intervals: the lever
 runs at the low and high ends of its wall interval (every time scaled together).
 """
 
@@ -26,12 +26,9 @@ import numpy as np
 from hostgap.anatomy.verdict import classify
 from hostgap.model import graphlaunch
 
-BOOTSTRAP = 2000
-"""Bootstrap resamples of the steps for a trace's interval (fixed seed: the same input gives the
-same interval)."""
-MIN_STEPS_FOR_CI = 5
-"""Fewer steps than this give no interval (``step_ns_ci`` null): a bootstrap of 1-4 values is no
-95 % interval."""
+MIN_STEPS_FOR_CI = 6
+"""Fewer steps give no interval (``step_ns_ci`` null): no order-statistic interval of 5 values or
+fewer holds the median with 95 %."""
 FULL_GRAPH_EAGER_SHARE = 0.05
 """A step replayed by graph launches with at most this share of its kernels launched eagerly is
 a FULL graph (vLLM's FULL, SGLang's decode graphs); above it, piecewise."""
@@ -240,15 +237,22 @@ def interval(base: Baseline, apply: Callable[[Steps], Outcome]) -> tuple[float, 
             return None
         ends = [_median(apply(s.scaled(c / t)).wall) for c in base.wall_ci]
         return (min(ends), max(ends))
-    n = len(s)
+    walls = np.sort(apply(s).wall)
+    k = median_rank(len(walls))
+    return None if k is None else (float(walls[k]), float(walls[len(walls) - 1 - k]))
+
+
+def median_rank(n: int, alpha: float = 0.05) -> int | None:
+    """0-based index ``k`` such that [x_(k), x_(n-1-k)] of ``n`` sorted i.i.d. values holds their
+    median with probability >= 1 - alpha (the distribution-free order-statistic interval: the
+    count below the median is Binomial(n, 1/2)); None below 6 values, where even [min, max] holds
+    it with less than 95 % (n = 5: 93.75 %)."""
     if n < MIN_STEPS_FOR_CI:
         return None
-    rng = np.random.default_rng(0)
-    idx = rng.integers(0, n, size=(BOOTSTRAP, n))
-    walls = apply(s).wall
-    meds = np.median(walls[idx], axis=1)
-    lo, hi = np.percentile(meds, [2.5, 97.5])
-    return (float(lo), float(hi))
+    from scipy.stats import binom
+
+    ok = np.flatnonzero(binom.cdf(np.arange(n), n, 0.5) <= alpha / 2)
+    return int(ok[-1]) if len(ok) else None
 
 
 def today_interval(base: Baseline) -> tuple[float, float] | None:
