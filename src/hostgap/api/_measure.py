@@ -26,14 +26,14 @@ class RunResult(Result):
     kind = "run"
 
     def __init__(self, doc: dict):
-        from hostgap.api._advise import with_levers
+        from hostgap.api._levers import with_levers
 
         super().__init__(with_levers(doc))
 
     @cached_property
     def levers(self) -> pa.Table:
         """The levers ranked by predicted gain (docs/advise.md), as Arrow; empty for a watched run."""
-        from hostgap.api._advise import levers_table
+        from hostgap.api._levers import levers_table
 
         return levers_table(self._doc.get("levers") or [])
 

@@ -160,7 +160,7 @@ class TraceResult(Result):
     kind = "trace"
 
     def __init__(self, doc: dict, analysis: TraceAnalysis | None = None):
-        from hostgap.api._advise import with_levers
+        from hostgap.api._levers import with_levers
 
         super().__init__(with_levers(doc))
         self._analysis = analysis
@@ -168,7 +168,7 @@ class TraceResult(Result):
     @cached_property
     def levers(self) -> pa.Table:
         """The levers ranked by predicted gain (docs/advise.md), as Arrow."""
-        from hostgap.api._advise import levers_table
+        from hostgap.api._levers import levers_table
 
         return levers_table(self._doc.get("levers") or [])
 
@@ -252,14 +252,14 @@ class TraceSetResult(Result):
     kind = "trace_set"
 
     def __init__(self, doc: dict):
-        from hostgap.api._advise import with_levers
+        from hostgap.api._levers import with_levers
 
         super().__init__(with_levers(doc))
 
     @cached_property
     def levers(self) -> pa.Table:
         """The levers of the rank the others wait for, ranked by predicted gain (docs/advise.md)."""
-        from hostgap.api._advise import levers_table
+        from hostgap.api._levers import levers_table
 
         return levers_table(self._doc.get("levers") or [])
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from hostgap.report.terminal import Table
-
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -41,6 +39,8 @@ def render(doc: dict, con: Console) -> None:
             f"{today.get('batch', 1):g}; {today.get('source', '')}",
             markup=False,
         )
+    from rich.table import Table  # imported on first use, as terminal.py does
+
     t = Table(title="levers (step in ms; gain = share of today's time per token saved)", title_justify="left")
     for c in ("lever", "target", "step", "95 % interval", "tokens/s", "gain", "regime after", "why not"):
         t.add_column(c, justify="right" if c in ("step", "95 % interval", "tokens/s", "gain") else "left")
