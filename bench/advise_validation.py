@@ -64,20 +64,27 @@ def row(check: str, base: dict, other: dict, lever: A.Lever) -> dict:
     }
 
 
-def checks(runs: dict[str, dict]) -> list[dict]:
+def checks(runs: dict[tuple[str, int], dict], pairs: list[tuple[dict, dict]] | None = None) -> list[dict]:
+    """The checks of ``runs`` (by engine and batch); ``pairs``: (hf-cb, hf-cb-async) runs measured
+    together (else the runs' own at each batch)."""
     out = []
-    b1 = from_run(runs["hf_b1"])
-    b1 = replace(b1, unfaithful=())  # judged by the row's both_valid, not withheld
-    for tb in BATCHES:
-        key = f"hf_b{tb}"
-        if key in runs:
+    if ("hf", 1) in runs:
+        b1 = replace(from_run(runs["hf", 1]), unfaithful=())  # judged by the row's both_valid, not withheld
+        for tb in sorted(b for e, b in runs if e == "hf" and b > 1):
             lever = A.evaluate(b1, L.batch(b1, tb))
-            out.append(row(f"batch lever: tiny hf batch 1 -> {tb}", runs["hf_b1"], runs[key], lever))
-    if "hf-cb" in runs and "hf-cb-async" in runs:
-        cb = replace(from_run(runs["hf-cb"]), unfaithful=())
+            out.append(row(f"batch lever: tiny hf batch 1 -> {tb}", runs["hf", 1], runs["hf", tb], lever))
+    if pairs is None:
+        pairs = [
+            (runs[e, b], runs["hf-cb-async", b]) for e, b in sorted(runs) if e == "hf-cb" and ("hf-cb-async", b) in runs
+        ]
+    for sync, asynchronous in pairs:
+        b = int(sync["batch"])
+        cb = replace(from_run(sync), unfaithful=())
         spec = L.async_(cb)
-        lever = A.evaluate(cb, A.LeverSpec("async", spec.target, spec.reason, spec.validated, lambda s: A.Outcome(s.wall, s.device)))
-        out.append(row("async lever: hf-cb -> hf-cb-async (CPU: no gain predicted)", runs["hf-cb"], runs["hf-cb-async"], lever))
+        same = A.LeverSpec("async", spec.target, spec.reason, spec.validated, lambda s: A.Outcome(s.wall, s.device))
+        lever = A.evaluate(cb, same)
+        name = f"async lever: hf-cb -> hf-cb-async at batch {b} (CPU: no gain predicted)"
+        out.append(row(name, sync, asynchronous, lever))
     return out
 
 
@@ -86,21 +93,30 @@ def main() -> int:
     ap.add_argument("--out", default="bench/results/advise_validation.json")
     ap.add_argument("--from", dest="src", default=None, help="a folder of measure --json files (hf_b1.json ...)")
     ap.add_argument("--budget", type=float, default=60.0)
+    ap.add_argument("--machine", default=None, help="how the machine was while the runs were measured")
     a = ap.parse_args()
-    runs: dict[str, dict] = {}
+    runs: dict[tuple[str, int], dict] = {}
+    pairs: list[tuple[dict, dict]] | None = None
     if a.src:
+        pairs = []
         for f in sorted(Path(a.src).glob("*.json")):
             docs = json.loads(f.read_text())
-            for d in docs if isinstance(docs, list) else [docs]:
-                key = f"hf_b{d['batch']}" if d["engine"] == "hf" else d["engine"]
-                runs[key] = d
+            docs = [
+                d for d in (docs if isinstance(docs, list) else [docs]) if isinstance(d, dict) and "differencing" in d
+            ]
+            by = {d["engine"]: d for d in docs}
+            if "hf-cb" in by and "hf-cb-async" in by:  # measured together: compared together
+                pairs.append((by["hf-cb"], by["hf-cb-async"]))
+            for d in docs:
+                runs.setdefault((d["engine"], int(d["batch"])), d)
     else:
         for b in (1, *BATCHES):
-            runs[f"hf_b{b}"] = measure(b, budget=a.budget)[0]
+            runs["hf", b] = measure(b, budget=a.budget)[0]
         for d in measure(1, "hf-cb,hf-cb-async", a.budget):
-            runs[d["engine"]] = d
-    rows = checks(runs)
-    Path(a.out).write_text(json.dumps({"machine": "shared 2-core CPU, busy (other work ran)", "checks": rows}, indent=2))
+            runs[d["engine"], 1] = d
+    rows = checks(runs, pairs)
+    machine = a.machine or "shared 2-core CPU, busy (other work ran)"
+    Path(a.out).write_text(json.dumps({"machine": machine, "source": a.src, "checks": rows}, indent=2))
     for r in rows:
         ci = r["predicted_ci_ns"]
         print(
