@@ -209,3 +209,24 @@ def test_device_levers_need_a_preset_and_a_gpu():
     assert fp8 is not None and fp8.device < 1.0 and fp8.tokens == 1.0  # half the weight bytes
     assert tp is not None and tp.device < 1.0
     assert spec is not None and spec.tokens == pytest.approx((1 - 0.6**5) / (1 - 0.6))
+
+
+def test_rank_keeps_levers_without_a_gain_or_not_applicable_last():
+    def row(name, gain, ok=True):
+        return A.Lever(name, ok, "", {}, 1.0, None, 1.0, gain, None, "", "")
+
+    ranked = A.rank([row("x", 0.9, False), row("y", None, True), row("z", 0.1)])
+    assert [r.lever for r in ranked] == ["z", "x", "y"]
+
+
+def test_a_zero_step_has_no_gain_and_no_rate():
+    zero = A.LeverSpec("x", {}, "b", "v", lambda s: A.Outcome(s.wall * 0.0, s.device * 0.0))
+    row = A.evaluate(base(), zero)
+    assert (row.gain, row.tokens_per_s) == (None, None)
+    empty_today = base(steps(wall=0.0, device=0.0, host_wait=0.0, between=0.0))
+    same = A.LeverSpec("x", {}, "b", "v", lambda s: A.Outcome(s.wall + 1.0, s.device))
+    assert A.evaluate(empty_today, same).gain is None
+
+
+def test_units_in_words():
+    assert A.ms(1.5e6) == "1.500 ms" and A.us(2500.0) == "2.5 us"
