@@ -88,7 +88,7 @@ def from_trace(doc: dict, preset: str | None = None, gpu: str | None = None) -> 
     devices = doc.get("devices") or []
     gpu_run = doc.get("activity", "gpu") == "gpu"
     return Baseline(
-        source=f"this trace's {len(s)} steps",
+        source=f"this trace ({len(s)} step{'' if len(s) == 1 else 's'})",
         gpu=gpu_run,
         steps=s,
         batch=max(batch, 1.0),
@@ -169,7 +169,8 @@ def baseline(doc: dict, preset: str | None = None, gpu: str | None = None) -> Ba
         n = doc.get("batch")
         if not b.batch_known and isinstance(n, (int, float)) and n >= 1:
             b = replace(b, batch=float(n), batch_known=True, notes=tuple(x for x in b.notes if "batch" not in x))
-        return replace(b, source=f"attached run {doc.get('run_id', '')}'s {len(b.steps)} steps")
+        n = len(b.steps)
+        return replace(b, source=f"attached run {doc.get('run_id', '')} ({n} step{'' if n == 1 else 's'})")
     raise HostgapError(
         str(doc.get("run_id") or doc.get("trace") or "input"), "neither an analysed trace nor a measured run"
     )

@@ -65,9 +65,9 @@ def render(doc: dict, con: Console) -> None:
 
 
 def top_lines(levers: list[dict], n: int = TOP) -> list[str]:
-    """One line per applicable lever with a gain, best first, at most ``n``: what the verdicts of
-    analyze, measure and attach print under them."""
-    rows = [r for r in levers if r["applicable"] and r["gain"] is not None][:n]
+    """One line per applicable lever predicted to gain, best first, at most ``n``: what the
+    verdicts of analyze, measure and attach print under them."""
+    rows = [r for r in levers if r["applicable"] and r["gain"] is not None and r["gain"] > 0][:n]
     return [
         f"{i}. {r['lever']} ({_target(r['target'])}): step {_ms(r['step_ns'])} ms"
         + (f" [95 % {_ci(r['step_ns_ci'])}]" if r["step_ns_ci"] else "")
@@ -82,7 +82,7 @@ def render_top(doc: dict | None, con: Console) -> None:
         return
     lines = top_lines(doc["levers"])
     if not lines:
-        con.print("  levers: none applicable (hostgap advise for why)")
+        con.print("what would help: no lever predicted to gain (hostgap advise for each and why)")
         return
     con.print("[bold]what would help[/bold] (predicted; hostgap advise for every lever and its basis):")
     for line in lines:
