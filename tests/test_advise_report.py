@@ -96,3 +96,39 @@ def test_compare_document_carries_the_check(tmp_path):
     doc = hostgap.compare(str(pa), str(pb)).to_dict()
     assert doc["lever_check"]["lever"] == "batch"
     assert "lever check (batch)" in hostgap.compare(str(pa), str(pb)).text()
+
+
+def test_top_lines_list_only_levers_that_gain():
+    from hostgap.report.advise_view import top_lines
+
+    def row(name, gain, ok=True, ci=None):
+        return {
+            "lever": name,
+            "applicable": ok,
+            "target": {"k": 1},
+            "step_ns": 2e6,
+            "step_ns_ci": ci,
+            "gain": gain,
+            "regime_after": "balanced",
+        }
+
+    lines = top_lines([row("a", 0.5, ci=[1e6, 3e6]), row("b", 0.0), row("c", 0.2, ok=False), row("d", 0.1)])
+    assert lines == [
+        "1. a (k=1): step 2.000 ms [95 % 1.000–3.000], gain +50.0 %, then balanced",
+        "2. d (k=1): step 2.000 ms, gain +10.0 %, then balanced",
+    ]
+    assert top_lines([row(str(i), 0.1 * (5 - i)) for i in range(5)])[-1].startswith("3. 2 ")
+
+
+def test_analyze_and_run_documents_carry_the_levers():
+    p = vendored_path("tracelens/h100_bert-small.json.gz")
+    r = hostgap.analyze(str(p), cache=False)
+    doc = r.to_dict()
+    assert list(doc)[-1] == "levers"
+    assert doc["levers"] == hostgap.advise(str(p), cache=False).to_dict()["levers"]
+    assert r.levers.num_rows == 9 and r.levers.column_names[0] == "lever"
+    assert "what would help" in r.text()
+    run = hostgap.api.RunResult(run_doc(engine="hf"))
+    assert run.levers.num_rows == 9 and run.to_dict()["levers"][0]["applicable"]
+    watched = hostgap.api.RunResult({"kind": "watch", "run_id": "w"})
+    assert "levers" not in watched.to_dict() and watched.levers.num_rows == 0
