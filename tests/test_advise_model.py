@@ -230,3 +230,20 @@ def test_a_zero_step_has_no_gain_and_no_rate():
 
 def test_units_in_words():
     assert A.ms(1.5e6) == "1.500 ms" and A.us(2500.0) == "2.5 us"
+
+
+def test_a_step_without_launch_costs_cuts_nothing():
+    # two steps: the second has no launch calls and no TaxBreak (NaN): its wall stays
+    s = A.Steps(
+        np.array([10 * MS, 10 * MS]),
+        np.full(2, 4 * MS),
+        np.full(2, 5 * MS),
+        np.full(2, 1 * MS),
+        np.array([3 * MS, np.nan]),
+        np.array([100.0, 0.0]),
+        np.zeros(2),
+        np.array([100.0, 0.0]),
+    )
+    assert A.graphs_full(s, COST).wall == pytest.approx([7.13 * MS, 10 * MS])
+    assert A.fused(s, 0.3, True).wall == pytest.approx([9.1 * MS, 10 * MS])
+    assert A.megakernel(s).wall == pytest.approx([7.03 * MS, 10 * MS])

@@ -168,7 +168,8 @@ def graphs_full(s: Steps, cost: graphlaunch.GraphLaunchCost, keep: float = 0.0, 
     ΔFT + ΔCT + ΔKT are cut, the graph launches of that many nodes paid (graphlaunch.py);
     already-replayed graph launches stay."""
     moved = np.maximum(s.launches - keep, 0.0)
-    cut = moved * per_launch_ns(s) - (graphs * cost.fixed_ns + cost.per_node_ns * moved)
+    # a step without launch calls or launch costs: nothing to replay
+    cut = moved * np.nan_to_num(per_launch_ns(s)) - (graphs * cost.fixed_ns + cost.per_node_ns * moved)
     return critical_cut(s, cut, inside_wait(s))
 
 
@@ -199,7 +200,7 @@ def fused(s: Steps, share: float, gpu: bool) -> Outcome:
     host-caused idle inside the marker. Device work unchanged (a lower bound on the gain)."""
     if not gpu:
         return critical_cut(s, share * (s.wall - s.device), s.wall - s.device)
-    return critical_cut(s, share * s.launches * per_launch_ns(s), inside_wait(s))
+    return critical_cut(s, share * s.launches * np.nan_to_num(per_launch_ns(s)), inside_wait(s))
 
 
 def megakernel(s: Steps, device_after: np.ndarray | None = None) -> Outcome:
@@ -207,7 +208,7 @@ def megakernel(s: Steps, device_after: np.ndarray | None = None) -> Outcome:
     engine loop between steps stays); device time as given (``device_after``: the bandwidth
     bound where the architecture is known, never above today's)."""
     calls = s.launches + s.graph_launches
-    cut = s.orchestrate - np.where(calls > 0, per_launch_ns(s), 0.0)
+    cut = np.nan_to_num(s.orchestrate - np.where(calls > 0, per_launch_ns(s), 0.0))
     out = critical_cut(s, cut, inside_wait(s))
     if device_after is None:
         return out
