@@ -247,3 +247,10 @@ def test_a_step_without_launch_costs_cuts_nothing():
     assert A.graphs_full(s, COST).wall == pytest.approx([7.13 * MS, 10 * MS])
     assert A.fused(s, 0.3, True).wall == pytest.approx([9.1 * MS, 10 * MS])
     assert A.megakernel(s).wall == pytest.approx([7.03 * MS, 10 * MS])
+
+
+def test_a_lever_without_a_finite_step_is_not_shown():
+    spec = A.LeverSpec("x", {"k": 1}, "b", "v", lambda s: A.Outcome(s.wall * np.nan, s.device))
+    row = A.evaluate(base(), spec)
+    assert (row.applicable, row.step_ns, row.gain) == (False, None, None)
+    assert row.reason == "the input's steps lack a quantity this lever needs"

@@ -279,6 +279,9 @@ def evaluate(base: Baseline, spec: LeverSpec) -> Lever:
         )
     out = spec.apply(base.steps)
     step = _median(out.wall)
+    if not np.isfinite(step):  # a quantity the lever needs is missing from the input: no number shown
+        why = "the input's steps lack a quantity this lever needs"
+        return evaluate(base, LeverSpec(spec.lever, spec.target, spec.basis, spec.validated, None, why))
     today = _median(base.steps.wall)
     tokens_today = base.batch
     tokens = tokens_today * out.tokens_ratio
