@@ -222,3 +222,27 @@ def test_cli_json_csv_and_bad_input(tmp_path):
         res = CliRunner().invoke(cli, args)
         assert res.exit_code == 2 and msg in res.stderr and "Traceback" not in res.output
         assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_basis_lines_name_the_input_numbers():
+    d = trace_doc()
+    d["devices"] = []
+    rows = by_name(L.document(from_trace(d))["levers"])
+    assert "no graph-launch measurement on a GPU the input does not name" in rows["graphs"]["basis"]
+    assert "less its launch floor (5.0 us per launch" in rows["cpu"]["basis"]
+    d["taxbreak"] = {}
+    assert "less its launch floor (0.0 us per launch" in by_name(L.document(from_trace(d))["levers"])["cpu"]["basis"]
+    cpu_run = by_name(L.document(from_run(run_doc()))["levers"])
+    # t 3 ms - g 1 ms of framework time between compute ops
+    assert "host time between compute ops (framework work per op), median 2.000 ms" in cpu_run["fusion"]["basis"]
+    assert cpu_run["fusion"]["applicable"] and cpu_run["fusion"]["step_ns"] == pytest.approx(3 * MS - 0.3 * 2 * MS)
+
+
+def test_gpu_levers_on_launches_need_their_costs():
+    d = trace_doc()
+    for s in d["steps"]:
+        s["taxbreak"] = None
+    rows = by_name(L.document(from_trace(d))["levers"])
+    why = "needs the launches' costs: TaxBreak does not apply to this input"
+    assert [rows[n]["reason"] for n in ("graphs", "fusion", "megakernel")] == [why, why, why]
+    assert rows["cpu"]["applicable"] and rows["async"]["applicable"]

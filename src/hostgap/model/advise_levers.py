@@ -60,7 +60,7 @@ def graphs(b: Baseline) -> LeverSpec:
         return _no("graphs", t, "the input's launch evidence does not hold: " + "; ".join(b.unfaithful))
     if not _launch_known(b):
         return _no("graphs", t, "needs the launches' costs: TaxBreak does not apply to this input")
-    cost = graphlaunch.for_device(b.device_name or "")
+    cost = graphlaunch.for_device(b.device_name or "a GPU the input does not name")
     per = _med(A.per_launch_ns(s))
     basis = (
         f"{b.source}: {eager:g} eager launches per step x {A.us(per)} (ΔFT+ΔCT+ΔKT, this input's TaxBreak) "
