@@ -246,3 +246,23 @@ def test_gpu_levers_on_launches_need_their_costs():
     why = "needs the launches' costs: TaxBreak does not apply to this input"
     assert [rows[n]["reason"] for n in ("graphs", "fusion", "megakernel")] == [why, why, why]
     assert rows["cpu"]["applicable"] and rows["async"]["applicable"]
+
+
+def test_from_run_host_wait_on_a_gpu_and_a_cpu():
+    gpu = run_doc(device="cuda", engine="vllm", preset="llama-3.2-1b", device_name="NVIDIA H100 80GB HBM3")
+    gpu["differencing"]["activity"] = "gpu"
+    gpu["verdict"] = {"host_wait_share": 0.25}
+    gpu["taxbreak"] = {"orchestrate_ns": 256 * MS, "launches": 12800, "graph_launches": 0, "launch_floor_ns": 4.7e3}
+    b = from_run(gpu)
+    # a GPU run: the verdict's host-caused share x the wall; launches and costs per step over 128 steps
+    assert b.gpu and b.steps.host_wait[0] == pytest.approx(0.75 * MS)
+    assert (b.steps.orchestrate[0], b.steps.launches[0]) == pytest.approx((2 * MS, 100.0))
+    assert b.launch_floor_ns == 4.7e3 and b.device_name == "NVIDIA H100 80GB HBM3"
+    # a CPU run ignores a share: the differencing host term
+    cpu = run_doc()
+    cpu["verdict"] = {"host_wait_share": 0.25}
+    assert from_run(cpu).steps.host_wait[0] == pytest.approx(2 * MS)
+    # without the share on a GPU: the host term, never above the wall
+    gpu["verdict"] = {}
+    gpu["differencing"]["h_step_ns"] = 5 * MS
+    assert from_run(gpu).steps.host_wait[0] == pytest.approx(3 * MS)
