@@ -266,3 +266,20 @@ def test_from_run_host_wait_on_a_gpu_and_a_cpu():
     gpu["verdict"] = {}
     gpu["differencing"]["h_step_ns"] = 5 * MS
     assert from_run(gpu).steps.host_wait[0] == pytest.approx(3 * MS)
+
+
+def test_attached_run_and_rank_set_baselines():
+    bare = trace_doc()
+    for s in bare["steps"]:
+        s.pop("gen_requests")
+    b = baseline({"run_id": "a1", "mode": "attach", "batch": 4, "analysis": bare})
+    assert (b.batch, b.batch_known, b.source) == (4.0, True, "attached run a1 (6 steps)")
+    assert not any("batch" in n for n in b.notes)
+    # the trace's own batch wins over the run's
+    assert baseline({"run_id": "a2", "mode": "attach", "batch": 4, "analysis": trace_doc()}).batch == 8.0
+    assert baseline({"run_id": "a3", "batch": 0, "analysis": bare}).batch_known is False
+    slow = trace_doc(host_wait_ns=6 * MS)
+    s = baseline({"kind": "trace_set", "ranks": [{"rank": 0, **trace_doc()}, {"rank": 1, **slow}]})
+    assert s.steps.host_wait[0] == 6 * MS and "advised on rank 1" in s.notes[-1]
+    with pytest.raises(HostgapError, match="a rank set without steps"):
+        baseline({"kind": "trace_set", "ranks": [{"rank": 0, "steps": []}]})
