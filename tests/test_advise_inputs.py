@@ -283,3 +283,16 @@ def test_attached_run_and_rank_set_baselines():
     assert s.steps.host_wait[0] == 6 * MS and "advised on rank 1" in s.notes[-1]
     with pytest.raises(HostgapError, match="a rank set without steps"):
         baseline({"kind": "trace_set", "ranks": [{"rank": 0, "steps": []}]})
+
+
+def test_a_run_from_before_validity_is_judged_valid():
+    d = run_doc()
+    d.pop("valid")
+    assert from_run(d).unfaithful == ()
+
+
+def test_an_attached_runs_json_document_is_advised_on_its_analysis():
+    # attach --json carries the steps at the top and the analysis beside them: the analysis wins
+    doc = {"run_id": "a1", "mode": "attach", "batch": 8, "steps": [step(0)], "analysis": trace_doc()}
+    b = baseline(doc)
+    assert len(b.steps) == 6 and b.engine == "vllm" and b.device_name == "NVIDIA H100 80GB HBM3"

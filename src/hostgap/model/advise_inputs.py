@@ -157,13 +157,11 @@ def from_run(doc: dict, preset: str | None = None, gpu: str | None = None) -> Ba
 
 
 def baseline(doc: dict, preset: str | None = None, gpu: str | None = None) -> Baseline:
-    """A trace's or a run's baseline, by what the document is."""
+    """A trace's or a run's baseline, by what the document is: a measured run (its differencing),
+    an attached run (its analysis, even where ``attach --json`` also carries the steps), a rank
+    set, one trace."""
     if isinstance(doc.get("differencing"), dict):
         return from_run(doc, preset, gpu)
-    if "steps" in doc:
-        return from_trace(doc, preset, gpu)
-    if isinstance(doc.get("ranks"), list) and doc["ranks"]:
-        return from_rank_set(doc, preset, gpu)
     if isinstance(doc.get("analysis"), dict):  # an attached run carries its analysed trace(s)
         b = baseline(doc["analysis"], preset, gpu)
         n = doc.get("batch")
@@ -171,6 +169,10 @@ def baseline(doc: dict, preset: str | None = None, gpu: str | None = None) -> Ba
             b = replace(b, batch=float(n), batch_known=True, notes=tuple(x for x in b.notes if "batch" not in x))
         n = len(b.steps)
         return replace(b, source=f"attached run {doc.get('run_id', '')} ({n} step{'' if n == 1 else 's'})")
+    if isinstance(doc.get("ranks"), list) and doc["ranks"]:
+        return from_rank_set(doc, preset, gpu)
+    if "steps" in doc:
+        return from_trace(doc, preset, gpu)
     raise HostgapError(
         str(doc.get("run_id") or doc.get("trace") or "input"), "neither an analysed trace nor a measured run"
     )
