@@ -202,7 +202,9 @@ def megakernel(b: Baseline, gpu: str | None = None) -> LeverSpec:
 def specs(b: Baseline, gpu: str | None = None) -> list[LeverSpec]:
     invalid = [u for u in b.unfaithful if u.startswith("invalid measurement")]
     if invalid:  # the numbers are not a result: nothing to calibrate on
-        return [_no(n, {}, invalid[0] + " (docs/measure.md, Validity)") for n in NAMES]
+        return [
+            _no(n, {}, "invalid measurement: no lever rests on it (notes; docs/measure.md, Validity)") for n in NAMES
+        ]
     dev = {s.lever: s for s in device_side(b, gpu)}
     return [
         graphs(b),
