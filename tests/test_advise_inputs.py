@@ -296,3 +296,12 @@ def test_an_attached_runs_json_document_is_advised_on_its_analysis():
     doc = {"run_id": "a1", "mode": "attach", "batch": 8, "steps": [step(0)], "analysis": trace_doc()}
     b = baseline(doc)
     assert len(b.steps) == 6 and b.engine == "vllm" and b.device_name == "NVIDIA H100 80GB HBM3"
+
+
+def test_from_run_refuses_a_run_without_a_step_and_reads_only_a_pair_interval():
+    for bad in ({"t_step_ns": 0.0, "g_step_ns": 1.0}, {"t_step_ns": 3 * MS, "g_step_ns": None}):
+        with pytest.raises(HostgapError, match="no measured step"):
+            from_run(run_doc(differencing=bad))
+    d = run_doc()
+    d["differencing"]["ci"]["t_step_ns"] = [1.0, 2.0, 3.0]
+    assert from_run(d).wall_ci is None

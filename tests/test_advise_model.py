@@ -254,3 +254,37 @@ def test_a_lever_without_a_finite_step_is_not_shown():
     row = A.evaluate(base(), spec)
     assert (row.applicable, row.step_ns, row.gain) == (False, None, None)
     assert row.reason == "the input's steps lack a quantity this lever needs"
+
+
+def test_ratios_of_device_work_and_the_rest_by_hand():
+    from hostgap.model.stepmodel import StepPrediction
+
+    # base: device 4 + collectives 1 = 5, total 2 + max(3, 5) = 7, the rest 2
+    base_p = StepPrediction(4 * MS, 1 * MS, 2 * MS, 3 * MS, 10, "eager")
+    # new: device 2 + collectives 1 = 3, total 3 + max(1, 3) = 6, the rest 3
+    new_p = StepPrediction(2 * MS, 1 * MS, 3 * MS, 1 * MS, 10, "eager")
+    r = D._ratios(base_p, new_p, 1.5, "w")
+    assert (r.device, r.host, r.tokens, r.words) == pytest.approx((0.6, 1.5, 1.5, "w"))
+    zero = StepPrediction(0.0, 0.0, 0.0, 0.0, 0, "eager")
+    assert (D._ratios(zero, new_p, 1.0, "").device, D._ratios(zero, new_p, 1.0, "").host) == (1.0, 1.0)
+
+
+def test_setup_and_batch_and_bandwidth_of_the_input_cell():
+    from hostgap.model.roofline import device_time
+    from hostgap.model.whatif import bandwidth_floor_ns, setup_account
+
+    b = base(batch=1.0, preset="llama-3.2-1b", device_name="h100-sxm", engine="hf")
+    s = D.setup_for(b)
+    assert (s.cell.engine, s.cell.batch, s.mode, s.device.name) == ("hf", 1, "eager", "h100-sxm")
+    assert D.setup_for(base(preset="llama-3.2-1b", device_name="h100-sxm", engine="sglang")).cell.engine == "vllm"
+    s4 = D.setup_for(b, batch=4)
+    d0 = device_time(setup_account(s), s.device, s.roofline).total_ns
+    d4 = device_time(setup_account(s4), s4.device, s4.roofline).total_ns
+    assert D.batch_ratios(b, 4).device == pytest.approx(d4 / d0) and 1.0 < d4 / d0 < 2.0
+    _, words = D.batch_outcome(b, 4)
+    assert "DEFAULT_HOST[hf].per_seq_ns" in words and "2.0 us per added sequence x 3" in words
+    bound = D.megakernel_device_ns(b)
+    assert bound == pytest.approx(bandwidth_floor_ns(setup_account(s), s.device) / 0.78)
+    assert D.megakernel_device_ns(base()) is None
+    graph = base(steps(graph_launches=1.0), preset="llama-3.2-1b", device_name="h100-sxm")
+    assert D.setup_for(graph).mode == "graph"
