@@ -102,6 +102,9 @@ def test_megakernel():
     # device-bound step (wait 0.5 <= 3): the device's 2 ms leave the step; nothing host-side to cut
     out = A.megakernel(steps(host_wait=0.5 * MS, between=0.5 * MS), np.array([2 * MS]))
     assert out.wall[0] == pytest.approx(8 * MS)
+    # partly host-bound: host path 4 + 1 - 0.57 = 4.43 outlasts the 2 ms device bound: 10 - 5 + 4.43
+    part = steps(host_wait=2 * MS, orchestrate=0.6 * MS, launches=20.0)
+    assert A.megakernel(part, np.array([2 * MS])).wall[0] == pytest.approx(9.43 * MS)
     # a bound above today's device time changes nothing
     assert A.megakernel(steps(host_wait=0.0), np.array([9 * MS])).device[0] == pytest.approx(4 * MS)
 

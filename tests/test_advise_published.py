@@ -25,7 +25,8 @@ def test_the_figures_values():
     assert ROWS["hf_cb_async"]["predicted"] == pytest.approx(300.6 * 0.76)  # the whole 24 % idle hidden
     assert ROWS["graphs_8b_between_mean_and_peak"]["predicted"] == pytest.approx(12.19 / 6.64, rel=0.01)
     assert ROWS["sglang_overlap"]["predicted"] == pytest.approx(1.042, abs=0.01)
-    assert ROWS["mpk"]["predicted"] == pytest.approx(1.907, abs=0.02)
+    assert ROWS["mpk"]["predicted"] == pytest.approx(2.136, abs=0.02)
+    assert ROWS["graphs_8b_between_mean_and_peak"]["band"][0] == pytest.approx(1 / 0.681)
     assert ROWS["taxbreak_cpu"]["predicted"] == pytest.approx(9.21, abs=0.1)
     assert ROWS["graphs_peak_h200"]["predicted"] == pytest.approx(2.105, abs=0.02)
     assert len(ROWS) == 6

@@ -204,22 +204,17 @@ def fused(s: Steps, share: float, gpu: bool) -> Outcome:
 
 
 def megakernel(s: Steps, device_after: np.ndarray | None = None) -> Outcome:
-    """One persistent kernel per step: every launch's cost but one's leaves the critical path (the
-    engine loop between steps stays); device time as given (``device_after``: the bandwidth
-    bound where the architecture is known, never above today's)."""
+    """One persistent kernel per step: every launch's cost but one leaves the step's critical path
+    (the engine loop between steps stays). Inside the marker the step is the longer of the host's
+    path (device + host-caused wait, less the cut) and the device's (``device_after``: the
+    bandwidth bound where the architecture is known, never above today's), so a shorter device
+    time shortens the step only once the host's path is shorter."""
     calls = s.launches + s.graph_launches
-    cut = np.nan_to_num(s.orchestrate - np.where(calls > 0, per_launch_ns(s), 0.0))
-    out = critical_cut(s, cut, inside_wait(s))
-    if device_after is None:
-        return out
-    dev = np.minimum(device_after, s.device)
-    return Outcome(out.wall - (s.device - dev) * _device_exposed(s), dev)
-
-
-def _device_exposed(s: Steps) -> np.ndarray:
-    """1 where the step's device time is on the critical path (host-caused idle below half the
-    non-device time), else 0: a shorter device time shortens only a device-bound step."""
-    return (s.host_wait <= 0.5 * np.maximum(s.wall - s.device, 0.0)).astype(float)
+    cut = np.maximum(np.nan_to_num(s.orchestrate - np.where(calls > 0, per_launch_ns(s), 0.0)), 0.0)
+    dev = s.device if device_after is None else np.minimum(device_after, s.device)
+    w_in = inside_wait(s)
+    path = np.maximum(s.device + w_in - cut, dev)
+    return Outcome(s.wall - s.device - w_in + path, dev)
 
 
 # -- from outcomes to rows ---------------------------------------------------------------------
