@@ -291,3 +291,9 @@ def test_setup_and_batch_and_bandwidth_of_the_input_cell():
     assert D.megakernel_device_ns(base()) is None
     graph = base(steps(graph_launches=1.0), preset="llama-3.2-1b", device_name="h100-sxm")
     assert D.setup_for(graph).mode == "graph"
+
+
+def test_megakernel_keeps_one_launch_of_a_graph_only_step():
+    # two graph launches, 0.2 ms in all: one launch's 0.1 ms stays, 0.1 ms is cut
+    s = steps(launches=0.0, graph_launches=2.0, orchestrate=0.2 * MS)
+    assert A.megakernel(s).wall[0] == pytest.approx(9.9 * MS)
