@@ -48,3 +48,10 @@ def test_piecewise_keeps_launches_and_pays_a_graph_per_piece():
     # 60 moved: 60 x 30 us - (5 x 30 us + 60 x 1 us) = 1.59 ms
     assert A.graphs_full(st, cost, keep=40, graphs=5).wall[0] == pytest.approx(10e6 - 1.59e6)
     assert A.graphs_full(st, cost, keep=200, graphs=5).wall[0] == pytest.approx(10e6)  # nothing moved
+
+
+def test_the_inputs_as_stated():
+    st = P.blog_steps()
+    assert (st.wall[0], st.device[0], st.host_wait[0], st.between[0]) == pytest.approx((300.6, 228.456, 72.144, 72.144))
+    assert "(7.03 ms), piecewise" in ROWS["graphs_peak_h200"]["input"]
+    assert "329 launches x 33.3 us, piecewise capture" in ROWS["graphs_8b_between_mean_and_peak"]["input"]
