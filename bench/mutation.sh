@@ -79,6 +79,8 @@ tests_for() {
     src/hostgap/model/whatif/registry.py) echo tests/test_model_library.py tests/test_model_published.py tests/test_model_whatif_operators.py ;;
     src/hostgap/model/prediction.py|src/hostgap/model/regimes.py|src/hostgap/model/fitting/sources.py)
                            echo tests/test_model_library.py tests/test_model_api.py tests/test_model_cli.py tests/test_model_stepmodel.py tests/test_model_hf_cb.py ;;
+    src/hostgap/model/levers/*.py)
+                           echo tests/test_advise_*.py ;;
     src/hostgap/model/*)   echo tests/test_model_*.py ;;
     src/hostgap/analysis/cb_split.py) echo tests/test_cb_split.py tests/test_capture_hf_cb.py ;;
     src/hostgap/analysis/trace.py|src/hostgap/analysis/trace_cache.py)

@@ -21,6 +21,8 @@ from hostgap.version import SCHEMA_VERSION, __version__
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AdviseResult",
+    "AdviseResults",
     "AttachResult",
     "CacheListing",
     "Comparison",
@@ -43,6 +45,7 @@ __all__ = [
     "TraceSetResult",
     "Watch",
     "__version__",
+    "advise",
     "analyze",
     "attach",
     "attribution",
@@ -65,6 +68,8 @@ _API = frozenset(__all__) - {"SCHEMA_VERSION", "HostgapError", "__version__", "a
 
 if TYPE_CHECKING:
     from hostgap.api import (
+        AdviseResult,
+        AdviseResults,
         AttachResult,
         CacheListing,
         Comparison,
@@ -85,6 +90,7 @@ if TYPE_CHECKING:
         TraceResults,
         TraceSetResult,
         Watch,
+        advise,
         analyze,
         attach,
         cache,

@@ -4,6 +4,7 @@ command prints with ``--json``, whose tables are Arrow (``.to_pandas()`` with pa
 which prints the command's terminal output (``print()``) and shows itself in a notebook.
 ``import hostgap`` exposes the same names (docs/api.md)."""
 
+from hostgap.api._advise import AdviseResult, AdviseResults, advise
 from hostgap.api._cache import CacheListing, cache
 from hostgap.api._fleet import FleetWatch, RulesResult, rules
 from hostgap.api._measure import MeasureResult, MeasureResults, PresetsResult, RunResult, measure, presets
@@ -28,6 +29,8 @@ from hostgap.api._traces import (
 )
 
 __all__ = [
+    "AdviseResult",
+    "AdviseResults",
     "AttachResult",
     "CacheListing",
     "Comparison",
@@ -48,6 +51,7 @@ __all__ = [
     "TraceResults",
     "TraceSetResult",
     "Watch",
+    "advise",
     "analyze",
     "attach",
     "cache",

@@ -25,6 +25,18 @@ class RunResult(Result):
 
     kind = "run"
 
+    def __init__(self, doc: dict):
+        from hostgap.api._levers import with_levers
+
+        super().__init__(with_levers(doc))
+
+    @cached_property
+    def levers(self) -> pa.Table:
+        """The levers ranked by predicted gain (docs/advise.md), as Arrow; empty for a watched run."""
+        from hostgap.api._levers import levers_table
+
+        return levers_table(self._doc.get("levers") or [])
+
     @property
     def run_id(self) -> str | None:
         return self._doc.get("run_id")

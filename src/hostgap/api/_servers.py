@@ -39,7 +39,7 @@ class AttachResult(RunResult):
         from hostgap.report.attach_view import json_document
 
         super().__init__(json_document(result))
-        self.result = result
+        self.result = {**result, "levers": self._doc.get("levers")} if "levers" in self._doc else result
 
     @property
     def run_kind(self) -> str:

@@ -160,8 +160,17 @@ class TraceResult(Result):
     kind = "trace"
 
     def __init__(self, doc: dict, analysis: TraceAnalysis | None = None):
-        super().__init__(doc)
+        from hostgap.api._levers import with_levers
+
+        super().__init__(with_levers(doc))
         self._analysis = analysis
+
+    @cached_property
+    def levers(self) -> pa.Table:
+        """The levers ranked by predicted gain (docs/advise.md), as Arrow."""
+        from hostgap.api._levers import levers_table
+
+        return levers_table(self._doc.get("levers") or [])
 
     @property
     def path(self) -> str:
@@ -241,6 +250,18 @@ class TraceSetResult(Result):
     rank) and ``steps`` (the cross-rank step table)."""
 
     kind = "trace_set"
+
+    def __init__(self, doc: dict):
+        from hostgap.api._levers import with_levers
+
+        super().__init__(with_levers(doc))
+
+    @cached_property
+    def levers(self) -> pa.Table:
+        """The levers of the rank the others wait for, ranked by predicted gain (docs/advise.md)."""
+        from hostgap.api._levers import levers_table
+
+        return levers_table(self._doc.get("levers") or [])
 
     @property
     def ranks(self) -> list[dict]:

@@ -45,6 +45,7 @@ COMMANDS = {
     "watch": "watch",
     "rules": "fleet",
     "cache": "cache",
+    "advise": "advise",
 }
 """Each top-level command and the module (``hostgap.cli.<module>``) whose ``register`` adds it."""
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))

@@ -51,6 +51,10 @@ def render(result: dict, con: Console, analysis: bool = True) -> None:
             render_anatomy(doc, con)
     for line in summary_lines(result):
         con.print(escape(line), soft_wrap=True)
+    if "levers" in result and not (analysis and doc and doc.get("kind") != "trace_set"):
+        from hostgap.report.advise_view import render_top  # else printed under the analysis's verdict
+
+        render_top(result, con)
 
 
 def summary_lines(result: dict) -> list[str]:

@@ -237,6 +237,11 @@ def compare(
         "fail_if": [],
         "failed": False,
     }
+    from hostgap.report.compare_levers import lever_check
+
+    check = lever_check(a, b)  # did the change do what its lever predicted (docs/advise.md)
+    if check is not None:
+        doc["lever_check"] = check
     if conditions:
         table = {r["metric"]: r for r in rows}
         results = [evaluate(c, table, a, b, outside_noise) for c in conditions]
@@ -462,6 +467,15 @@ def render(doc: dict, con) -> None:
                 highlight=False,
                 soft_wrap=True,
             )
+    line = lever_line(doc)
+    if line:
+        con.print(line, highlight=False, soft_wrap=True, markup=False)
+
+
+def lever_line(doc: dict) -> str | None:
+    """The lever check's sentence, when the change is one a lever stands for."""
+    c = doc.get("lever_check")
+    return None if not c else f"lever check ({c['lever']}): {c['words']}"
 
 
 def fail_lines(doc: dict) -> list[str]:

@@ -43,6 +43,9 @@ def compose(
     extra = report_trace_sets(sets, options.step_marker, floor_us, options.floor_file, progress)
     extra += watch_sections(watched)
     inputs = resolve_all(rest, options, progress, db)
+    from hostgap.report.advise_section import levers_sections
+
+    extra += levers_sections(inputs)  # "What would help", one section per input (docs/advise.md)
     others = sets + [a for a, _ in watched]
     text, data = render(
         inputs,

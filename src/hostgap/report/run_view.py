@@ -53,6 +53,10 @@ def render_measured(r: dict, con: Console) -> None:
     note = s.agreement_note(r)
     if note:
         con.print(note, style="bold yellow", markup=False)
+    if "levers" in r:  # under the verdict and checks: the top levers (docs/advise.md)
+        from hostgap.report.advise_view import render_top
+
+        render_top(r, con)
     con.print(s.footnote(r), style="dim", markup=False)
     from hostgap.report.energy_view import energy_lines
 

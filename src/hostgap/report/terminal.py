@@ -331,6 +331,10 @@ def render_anatomy(doc: dict, con: RichConsole) -> None:
         f"host_wait share {pct(v['host_wait_share'])}, HDBI {_f(v['hdbi'])}"
         + (f"  ({v['note']})" if v.get("note") else "")
     )
+    if "levers" in doc:  # the top levers under the verdict (hostgap advise for all: docs/advise.md)
+        from hostgap.report.advise_view import render_top
+
+        render_top(doc, con)
     for key, title in (("top_ops", "framework ops"), ("top_frames", "Python frames")):
         rows = doc.get(key) or []
         if rows:
