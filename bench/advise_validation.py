@@ -29,7 +29,7 @@ from pathlib import Path
 import hostgap
 from hostgap.model.levers import arithmetic as A
 from hostgap.model.levers import ranked as L
-from hostgap.model.levers.inputs import from_run
+from hostgap.model.levers.baseline import from_run
 
 BATCHES = (4, 8)
 

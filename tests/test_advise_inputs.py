@@ -1,4 +1,4 @@
-"""The levers from documents (model/levers/inputs.py, ranked.py), the corpus traces and the
+"""The levers from documents (model/levers/baseline.py, ranked.py), the corpus traces and the
 ``hostgap advise`` command (docs/advise.md)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import hostgap
 from hostgap.cli import cli
 from hostgap.errors import HostgapError
 from hostgap.model.levers import ranked as L
-from hostgap.model.levers.inputs import baseline, from_run, from_trace
+from hostgap.model.levers.baseline import baseline, from_run, from_trace
 
 MS = 1e6
 HOST_SIDE = ("graphs", "async", "cpu", "fusion", "megakernel")

@@ -716,3 +716,35 @@ def test_the_split_search_refines_a_coarse_grid_instead_of_trying_every_cut():
     cuts = np.arange(1000)
     assert F._search_cuts(Counting(), cuts) == 637
     assert 0 < Counting.calls <= 6 * F._COARSE_BREAKS < len(cuts) / 2
+
+
+def test_a_kept_term_whose_column_is_all_zero_gets_a_zero_coefficient():
+    """NNLS runs on unit-norm columns; a column of zeros keeps the norm 1 (not 0), so its
+    coefficient is 0, not 0/0 (the survivor of `norms[norms == 0] = 1.0` -> `!=`)."""
+    import importlib
+
+    F = importlib.import_module("hostgap.model.attribution.fit")
+    rng = np.random.default_rng(3)
+    X = np.zeros((12, 6))
+    X[:, 0], X[:, 1] = 1.0, rng.uniform(1, 50, 12)  # β and Σp; the Σc column (2) is all zero
+    y = 5.0 + 2.0 * X[:, 1]
+    coef, sse = F._nnls_fit(X, y, np.ones(12), [0, 1, 2])
+    assert np.isfinite(coef).all() and coef[2] == 0.0
+    assert coef[:2] == pytest.approx([5.0, 2.0], rel=1e-9) and sse == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_split_search_sse_is_the_two_segments_own_least_squares_error():
+    """_SplitSearch's SSE of a split (from prefix sums of Gram matrices, A·b and b²) is the sum
+    of the two segments' NNLS errors refitted on their rows, also where b is far from 1 (absolute
+    loss): the b² sums are part of it (the survivor `bb = b * b` -> `b / b`)."""
+    import importlib
+
+    F = importlib.import_module("hostgap.model.attribution.fit")
+    rng = np.random.default_rng(5)
+    n = 40
+    A = np.column_stack([np.ones(n), np.sort(rng.uniform(1, 30, n))])
+    b = np.where(A[:, 1] < 15, 3.0 + 0.5 * A[:, 1], 1.0 + 2.0 * A[:, 1]) + rng.normal(0, 0.3, n)
+    search = F._SplitSearch(A, b)
+    for m in (10, 20, 30):
+        direct = F._nnls_fit(A[:m], b[:m], np.ones(m), [0, 1])[1] + F._nnls_fit(A[m:], b[m:], np.ones(n - m), [0, 1])[1]
+        assert search.sse(m) == pytest.approx(direct, rel=1e-6, abs=1e-9)

@@ -94,7 +94,7 @@ def _is_results(p) -> bool:
 
 def advise_document(doc: dict, label: str, preset: str | None = None, gpu: str | None = None) -> dict:
     """``advise --json`` of one document (a trace's analysis or a run's results)."""
-    from hostgap.model.levers.inputs import baseline
+    from hostgap.model.levers.baseline import baseline
     from hostgap.model.levers.ranked import document
 
     out = document(baseline(doc, preset, gpu), gpu)

@@ -30,7 +30,7 @@ def levers_of(doc: dict, preset: str | None = None, gpu: str | None = None) -> d
     """The levers document of an ``analyze --json`` document or a run's results (``today``,
     ``notes``, ``levers``), or ``{"levers": [], "notes": [why]}`` where the input has nothing to
     advise on: the ``levers`` key the other commands' documents carry."""
-    from hostgap.model.levers.inputs import baseline
+    from hostgap.model.levers.baseline import baseline
     from hostgap.model.levers.ranked import document
 
     try:

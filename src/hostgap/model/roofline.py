@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from hostgap.model.accounting import Account
 from hostgap.model.devices import DeviceSpec
@@ -224,6 +223,8 @@ def _fit_one(s: OpSamples) -> Efficiency:
     Fits t_min, e_c, e_m and the sharpness q (within :data:`Q_RANGE`; a fit at the upper
     bound is reported as the sharp roofline, q = inf).
     """
+    from scipy.optimize import least_squares  # only where a model is fitted
+
     t = s.time_ns
     w = band_weights(s.tokens, len(t))
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from hostgap.model import graphlaunch
 from hostgap.model.roofline import Metrics, error_metrics
@@ -279,6 +278,8 @@ def fit_host(
     or whose orchestration is hidden; with one kernel count it trades off against serial.
     ``per_kernel_ns`` given (measured: TaxBreak orchestration per launch) is held fixed.
     """
+    from scipy.optimize import least_squares  # only where a model is fitted
+
     if len(samples) == 0:
         raise ValueError("no samples")
     vary_b = len(np.unique(samples.batch)) > 1

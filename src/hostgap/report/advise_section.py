@@ -20,7 +20,7 @@ def lever_bars(inp: Input, gpu: str | None = None) -> dict | None:
     lever rows; None where the input gives nothing to advise on."""
     from hostgap.model.levers import arithmetic as A
     from hostgap.model.levers import ranked as L
-    from hostgap.model.levers.inputs import baseline
+    from hostgap.model.levers.baseline import baseline
 
     doc = inp.results if inp.results is not None else {**(inp.overview or {}), **(inp.anatomy or {})}
     try:

@@ -44,7 +44,7 @@ def lever_check(a: Input, b: Input) -> dict | None:
 
     from hostgap.model.levers import arithmetic as A
     from hostgap.model.levers import ranked as L
-    from hostgap.model.levers.inputs import baseline
+    from hostgap.model.levers.baseline import baseline
 
     da, db = _doc(a), _doc(b)
     try:

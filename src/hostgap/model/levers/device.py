@@ -21,7 +21,6 @@ from hostgap.model.levers.arithmetic import Baseline, Outcome, Steps
 from hostgap.model.roofline import device_time
 from hostgap.model.stepmodel import DEFAULT_HOST
 from hostgap.model.whatif.megakernel import BW_FRACTION
-from hostgap.model.whatif.registry import build_setup, run
 
 SPEC_GAMMA, SPEC_ALPHA = 4, 0.6
 """The ``spec`` lever's target: n-gram (prompt-lookup) drafting, 4 draft tokens, acceptance 0.6
@@ -46,6 +45,10 @@ class Ratios:
 
 def setup_for(base: Baseline, gpu: str | None = None, batch: float | None = None) -> Setup:
     """The model's setup of the input's cell (its preset, device, batch, engine, mode)."""
+    from hostgap.model.whatif.registry import (
+        build_setup,  # the registry (and the fitting it loads) only where a lever needs it
+    )
+
     if base.preset is None:
         raise HostgapError("--preset", "needs the model's architecture")
     dev = gpu or (base.device_name if base.gpu else "cpu")
@@ -84,6 +87,8 @@ def _ratios(base_p, new_p, tokens: float, words: str) -> Ratios:
 
 def whatif_ratios(s: Setup, spec: str) -> Ratios:
     """A what-if of model/whatif/registry.py as ratios."""
+    from hostgap.model.whatif.registry import run  # the registry (and the fitting it loads) only where a lever needs it
+
     w = run(s, spec)
     return _ratios(w.baseline, w.scenario, w.tokens_per_step / w.baseline_tokens, "; ".join(w.assumptions[:2]))
 
