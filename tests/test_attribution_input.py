@@ -263,3 +263,25 @@ def test_generic_rows_aggregate_exactly(tmp_path_factory, batches):
         assert s.n_requests[k] == len(reqs) and s.sum_p[k] == q.sum()
         assert s.sum_c[k] == c.sum() and s.sum_pp[k] == (q * q).sum()
         assert s.sum_pc[k] == (q * c).sum() and s.wall_ns[k] == 1000 + k
+
+
+def test_text_columns_of_a_csv_are_read_as_text(tmp_path):
+    """pyarrow reads a CSV's text as ``string`` (a Parquet file may hold ``large_string``): both
+    are kept as text, empty where missing, never cast to numbers, digits included (the column's
+    declared type wins: a text id "0012" stays "0012")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from hostgap.model.steptable.files import read_columns
+
+    p = tmp_path / "t.csv"
+    p.write_text("kind,wall_ns\ndecode,1000\nprefill,2500\n")
+    cols = read_columns(str(p))
+    assert list(cols["kind"]) == ["decode", "prefill"] and cols["kind"].dtype == object
+    assert list(cols["wall_ns"]) == [1000.0, 2500.0]
+    q = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"kind": pa.array(["decode", None], pa.large_string()), "wall_ns": [1, 2]}), q)
+    assert list(read_columns(str(q))["kind"]) == ["decode", ""]
+    for text in (pa.string(), pa.large_string()):
+        pq.write_table(pa.table({"id": pa.array(["0012", "7"], text)}), q)
+        assert list(read_columns(str(q))["id"]) == ["0012", "7"]

@@ -6,6 +6,7 @@ Every expected number is worked out beside it from the definitions in the module
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from hostgap.model import roofline
@@ -35,3 +36,16 @@ def test_device_time_sums_count_times_op_time_labels_the_bound_and_sets_collecti
     assert dt.total_ns == pytest.approx(60_003_000.0 + 1_206_000.0)
     assert dt.bound == {"qkv": "compute", "norm": "memory"}
     assert (dt.collective_bytes, dt.collective_ops) == (2e7, 4)
+
+
+def test_band_weights_give_every_factor_of_two_band_the_same_total_weight():
+    """Tokens 1..8 fall in bands [1], [2, 3], [4..7], [8]: each row's weight is 1 / sqrt(rows in
+    its band), so every band's squared weights sum to 1 (weights multiply residuals)."""
+    from hostgap.model.roofline import band_weights
+
+    w = band_weights(np.arange(1, 9), 8)
+    h = 2**-0.5
+    assert w == pytest.approx([1.0, h, h, 0.5, 0.5, 0.5, 0.5, 1.0])
+    band = np.floor(np.log2(np.arange(1, 9))).astype(int)
+    assert np.bincount(band, weights=w**2) == pytest.approx([1.0, 1.0, 1.0, 1.0])
+    assert (band_weights(None, 3) == 1.0).all()
