@@ -253,9 +253,8 @@ def audit(tool, module: Path, seeds: list[int], n: int | None, cov: Coverage, ar
 def every_module() -> list[str]:
     """The modules bench/mutation.sh audits by default (the analysis core)."""
     out = subprocess.run(
-        ["bash", "-c", "source <(sed -n '/^  mapfile -t mods/,/grep -v/p' bench/mutation.sh | sed 's/^  //'); "
-         "printf '%s\\n' \"${mods[@]}\""], capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+        ["bash", str(ROOT / "bench" / "mutation.sh"), "--list"], capture_output=True, text=True, cwd=ROOT
+    )
     mods = [m for m in out.stdout.split() if m.endswith(".py")]
     if not mods:
         sys.exit("mutation.py: could not read the module list of bench/mutation.sh")

@@ -19,12 +19,14 @@ seed=1
 timeout=240
 mods=()
 tests_for_only=""
+list_only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) n="$2"; shift ;;
     --seed) seed="$2"; shift ;;
     --timeout) timeout="$2"; shift ;;
     --tests-for) tests_for_only="$2"; shift ;;
+    --list) list_only=1 ;;
     -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) mods+=("$1") ;;
   esac
@@ -111,10 +113,12 @@ if [ -n "$(git status --porcelain -- src)" ]; then
   echo "mutation.sh: src/ has uncommitted changes; the audit needs a clean tree" >&2; exit 2
 fi
 if [ ${#mods[@]} -eq 0 ]; then
-  mapfile -t mods < <(ls src/hostgap/events.py src/hostgap/readers/*.py \
+  # the Kineto loader is its package's __init__.py (readers/kineto/)
+  mapfile -t mods < <({ ls src/hostgap/events.py src/hostgap/readers/*.py src/hostgap/readers/kineto/*.py \
     src/hostgap/anatomy/*.py src/hostgap/stats/*.py src/hostgap/checks.py src/hostgap/model/*.py src/hostgap/model/*/*.py \
-    | grep -v '__init__.py$')
+    | grep -v '__init__.py$'; echo src/hostgap/readers/kineto/__init__.py; })
 fi
+if [ -n "$list_only" ]; then printf '%s\n' "${mods[@]}"; exit 0; fi
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
