@@ -83,3 +83,17 @@ def test_a_wild_run_weighs_no_more_than_four_scales_in_the_correlation(side):
     a, b = fit_noise(near), fit_noise(far)
     assert a.sd == b.sd and 0.0 < a.rho < 0.95
     assert a.rho == pytest.approx(b.rho, rel=1e-12)
+
+
+def test_the_steal_row_names_its_limit_in_percent():
+    """The summary's CPU-steal row (check_rows' docstring example, as a test): the limit is
+    STEAL_LIMIT in percent (5 %), beside the measured share."""
+    from hostgap.stats.noise import STEAL_LIMIT, check_rows
+
+    machine = {"steal_share": 0.012, "pressure_share": None, "freq_khz_min": None, "throttle_events": None}
+    assert STEAL_LIMIT == 0.05
+    assert check_rows(machine, None)[0] == (
+        "CPU steal",
+        "1.2 %",
+        "/proc/stat steal / all CPU time during the runs (limit 5 %)",
+    )
