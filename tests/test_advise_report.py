@@ -132,3 +132,23 @@ def test_analyze_and_run_documents_carry_the_levers():
     assert run.levers.num_rows == 9 and run.to_dict()["levers"][0]["applicable"]
     watched = hostgap.api.RunResult({"kind": "watch", "run_id": "w"})
     assert "levers" not in watched.to_dict() and watched.levers.num_rows == 0
+
+
+def test_under_an_invalid_run_the_verdict_says_why_no_lever_applies():
+    """An invalid measurement gets no lever: the line under its verdict gives that reason, not
+    'no lever predicted to gain', which would read as a prediction."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from hostgap.report.advise_view import render_top
+
+    why = "invalid measurement: no lever rests on it"
+    doc = {"levers": [{"lever": n, "applicable": False, "reason": why, "gain": None} for n in ("graphs", "cpu")]}
+    out = StringIO()
+    render_top(doc, Console(file=out, width=200))
+    assert out.getvalue().strip() == f"what would help: no lever applies ({why})"
+    doc["levers"][1] = {**doc["levers"][1], "applicable": True, "gain": -0.1}
+    out = StringIO()
+    render_top(doc, Console(file=out, width=200))
+    assert "no lever predicted to gain" in out.getvalue()

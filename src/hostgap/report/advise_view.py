@@ -82,7 +82,11 @@ def render_top(doc: dict | None, con: Console) -> None:
         return
     lines = top_lines(doc["levers"])
     if not lines:
-        con.print("what would help: no lever predicted to gain (hostgap advise for each and why)")
+        reasons = {r.get("reason") for r in doc["levers"] if not r["applicable"]}
+        if len(reasons) == 1 and not any(r["applicable"] for r in doc["levers"]):
+            con.print(f"what would help: no lever applies ({reasons.pop()})", markup=False)
+        else:
+            con.print("what would help: no lever predicted to gain (hostgap advise for each and why)")
         return
     con.print("[bold]what would help[/bold] (predicted; hostgap advise for every lever and its basis):")
     for line in lines:
