@@ -313,3 +313,15 @@ def test_the_listing_names_parts_only(cache_env, tmp_path):
     (listed,) = C.entries(cache_env)
     assert set(listed.parts) == parts and C.USED not in listed.parts and ".events-half" not in listed.parts
     assert "events" in listed.parts
+
+
+def test_the_fingerprint_blocks_spread_over_the_whole_file():
+    """The identity's sampled blocks start evenly from the first byte to the last block (the
+    docstring's example as a test): BLOCKS offsets, the first 0, the last size - BLOCK."""
+    from hostgap.analysis import trace_cache as C
+
+    size = 8 * 2**20
+    off = C._offsets(size)
+    assert len(off) == C.BLOCKS and off[0] == 0 and off[-1] == size - C.BLOCK
+    assert off[1] == round((size - C.BLOCK) / (C.BLOCKS - 1)) == 1189010
+    assert C._offsets(100) == [0]

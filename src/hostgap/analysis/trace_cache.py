@@ -141,7 +141,7 @@ def _offsets(size: int) -> list[int]:
     """Where the fingerprint's blocks start: spread evenly, the first and the last included.
 
     >>> _offsets(100), _offsets(8 * 2**20)[:2], _offsets(8 * 2**20)[-1] == 8 * 2**20 - 65536
-    ([0], [0, 1188352], True)
+    ([0], [0, 1189010], True)
     """
     if size <= BLOCK:
         return [0]
