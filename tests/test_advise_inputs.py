@@ -138,6 +138,15 @@ def run_doc(**kw) -> dict:
         "taxbreak": {"applicable": False},
         "engine_facts": {"cb_split": {"between_ns": 0.4 * MS}},
         "anatomy_summary": {"steps": 128},
+        "compute_growth": {
+            "prefill_ns": 1 * MS + 127 * 20e3,
+            "prefill_rows": 128,
+            "decode_ns": 1 * MS,
+            "decode_rows": 1,
+            "row_ns": 20e3,
+            "context_slope_ns": 1e3,
+            "context": 192.0,
+        },
     }
     d.update(kw)
     return d

@@ -289,6 +289,22 @@ def test_cli_json_jsonl_fail_if_and_stored_run(tmp_path):
     assert "host-exposed share 0.40 [0.40-0.42] (device timer" in shown.stdout
     listed = CliRunner().invoke(cli, ["runs", "--db", str(db)])
     assert listed.exit_code == 0 and doc["run_id"] in listed.stdout
+    # every interval names its top lever: a host share of 0.4 and no calibration (SGLang's device
+    # timer): a 1.4x faster core takes 0.4 x (1 - 1/1.4) of the step, an upper bound (no launch floor)
+    for r in doc["intervals"]:
+        assert r["top_lever"]["lever"] == "cpu" and r["top_lever"]["target"] == {"speed": 1.4}
+        assert r["top_lever"]["gain"] == pytest.approx(r["host_share"] * (1 - 1 / 1.4))
+    assert doc["summary"]["top_lever"]["lever"] == "cpu"
+    assert doc["summary"]["top_lever"]["intervals"] == len(doc["intervals"])
+    assert "top lever: cpu in" in shown.stdout and "cpu +11%" in shown.stdout
+    advised = CliRunner().invoke(cli, ["advise", str(tmp_path / "runs" / doc["run_id"]), "--json"])
+    assert advised.exit_code == 0, advised.output
+    levers = {x["lever"]: x for x in json.loads(advised.stdout)["levers"]}
+    assert levers["cpu"]["applicable"] and not levers["graphs"]["applicable"]
+    assert "an engine's metrics carry none" in levers["graphs"]["reason"]
+    assert "calibration" in levers["batch"]["reason"]
+    shown_json = json.loads(CliRunner().invoke(cli, ["show", doc["run_id"], "--db", str(db), "--json"]).stdout)
+    assert shown_json["levers"][0]["lever"] == "cpu"
 
 
 def test_cli_bad_inputs_exit_2():

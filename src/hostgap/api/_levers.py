@@ -44,13 +44,17 @@ def with_levers(doc):
     analysis, a rank set's, a measured or attached run's results; other documents unchanged."""
     if not isinstance(doc, dict) or "levers" in doc:
         return doc
+    watch = (doc.get("kind") == "watch" and isinstance(doc.get("watch"), dict)) or (
+        isinstance(doc.get("intervals"), list) and "url" in doc
+    )
     advisable = (
         "steps" in doc
         or "ranks" in doc
         or isinstance(doc.get("differencing"), dict)
         or isinstance(doc.get("analysis"), dict)
+        or watch
     )
-    if not advisable or doc.get("kind") == "watch" or doc.get("mode") == "watch":
+    if not advisable:
         return doc
     try:
         rows = levers_of(doc)["levers"]

@@ -32,7 +32,8 @@ class RunResult(Result):
 
     @cached_property
     def levers(self) -> pa.Table:
-        """The levers ranked by predicted gain (docs/advise.md), as Arrow; empty for a watched run."""
+        """The levers ranked by predicted gain (docs/advise.md), as Arrow (a watched run: its intervals'
+        levers)."""
         from hostgap.api._levers import levers_table
 
         return levers_table(self._doc.get("levers") or [])

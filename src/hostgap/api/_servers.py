@@ -183,6 +183,14 @@ class Watch(Result):
         return self.to_dict()["summary"]
 
     @property
+    def levers(self) -> pa.Table:
+        """The levers of the watched intervals, ranked by predicted gain (docs/advise.md, "A
+        watched run"), as Arrow; empty (no row) where no interval carries an estimate."""
+        from hostgap.api._levers import levers_of, levers_table
+
+        return levers_table(levers_of(self.to_dict())["levers"])
+
+    @property
     def run_id(self) -> str | None:
         return self.to_dict().get("run_id")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 HEADER = (
     f"{'t s':>6} {'steps/s':>8} {'tok/step':>8} {'seq/step':>8} {'period ms':>9} {'p90 ms':>7} "
-    f"{'busy':>5} {'prefill':>7}  {'host share':<22} notes"
+    f"{'busy':>5} {'prefill':>7}  {'host share':<22} {'top lever':<13} notes"
 )
 
 
@@ -23,6 +23,8 @@ def table_line(row: dict, previous: dict | None = None) -> str:
             f"{row['host_share']:.2f} [{row['host_share_low']:.2f}-{row['host_share_high']:.2f}] "
             f"{'dev' if row['host_share_basis'] == 'device timer' else 'model'}"
         )
+    top = row.get("top_lever")
+    lever = f"{top['lever']} {top['gain']:+.0%}" if isinstance(top, dict) and top.get("gain") is not None else "-"
     seen = set(previous["notes"]) if previous else set()
     notes = "; ".join(n for n in row["notes"] if n not in seen)
     if row.get("calibrating"):
@@ -33,7 +35,7 @@ def table_line(row: dict, previous: dict | None = None) -> str:
         f"{row['t_rel_s'] + row['interval_s']:>6.0f} {_num(row['steps_per_s'], '8.1f')} {_num(row['tokens_per_step'], '8.2f')} "
         f"{_num(row['seqs_per_step'], '8.2f')} {_num(row['step_period_s'], '9.2f', 1e3)} "
         f"{_num(row['step_period_p90_s'], '7.2f', 1e3)} {_num(row['busy_share'], '5.2f')} "
-        f"{_num(row['prefill_share'], '7.2f')}  {share:<22} {notes}"
+        f"{_num(row['prefill_share'], '7.2f')}  {share:<22} {lever:<13} {notes}"
     ).rstrip()
 
 
@@ -54,6 +56,12 @@ def summary_lines(summ: dict) -> list[str]:
     if summ.get("host_breakdown"):
         parts = sorted(summ["host_breakdown"].items(), key=lambda kv: -kv[1])
         lines.append("scheduler loop by stage: " + ", ".join(f"{k} {v:.0%}" for k, v in parts))
+    top = summ.get("top_lever")
+    if top:
+        lines.append(
+            f"top lever: {top['lever']} in {top['intervals']} interval(s), mean predicted gain {top['gain_mean']:+.0%} "
+            "(hostgap advise on the stored watch for every lever, its target and basis)"
+        )
     for c in summ["fail_if"]:
         shown = "n/a" if c["value"] is None else f"{c['value']:.4g}"
         lines.append(f"fail-if {c['condition']}: {'HOLDS' if c['holds'] else 'does not hold'} (window value {shown})")

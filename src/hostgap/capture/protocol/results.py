@@ -12,6 +12,7 @@ quantities (HDBI, launch floor) are reported as not applicable (``None`` with a 
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -20,6 +21,7 @@ from hostgap.anatomy.verdict import verdict as make_verdict
 from hostgap.capture.protocol import validity
 from hostgap.capture.protocol.engine import STEP_PREFIX
 from hostgap.events import Kind
+from hostgap.model.levers.baseline import compute_growth
 from hostgap.stats.differencing import ACTIVITY_LABEL
 
 RESULTS_SCHEMA_VERSION = 1
@@ -145,6 +147,27 @@ def _summary_of(anatomy: dict | None) -> dict:
     return anatomy.get("summary", {})
 
 
+def cores_of(raw: dict, engine: str) -> dict:
+    """The cores the run could use (its affinity, which the engine's processes inherit) and the
+    machine's, and the CPU time this process's measuring thread spent per decode step (Theil-Sen
+    over the untraced runs; for an engine in other processes: its frontend's share of a core),
+    the ``cpu`` lever's evidence (docs/advise.md)."""
+    from hostgap.model.levers.baseline import _theil_sen
+
+    xs, ys = [], []
+    for n, v in (raw.get("untraced_thread_ns") or {}).items():
+        for y in v or []:
+            if isinstance(y, (int, float)):
+                xs.append(float(n))
+                ys.append(float(y))
+    slope = _theil_sen(np.array(xs), np.array(ys)) if len(set(xs)) > 1 else float("nan")
+    return {
+        "usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "logical": os.cpu_count(),
+        "thread_cpu_step_ns": max(slope, 0.0) if np.isfinite(slope) else None,
+    }
+
+
 def _hdbi(taxbreak: dict | None, activity: str) -> float | None:
     if activity != "gpu" or not taxbreak:
         return None
@@ -251,6 +274,9 @@ def build_results(
         "verdict": j["verdict"],
         "agreement": j["agreement"],
         "anatomy_summary": _summary_of(anatomy),
+        "cores": cores_of(raw, cfg.engine),
+        # how compute grows with rows and context (the batch lever on a CPU run: docs/advise.md)
+        "compute_growth": compute_growth(steps, _summary_of(anatomy), cfg.prompt_len, cfg.batch) if steps else None,
         "top_ops": (anatomy or {}).get("top_ops"),
         "floor_file": cfg.floor_file,
         "engine_facts": describe,

@@ -106,6 +106,9 @@ class LeverSpec:
     validated: str
     apply: Callable[[Steps], Outcome] | None
     reason: str = ""
+    ends: tuple[Callable[[Steps], Outcome], Callable[[Steps], Outcome]] | None = None
+    """The model's own low and high ends where it is a bracket (the ``batch`` lever on a CPU run):
+    the interval runs from the low end at the input's low end to the high end at its high end."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,33 @@ def faster_host(s: Steps, speed: float, floor_ns: float | None, gpu: bool) -> Ou
     return critical_cut(s, (s.host_wait - floor) * (1.0 - 1.0 / speed), s.host_wait)
 
 
+def more_cores(
+    base: Baseline, usable: float, target: float, processes: float, thread_ns: float | None
+) -> tuple[Callable[[Steps], Outcome], Callable[[Steps], Outcome]]:
+    """The step with ``target`` cores instead of ``usable`` for ``processes`` busy host processes
+    (may be fractional: a process busy for part of the step), as two ends. The most it gains (the
+    first): a fair scheduler gives each ``min(1, cores / processes)`` of a core (model/whatif/cpu.py), so the
+    host-exposed time (on a CPU run: the whole step, compute included) shrinks by the ratio of the
+    shares. The least (the second): only the measuring thread's own CPU per step (``thread_ns``,
+    the frontend of an engine in other processes) leaves the shared core, the step less it."""
+    before = min(1.0, usable / processes)
+    after = min(1.0, target / processes)
+    keep = before / after
+
+    def most(s: Steps) -> Outcome:
+        if not base.gpu:
+            return Outcome(s.wall * keep, s.device * keep)
+        host = np.maximum(s.wall - s.device, 0.0)
+        return critical_cut(s, host * (1.0 - keep), s.host_wait)
+
+    def least(s: Steps) -> Outcome:
+        # the thread's CPU leaving the shared core saves no more than the fair share's bound
+        cut = np.minimum(float(thread_ns or 0.0), s.wall - most(s).wall)
+        return critical_cut(s, np.minimum(cut, np.maximum(s.wall - s.device, 0.0)), s.wall)
+
+    return most, least
+
+
 def fused(s: Steps, share: float, gpu: bool) -> Outcome:
     """``share`` of the launches fused away: their ΔFT + ΔCT + ΔKT cut (GPU), or that share of
     the host time between compute ops (CPU run: the framework's per-op work), reaching only the
@@ -224,18 +254,26 @@ def _median(x: np.ndarray) -> float:
     return float(np.median(x))
 
 
-def interval(base: Baseline, apply: Callable[[Steps], Outcome]) -> tuple[float, float] | None:
-    """The 95 % interval of the lever's predicted step (module docstring)."""
+def interval(
+    base: Baseline,
+    apply: Callable[[Steps], Outcome],
+    ends: tuple[Callable[[Steps], Outcome], Callable[[Steps], Outcome]] | None = None,
+) -> tuple[float, float] | None:
+    """The 95 % interval of the lever's predicted step (module docstring); with ``ends`` (a model
+    bracketed by two ends), from the low end's lower limit to the high end's upper limit."""
+    lo_fn, hi_fn = ends or (apply, apply)
     s = base.steps
     if base.wall_ci is not None and len(s) == 1:
         t = float(s.wall[0])
         if t <= 0:
             return None
-        ends = [_median(apply(s.scaled(c / t)).wall) for c in base.wall_ci]
-        return (min(ends), max(ends))
-    walls = np.sort(apply(s).wall)
-    k = median_rank(len(walls))
-    return None if k is None else (float(walls[k]), float(walls[len(walls) - 1 - k]))
+        ends_ = [_median(f(s.scaled(c / t)).wall) for f in (lo_fn, hi_fn) for c in base.wall_ci]
+        return (min(ends_), max(ends_))
+    low, high = np.sort(lo_fn(s).wall), np.sort(hi_fn(s).wall)
+    k = median_rank(len(low))
+    return (
+        None if k is None else (float(min(low[k], high[k])), float(max(high[len(high) - 1 - k], low[len(low) - 1 - k])))
+    )
 
 
 def median_rank(n: int, alpha: float = 0.05) -> int | None:
@@ -288,7 +326,7 @@ def evaluate(base: Baseline, spec: LeverSpec) -> Lever:
         spec.reason,
         spec.target,
         step,
-        interval(base, spec.apply),
+        interval(base, spec.apply, spec.ends),
         tokens * 1e9 / step if step > 0 else None,
         gain,
         classify(frac) if np.isfinite(frac) else None,

@@ -106,6 +106,68 @@ def _counts(s: Steps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.nan_to_num(s.launches), np.nan_to_num(s.graph_launches), np.nan_to_num(s.kernels)
 
 
+GROWTH_MIN_STEPS = 6
+"""Fewer steady decode steps give no compute growth (the context slope needs them)."""
+
+
+def _theil_sen(x: np.ndarray, y: np.ndarray, most: int = 400) -> float:
+    """The median of the pairwise slopes (Theil-Sen), over at most ``most`` evenly spaced points."""
+    if len(x) > most:
+        pick = np.linspace(0, len(x) - 1, most).astype(int)
+        x, y = x[pick], y[pick]
+    i, j = np.triu_indices(len(x), 1)
+    dx = x[j] - x[i]
+    ok = dx != 0
+    return float(np.median((y[j] - y[i])[ok] / dx[ok])) if ok.any() else float("nan")
+
+
+def compute_growth(steps: list[dict], summary: dict, prompt_len: int, batch: float) -> dict | None:
+    """How a run's compute (device-active, CPU compute on a CPU) grows with the rows it processes
+    and with the context, from its own traced steps: the prefill's compute over its ``batch x
+    prompt_len`` rows against a decode step's over ``batch`` rows, and the steady decode steps'
+    growth per token of context (each decode step adds one to every sequence's context). None
+    where the run has no prefill or fewer than :data:`GROWTH_MIN_STEPS` steady steps.
+
+    >>> rows = [{"index": i, "gpu_active_ns": 1000.0 + 10 * i} for i in range(2, 10)]
+    >>> summary = {"steady": {"indices": list(range(2, 10))}, "prefill": {"gpu_active_ns": {"median": 2325.0}}}
+    >>> g = compute_growth(rows, summary, 128, 1)
+    >>> g["context_slope_ns"], g["decode_ns"], g["context"], g["row_ns"]
+    (10.0, 1055.0, 133.5, 10.0)
+    """
+    steady = set((summary.get("steady") or {}).get("indices") or [])
+    rows = [r for r in steps if r.get("index") in steady and np.isfinite(_num(r.get("gpu_active_ns")))]
+    prefill = _num(((summary.get("prefill") or {}).get("gpu_active_ns") or {}).get("median"))
+    if len(rows) < GROWTH_MIN_STEPS or not np.isfinite(prefill) or prompt_len < 2 or batch < 1:
+        return None
+    idx = np.array([float(r["index"]) for r in rows])
+    g = np.array([float(r["gpu_active_ns"]) for r in rows])
+    decode = float(np.median(g))
+    slope = _theil_sen(idx, g)
+    pre_rows, dec_rows = batch * prompt_len, batch
+    return {
+        "prefill_ns": prefill,
+        "prefill_rows": pre_rows,
+        "decode_ns": decode,
+        "decode_rows": dec_rows,
+        "row_ns": max((prefill - decode) / (pre_rows - dec_rows), 0.0),
+        "context_slope_ns": max(slope, 0.0),
+        "context": float(prompt_len + np.mean(idx)),
+        "steps": len(rows),
+        "basis": "traced: the prefill's compute per prompt row beyond a decode step's, and the steady decode "
+        "steps' growth per token of context (Theil-Sen)",
+    }
+
+
+def _cores(doc: dict) -> dict | None:
+    """The run's cores (``results["cores"]``) with its busy host processes: this process and,
+    for an engine in other processes, each of them (``engine_facts.engine_processes``)."""
+    c = doc.get("cores")
+    if not isinstance(c, dict) or not isinstance(c.get("usable"), int) or c["usable"] < 1:
+        return None
+    procs = (doc.get("engine_facts") or {}).get("engine_processes")
+    return {**c, "processes": 1 + (len(procs) if isinstance(procs, dict) else 0)}
+
+
 def from_run(doc: dict, preset: str | None = None, gpu: str | None = None) -> Baseline:
     """The baseline of a measured run's results (``measure --json``, one run): the differencing
     medians with the wall's interval; launches and their costs from the run's anatomy."""
@@ -140,6 +202,15 @@ def from_run(doc: dict, preset: str | None = None, gpu: str | None = None) -> Ba
     unfaithful = (
         () if doc.get("valid", True) else ("invalid measurement: " + ", ".join(doc.get("invalid_reasons") or []),)
     )
+    growth = doc.get("compute_growth")
+    if not isinstance(growth, dict) and isinstance(doc.get("steps_decode"), list):
+        growth = compute_growth(
+            doc["steps_decode"],
+            doc.get("anatomy_summary") or {},
+            int(doc.get("prompt_len") or 0),
+            float(doc.get("batch") or 1),
+        )
+    cores = _cores(doc)
     return Baseline(
         source=f"measured run {rid}",
         gpu=gpu_run,
@@ -153,6 +224,64 @@ def from_run(doc: dict, preset: str | None = None, gpu: str | None = None) -> Ba
         context=int(doc.get("prompt_len") or 128) + int(doc.get("n2") or 0) // 2,
         unfaithful=unfaithful,
         notes=tuple(notes),
+        facts={
+            **({"compute_growth": growth} if isinstance(growth, dict) else {}),
+            **({"cores": cores} if cores else {}),
+        },
+    )
+
+
+WATCH_LAUNCHES = "needs the launches' costs: an engine's metrics carry none (hostgap advise on the attach run that calibrated the watch)"
+"""Why the launch-path levers do not apply to a watched run."""
+
+
+def from_watch_rows(
+    rows: list[dict], calibration: dict | None, source: str, preset: str | None = None, gpu: str | None = None
+) -> Baseline:
+    """The baseline of watched intervals (``watch`` rows with a host-share estimate): each
+    interval is one step, its mean step period ``T``, the calibration's device time ``G`` at its
+    batch, ``W = T - G`` (the host-exposed time the estimate gives). The metrics carry no launches
+    and no between-step loop time: the levers that need them say so. ``calibration``: the
+    watch's calibration (``Calibration.to_dict()``), whose lines in the batch give the ``batch``
+    lever."""
+    use = [
+        r
+        for r in rows
+        if r.get("host_share") is not None
+        and isinstance(r.get("step_period_s"), (int, float))
+        and r["step_period_s"] > 0
+        and isinstance(r.get("gpu_s_per_step"), (int, float))
+        and isinstance(r.get("seqs_per_step"), (int, float))
+        and r["seqs_per_step"] > 0
+    ]
+    if not use:
+        raise HostgapError(source, "no watched interval with a host-share estimate to advise on")
+    wall = np.array([float(r["step_period_s"]) * 1e9 for r in use])
+    dev = np.minimum(np.array([float(r["gpu_s_per_step"]) * 1e9 for r in use]), wall)
+    nan = np.full(len(use), np.nan)
+    steps = Steps(wall, dev, wall - dev, nan, nan, np.zeros(len(use)), np.zeros(len(use)), nan)
+    cal = calibration if isinstance(calibration, dict) and calibration.get("batches") else None
+    return Baseline(
+        source=f"{source} ({len(use)} interval{'' if len(use) == 1 else 's'})",
+        gpu=(cal or {}).get("activity") != "cpu-compute",
+        steps=steps,
+        batch=float(np.median([float(r["seqs_per_step"]) for r in use])),
+        engine=next((str(r["engine"]) for r in use if r.get("engine")), None),
+        device_name=gpu,
+        preset=preset,
+        notes=(
+            "a watched run: the engine's metrics give the step period and batch, the calibration the device "
+            "time; launches and the engine loop between steps are not in them",
+        ),
+        facts={"watch_calibration": cal, "launches_why": WATCH_LAUNCHES},
+    )
+
+
+def from_watch(doc: dict, preset: str | None = None, gpu: str | None = None) -> Baseline:
+    """A stored watch's baseline: its retained intervals and its calibration."""
+    w = doc["watch"] if isinstance(doc.get("watch"), dict) else doc  # stored, or watch --json's document
+    return from_watch_rows(
+        list(w.get("intervals") or []), w.get("calibration"), f"watched run {doc.get('run_id', '')}", preset, gpu
     )
 
 
@@ -162,6 +291,10 @@ def baseline(doc: dict, preset: str | None = None, gpu: str | None = None) -> Ba
     set, one trace."""
     if isinstance(doc.get("differencing"), dict):
         return from_run(doc, preset, gpu)
+    if (doc.get("kind") == "watch" and isinstance(doc.get("watch"), dict)) or (
+        isinstance(doc.get("intervals"), list) and "url" in doc
+    ):
+        return from_watch(doc, preset, gpu)
     if isinstance(doc.get("analysis"), dict):  # an attached run carries its analysed trace(s)
         b = baseline(doc["analysis"], preset, gpu)
         n = doc.get("batch")

@@ -123,6 +123,99 @@ def batch_outcome(base: Baseline, target: int, gpu: str | None = None) -> tuple[
     return apply, words
 
 
+def cpu_batch_outcome(
+    base: Baseline, target: int
+) -> tuple[Callable[[Steps], Outcome], tuple[Callable[[Steps], Outcome], Callable[[Steps], Outcome]], str]:
+    """The step at ``target`` sequences on a CPU run, from the run's own compute (baseline.
+    compute_growth), as a bracket of two bounds and a point between them. The low end: only the
+    added rows' matrix work grows (the prefill's compute per prompt row beyond a decode step's:
+    the cheapest a row is on this core, everything else shared). The high end: every added
+    sequence costs as much as one of today's sequences does (today's compute / today's batch:
+    batching shares nothing). The point: the added rows plus half of each sequence's attention
+    and KV-cache work as its decode steps' growth per token of context gives it (x the context;
+    that growth, from one traced run, varies several-fold from run to run, so it sets the point
+    only, never an end), at most the high end. The host term grows by the engine's serial cost
+    per sequence. A CPU's small matrix products are far from its roofline, so the roofline's
+    ratio (the GPU path) does not apply here (docs/advise.md)."""
+    g = base.facts.get("compute_growth")
+    if not isinstance(g, dict) or not g.get("decode_ns"):
+        raise HostgapError(
+            "batch", "needs the run's compute growth (a traced prefill and steady decode steps): not in this input"
+        )
+    added = target - base.batch
+    per_seq = DEFAULT_HOST[ENGINE_OF.get(base.engine or "", "vllm")].per_seq_ns
+    rows = max(g["decode_rows"], 1.0)
+    kv = g["context_slope_ns"] * g["context"] / rows
+    hi = target / base.batch
+    lo = min(1.0 + added * g["row_ns"] / g["decode_ns"], hi)
+    mid = min(1.0 + added * (g["row_ns"] + kv / 2) / g["decode_ns"], hi)
+
+    def at(f: float) -> Callable[[Steps], Outcome]:
+        def apply(s: Steps) -> Outcome:
+            dev = s.device * f
+            return Outcome(dev + np.maximum(s.wall - s.device, 0.0) + per_seq * added, dev, target / base.batch)
+
+        return apply
+
+    per = "" if rows == 1 else f" / {rows:g} sequences"
+    words = (
+        f"CPU compute x{mid:.3f}: the added rows' matrix work ({g['row_ns'] / 1e3:.1f} us per row: the prefill's "
+        f"{g['prefill_ns'] / 1e6:.3f} ms over {g['prefill_rows']:g} rows beyond a decode step's "
+        f"{g['decode_ns'] / 1e6:.3f} ms) + half of each added sequence's attention and KV-cache work "
+        f"({g['context_slope_ns'] / 1e3:.2f} us per context token x {g['context']:.0f} tokens{per}: the steps' growth "
+        f"with the context, one traced run's); bounds x{lo:.3f} (only the rows' work grows) to x{hi:.3f} (each added "
+        f"sequence costs one of today's: nothing shared) x {added:g} added sequence(s); host-exposed + "
+        f"{per_seq / 1e3:.1f} us per added sequence (stepmodel.DEFAULT_HOST[{ENGINE_OF.get(base.engine or '', 'vllm')}]"
+        ".per_seq_ns)"
+    )
+    return at(mid), (at(lo), at(hi)), words
+
+
+def watch_batch_outcome(
+    base: Baseline, target: int
+) -> tuple[Callable[[Steps], Outcome], tuple[Callable[[Steps], Outcome], Callable[[Steps], Outcome]], str]:
+    """The step at ``target`` sequences of a watched run: the watch's calibration (lines in the
+    batch of the device time and of the host term, fitted on profiles of this server) gives both
+    ratios, applied to each interval's own device time and host-exposed time; the ends carry the
+    calibration's held-out error and, beyond its batches, the extrapolation bound
+    (server/watch/estimate.py's ``extrapolation``, the same rule)."""
+    c = base.facts["watch_calibration"]
+    batches = [float(x) for x in c["batches"]]
+
+    def line(i: str, sl: str, b: float) -> float:
+        return float(c[i]) + float(c[sl]) * b
+
+    g0, g1 = line("gpu_intercept_s", "gpu_slope_s", base.batch), line("gpu_intercept_s", "gpu_slope_s", target)
+    h0, h1 = line("host_intercept_s", "host_slope_s", base.batch), line("host_intercept_s", "host_slope_s", target)
+    if not (g0 > 0 and g1 > 0):
+        raise HostgapError("batch", "the watch's calibration gives no device time at these batches")
+    rg, rh = g1 / g0, (h1 / h0 if h0 > 0 and h1 > 0 else 1.0)
+    lo_b, hi_b = min(batches), max(batches)
+    edge = lo_b if target < lo_b else hi_b
+    extra = (
+        0.0
+        if lo_b <= target <= hi_b
+        else abs(target - edge) / (min(target, edge) if lo_b == hi_b else max(target, edge))
+    )
+    err = float(c.get("block_rel_err") or 0.0) + extra
+
+    def at(f_dev: float) -> Callable[[Steps], Outcome]:
+        def apply(s: Steps) -> Outcome:
+            dev = s.device * f_dev
+            return Outcome(dev + np.maximum(s.wall - s.device, 0.0) * rh, dev, target / base.batch)
+
+        return apply
+
+    words = (
+        f"device time x{rg:.3f}, host term x{rh:.3f}: the watch's calibration lines at batch {base.batch:g} and "
+        f"{target} (calibrated batches {[int(b) if b == int(b) else b for b in batches]}, {c.get('source', '')}); "
+        f"ends +-{err:.0%} (held-out error {float(c.get('block_rel_err') or 0):.0%}"
+        + (f", extrapolated beyond batch {edge:g}" if extra else "")
+        + ")"
+    )
+    return at(rg), (at(rg * (1 - err)), at(rg * (1 + err))), words
+
+
 def megakernel_device_ns(base: Baseline, gpu: str | None = None) -> float | None:
     """The bytes a step must stream at the published megakernels' 78 % of the datasheet
     bandwidth (whatif_megakernel.py), as a ratio of the model's graph-mode device time applied to

@@ -43,6 +43,10 @@ def _launch_known(b: Baseline) -> bool:
     return bool(np.isfinite(b.steps.orchestrate).any())
 
 
+def _launch_why(b: Baseline) -> str:
+    return b.facts.get("launches_why") or "needs the launches' costs: TaxBreak does not apply to this input"
+
+
 def graphs(b: Baseline) -> LeverSpec:
     t = {"capture": "full"}
     s = b.steps
@@ -59,7 +63,7 @@ def graphs(b: Baseline) -> LeverSpec:
     if b.unfaithful:
         return _no("graphs", t, "the input's launch evidence does not hold: " + "; ".join(b.unfaithful))
     if not _launch_known(b):
-        return _no("graphs", t, "needs the launches' costs: TaxBreak does not apply to this input")
+        return _no("graphs", t, _launch_why(b))
     cost = graphlaunch.for_device(b.device_name or "a GPU the input does not name")
     per = _med(A.per_launch_ns(s))
     basis = (
@@ -84,6 +88,8 @@ def async_(b: Baseline) -> LeverSpec:
     if b.unfaithful:
         return _no("async", t, "the input's host-caused idle is not trusted: " + "; ".join(b.unfaithful))
     between = _med(np.minimum(s.between, s.host_wait))
+    if not np.isfinite(s.between).any():
+        return _no("async", t, "needs the engine loop's time between steps: the input does not carry it")
     if not between > 0:
         return _no("async", t, "no host-caused wait between steps to overlap (the engine loop is already hidden)")
     basis = (
@@ -94,7 +100,46 @@ def async_(b: Baseline) -> LeverSpec:
     return LeverSpec("async", t, basis, VALIDATED["async"], A.overlap)
 
 
+def cores(b: Baseline) -> LeverSpec | None:
+    """The ``cpu`` lever where the run's busy host processes outnumbered the cores it could use:
+    the cores it lacked (docs/advise.md); None where they did not. Busy: the measuring process at
+    its measured share of the step (its thread's CPU per step over the step), each engine
+    process for the whole step (vLLM's EngineCore and Worker poll while they wait)."""
+    c = b.facts.get("cores")
+    if not c:
+        return None
+    thread = c.get("thread_cpu_step_ns")
+    step = _med(b.steps.wall)
+    own = min(1.0, thread / step) if thread is not None and step > 0 else 1.0
+    busy = c["processes"] - 1 + own
+    if busy <= c["usable"]:
+        return None
+    need = int(np.ceil(busy - 1e-9))
+    target = min(need, c["logical"]) if (c.get("logical") or 0) > c["usable"] else need
+    t = {"cores": int(target)}
+    if b.unfaithful:
+        return _no("cpu", t, "the input's host time is not trusted: " + "; ".join(b.unfaithful))
+    lo_fn, hi_fn = A.more_cores(b, c["usable"], target, busy, thread)
+    basis = (
+        f"{b.source}: {busy:.2f} busy host processes ({c['processes'] - 1} engine process(es) for the whole step, "
+        f"this process {own:.0%} of it) on {c['usable']} usable core(s) -> {target}: at most each one's fair share "
+        f"of a core grows {min(1.0, c['usable'] / busy):.2f} -> {min(1.0, target / busy):.2f} of the step's "
+        f"{'host-exposed time' if b.gpu else 'time'} (model/whatif/cpu.py's fair share), at least this process's "
+        f"own CPU per step, {A.ms(thread or 0.0)}, leaves the shared core; the middle of the two "
+        "(model/levers/arithmetic.py more_cores)"
+    )
+
+    def mid(x: Steps) -> Outcome:
+        lo, hi = lo_fn(x), hi_fn(x)
+        return Outcome((lo.wall + hi.wall) / 2, (lo.device + hi.device) / 2)
+
+    return LeverSpec("cpu", t, basis, VALIDATED["cpu"], mid, ends=(lo_fn, hi_fn))
+
+
 def cpu(b: Baseline) -> LeverSpec:
+    more = cores(b)
+    if more is not None:
+        return more
     t = {"speed": A.CPU_SPEED}
     floor = b.launch_floor_ns
     if b.gpu and b.unfaithful:
@@ -106,6 +151,11 @@ def cpu(b: Baseline) -> LeverSpec:
         else "the whole step (framework and compute both run on the core) / "
         f"{A.CPU_SPEED:g}: median {A.ms(_med(b.steps.wall))}"
     )
+    if b.gpu and b.facts.get("launches_why"):
+        where = (
+            f"the host-exposed time, median {A.ms(_med(b.steps.host_wait))}, / {A.CPU_SPEED:g} (no launch counts in "
+            "the input: the launch floor, no faster on a faster core, is not taken off; an upper bound on the gain)"
+        )
     basis = (
         f"{b.source}: {where}; target {A.CPU_SPEED:g}x single-thread (model/levers/arithmetic.py CPU_SPEED: the speed "
         "cutting orchestration 29 %, top of TaxBreak's range, METHOD.md §7)"
@@ -118,6 +168,22 @@ def batch(b: Baseline, target: int | None = None, gpu: str | None = None) -> Lev
     t = {"batch": tb}
     if not b.batch_known:
         return _no("batch", t, "needs the step's batch: the input's step markers do not carry it")
+    if b.facts.get("watch_calibration"):
+        try:
+            apply, ends, words = D.watch_batch_outcome(b, tb)
+        except HostgapError as e:
+            return _no("batch", t, str(e).split(": ", 1)[-1])
+        basis = f"{b.source} at batch {b.batch:g}: {words}; per-token gain (model/levers/device.py)"
+        return LeverSpec("batch", t, basis, VALIDATED["batch"], apply, ends=ends)
+    if b.facts.get("launches_why"):
+        return _no("batch", t, "needs the watch's calibration (its lines in the batch): this watch has none")
+    if not b.gpu:
+        try:
+            apply, ends, words = D.cpu_batch_outcome(b, tb)
+        except HostgapError as e:
+            return _no("batch", t, str(e).split(": ", 1)[-1])
+        basis = f"{b.source} at batch {b.batch:g}: {words}; per-token gain (model/levers/device.py)"
+        return LeverSpec("batch", t, basis, VALIDATED["batch"], apply, ends=ends)
     if b.preset is None:
         return _no("batch", t, "needs the model's architecture (the device time at a larger batch): --preset")
     try:
@@ -159,7 +225,7 @@ def fusion(b: Baseline) -> LeverSpec:
     if b.gpu and b.unfaithful:
         return _no("fusion", t, "the input's launch evidence does not hold: " + "; ".join(b.unfaithful))
     if b.gpu and not _launch_known(b):
-        return _no("fusion", t, "needs the launches' costs: TaxBreak does not apply to this input")
+        return _no("fusion", t, _launch_why(b))
     what = (
         f"{A.FUSION_SHARE:g} of {_med(b.steps.launches):g} eager launches x {A.us(_med(A.per_launch_ns(b.steps)))} "
         "(ΔFT+ΔCT+ΔKT, this input's TaxBreak), bounded by the host-caused idle inside the step"
@@ -178,7 +244,7 @@ def megakernel(b: Baseline, gpu: str | None = None) -> LeverSpec:
     if b.unfaithful:
         return _no("megakernel", t, "the input's launch evidence does not hold: " + "; ".join(b.unfaithful))
     if not _launch_known(b):
-        return _no("megakernel", t, "needs the launches' costs: TaxBreak does not apply to this input")
+        return _no("megakernel", t, _launch_why(b))
     try:
         bound = D.megakernel_device_ns(b, gpu)
     except HostgapError:
@@ -222,6 +288,15 @@ def specs(b: Baseline, gpu: str | None = None) -> list[LeverSpec]:
 def levers(b: Baseline, gpu: str | None = None) -> list[Lever]:
     """Every lever of the input, ranked by predicted gain (advise.rank)."""
     return A.rank([A.evaluate(b, s) for s in specs(b, gpu)])
+
+
+def top(b: Baseline, gpu: str | None = None) -> dict | None:
+    """The best applicable lever predicted to gain (``lever``, ``target``, ``gain``, ``step_s``),
+    or None: what a watch row names."""
+    best = next((lv for lv in levers(b, gpu) if lv.applicable and (lv.gain or 0.0) > 0), None)
+    if best is None or best.step_ns is None:
+        return None
+    return {"lever": best.lever, "target": best.target, "gain": best.gain, "step_s": best.step_ns / 1e9}
 
 
 def document(b: Baseline, gpu: str | None = None) -> dict:

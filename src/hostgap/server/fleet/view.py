@@ -155,7 +155,7 @@ def rows(
             model, hardware = _class_of(cell, hardware_label)
             cls = calibration_for(classes, model, hardware, hardware_label)
             cal = dataclasses.replace(cls.calibration, source=cls.name) if cls else None
-            row = interval_row(delta(url, t, step_s, cell), t_origin, cal)
+            row = interval_row(delta(url, t, step_s, cell), t_origin, cal, levers=False)
             if cls is None:  # watch's "no calibration" note, said of the class
                 row["notes"] = [
                     n

@@ -149,10 +149,18 @@ def parse_conditions(expr: str) -> list[Condition]:
 # --------------------------------------------------------------------------- one interval
 
 
-def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None, *, calibrating: bool = False) -> dict:
+def interval_row(
+    d: Delta,
+    t_origin: float,
+    calibration: est.Calibration | None,
+    *,
+    calibrating: bool = False,
+    levers: bool = True,
+) -> dict:
     """The row of one interval: step telemetry, host-share estimate, notes; ``calibration``
     names the calibration the estimate used (its source), None without one; ``calibrating``:
-    the watch takes its own (the note without one says so)."""
+    the watch takes its own (the note without one says so); ``levers``: name the interval's top
+    lever (``top_lever``: docs/advise.md; the fleet view names one per instance instead)."""
     stats = step_stats(d)
     engine = stats.engine
     if engine == "sglang":
@@ -175,7 +183,7 @@ def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None,
     stepped = (d.b.t_wall_s - d.a.t_wall_s) - d.interval_s
     if abs(stepped) > WALL_STEP_S:
         notes.append(f"the wall clock stepped {stepped:+.0f} s (intervals are timed on the monotonic clock)")
-    return {
+    row = {
         "t_start": d.a.t_wall_s,
         "t_end": d.b.t_wall_s,
         "t_rel_s": d.a.t_mono_s - t_origin,
@@ -208,6 +216,23 @@ def interval_row(d: Delta, t_origin: float, calibration: est.Calibration | None,
         **judge(stats, calibration if engine == "vllm" else None),
         "notes": notes,
     }
+    row["top_lever"] = top_lever([row], calibration if engine == "vllm" else None) if levers else None
+    return row
+
+
+def top_lever(rows: list[dict], calibration: est.Calibration | None) -> dict | None:
+    """The top lever of watched intervals (model/levers: the step period, batch and estimated
+    device time as the input; the calibration's lines give the batch lever), None where they
+    carry no host-share estimate."""
+    from hostgap.model.levers.baseline import from_watch_rows
+    from hostgap.model.levers.ranked import top
+
+    if not any(r.get("host_share") is not None for r in rows):
+        return None
+    try:
+        return top(from_watch_rows(rows, calibration.to_dict() if calibration else None, "watched interval"))
+    except HostgapError:
+        return None
 
 
 def failed_row(last: Scrape, now_wall: float, now_mono: float, t_origin: float, why: str, engine: str | None) -> dict:

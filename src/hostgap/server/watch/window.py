@@ -163,6 +163,7 @@ class Window:
         self.sums = Sums(WEIGHTED)
         self.breakdown: dict[str, float] = {}
         self.breakdown_steps = 0.0
+        self.levers: dict[str, list[float]] = {}  # top lever -> [intervals, sum of gains]
 
     def add(self, row: dict) -> None:
         self.count += 1
@@ -176,6 +177,11 @@ class Window:
             for k, v in row["host_breakdown"].items():
                 self.breakdown[k] = self.breakdown.get(k, 0.0) + v * steps
             self.breakdown_steps += steps
+        top = row.get("top_lever")
+        if isinstance(top, dict) and top.get("lever"):
+            got = self.levers.setdefault(str(top["lever"]), [0, 0.0])
+            got[0] += 1
+            got[1] += float(top.get("gain") or 0.0)
         self.recent.append(row)
         self._bucket(row)
 
@@ -221,6 +227,7 @@ class Window:
             out[key] = s.mean(key)
         total = self.breakdown_steps
         out["host_breakdown"] = {k: v / total for k, v in sorted(self.breakdown.items())} if total > 0 else {}
+        out["top_lever"] = self.top_lever()
         out["fail_if"] = [
             {
                 "condition": c.text,
@@ -231,6 +238,14 @@ class Window:
             for c in self.conditions
         ]
         return out
+
+    def top_lever(self) -> dict | None:
+        """The lever most intervals named first (docs/advise.md), with how many and its mean
+        predicted gain over them; None where no interval named one."""
+        if not self.levers:
+            return None
+        name, (n, total) = max(self.levers.items(), key=lambda kv: (kv[1][0], kv[0]))
+        return {"lever": name, "intervals": int(n), "gain_mean": total / n}
 
     def retained(self) -> dict:
         """What a stored watch keeps: the recent rows, the buckets, and how much was dropped."""
