@@ -152,3 +152,21 @@ def test_under_an_invalid_run_the_verdict_says_why_no_lever_applies():
     out = StringIO()
     render_top(doc, Console(file=out, width=200))
     assert "no lever predicted to gain" in out.getvalue()
+
+
+def test_compare_checks_the_cores_lever():
+    a = run_doc(engine="vllm", cores={"usable": 1, "logical": 2, "thread_cpu_step_ns": 0.1 * MS})
+    a["engine_facts"] = {"engine_processes": {"1": "EngineCore", "2": "Worker"}}
+    b = copy.deepcopy(a)
+    b.update(run_id="r2", cores={"usable": 2, "logical": 2, "thread_cpu_step_ns": 0.1 * MS})
+    b["differencing"]["t_step_ns"] = 2.4 * MS
+    c = lever_check(run_input(a), run_input(b))
+    assert c is not None and c["lever"] == "cpu" and c["target"] == {"cores": 2}
+    # 2.03 busy processes: the fair share 1/2.033 -> 2/2.033 halves the 3 ms step at most; the
+    # frontend's 0.1 ms at least: the middle 2.2 ms; the interval from 2.5/2 to 3.5 - 0.1 ms
+    assert c["predicted_ns"] == pytest.approx((1.5 + 2.9) / 2 * MS)
+    assert c["predicted_ci_ns"] == pytest.approx([1.25 * MS, 3.4 * MS])
+    assert c["as_predicted"] is True
+    fewer = copy.deepcopy(b)
+    fewer["cores"]["usable"] = 1
+    assert lever_check(run_input(a), run_input(fewer)) is None  # no change in the cores

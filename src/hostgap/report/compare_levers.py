@@ -2,7 +2,8 @@
 
 The change is recognised from the two inputs: a different batch (the ``batch`` lever at B's
 batch), transformers' continuous batching made asynchronous or vLLM's async scheduling turned on
-(``async``), eager launches replaced by graph replays (``graphs``). The lever is computed on A
+(``async``), eager launches replaced by graph replays (``graphs``), more usable cores for the
+same engine (``cpu`` with B's cores). The lever is computed on A
 and B's measured step is held against its prediction: inside the 95 % interval, or faster or
 slower than predicted (the relative error where there is no interval)."""
 
@@ -35,6 +36,9 @@ def change(a: dict, b: dict, ba, bb) -> tuple[str, int | None] | None:
 
     if float(np.median(ba.steps.graph_launches)) == 0 and float(np.median(bb.steps.graph_launches)) > 0:
         return "graphs", None
+    ca, cb = ba.facts.get("cores"), bb.facts.get("cores")
+    if ca and cb and ea == eb and cb["usable"] > ca["usable"]:
+        return "cpu", int(cb["usable"])
     return None
 
 
@@ -57,7 +61,12 @@ def lever_check(a: Input, b: Input) -> dict | None:
     name, target = what
     ba = replace(ba, unfaithful=())  # the check says whether both sides were valid
     specs = {s.lever: s for s in L.specs(ba)}
-    spec = L.batch(ba, target) if name == "batch" else specs[name]
+    if name == "batch":
+        spec = L.batch(ba, target)
+    elif name == "cpu":
+        spec = L.cores(ba, target) or specs[name]  # B's cores; none where A's processes had enough
+    else:
+        spec = specs[name]
     lever = A.evaluate(ba, spec)
     measured = float(np.median(bb.steps.wall))
     predicted, ci = lever.step_ns, lever.step_ns_ci

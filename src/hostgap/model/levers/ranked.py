@@ -20,8 +20,10 @@ VALIDATED = {
     + " on a trace's own launches",
     "async": "the overlap rule against transformers' async batching (-22 % wall) and SGLang's overlap (~1.1x) "
     "(docs/advise.md); on a CPU: hf-cb vs hf-cb-async (bench/results/advise_validation.md)",
-    "cpu": "against TaxBreak's faster-CPU figures (docs/advise.md); " + NOT_ON_GPU,
-    "batch": "on a CPU: tiny hf at batch 1 vs measured batches (bench/results/advise_validation.md); " + NOT_ON_GPU,
+    "cpu": "against TaxBreak's faster-CPU figures (docs/advise.md); the cores target on a CPU: a vLLM run on one "
+    "core vs two (bench/results/advise_validation.md); " + NOT_ON_GPU,
+    "batch": "on a CPU: tiny hf and vLLM at batch 1 vs measured batches 4 and 8 (bench/results/advise_validation.md); "
+    + NOT_ON_GPU,
     "fp8": "the fp8 what-if against the differencing paper's W8A8 cells (docs/models.md); " + NOT_ON_GPU,
     "tp": "the tp what-if against the differencing paper's TP-2/TP-4 cells (docs/models.md); " + NOT_ON_GPU,
     "spec": "the spec what-if against the differencing paper's per-cycle host residual (docs/models.md); " + NOT_ON_GPU,
@@ -100,7 +102,7 @@ def async_(b: Baseline) -> LeverSpec:
     return LeverSpec("async", t, basis, VALIDATED["async"], A.overlap)
 
 
-def cores(b: Baseline) -> LeverSpec | None:
+def cores(b: Baseline, target: int | None = None) -> LeverSpec | None:
     """The ``cpu`` lever where the run's busy host processes outnumbered the cores it could use:
     the cores it lacked (docs/advise.md); None where they did not. Busy: the measuring process at
     its measured share of the step (its thread's CPU per step over the step), each engine
@@ -115,7 +117,8 @@ def cores(b: Baseline) -> LeverSpec | None:
     if busy <= c["usable"]:
         return None
     need = int(np.ceil(busy - 1e-9))
-    target = min(need, c["logical"]) if (c.get("logical") or 0) > c["usable"] else need
+    if target is None:
+        target = min(need, c["logical"]) if (c.get("logical") or 0) > c["usable"] else need
     t = {"cores": int(target)}
     if b.unfaithful:
         return _no("cpu", t, "the input's host time is not trusted: " + "; ".join(b.unfaithful))
