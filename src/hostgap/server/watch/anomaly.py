@@ -14,16 +14,101 @@ the calibration, fitted on decode steps, has no prefill term of its own). The ba
 GPU line's held-out block error, by the extrapolation beyond the calibrated batches (both as the
 share's interval), and by ``HOST_TOLERANCE`` for the host line, whose held-out error is not
 measured. The interval is an anomaly when its measured period (mean ITL) lies above the band.
+
+A :class:`Band` fitted on the server's own fault-free watched intervals (:func:`fit_band`, ``watch
+--band-from``) replaces that fixed tolerance: the band's top is ``expected · exp(a + b · ln(B) +
+c · prefill share + margin)``, the line fitted to ``ln(period / expected)`` and the margin the
+:data:`BAND_QUANTILE` quantile of its residuals.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from hostgap.errors import HostgapError
 from hostgap.server.metrics import StepStats
 from hostgap.server.watch.estimate import Calibration, extrapolation
 
 HOST_TOLERANCE = 0.25
 """Relative allowance for the host line (and the step-to-step spread of the mean over an interval)."""
-KEYS = ("anomaly", "anomaly_reason", "expected_period_s", "expected_period_high_s")
+KEYS = ("anomaly", "anomaly_reason", "expected_period_s", "expected_period_high_s", "anomaly_basis")
+BAND_QUANTILE = 0.99
+"""The fitted band's top: this quantile of the fault-free intervals' residuals (false alarms
+about 1 % on intervals like them)."""
+BAND_MIN_INTERVALS = 20
+"""Fewer fault-free intervals give no band (the quantile would rest on one or two of them)."""
+
+
+@dataclass(frozen=True)
+class Band:
+    """The band fitted on a server's own fault-free intervals (docs/watch.md, "Anomalies"): the
+    log of measured period / the model's expected period as a line in the log of the decode batch
+    and the prefill share, and the top of the residuals (their :data:`BAND_QUANTILE`). An interval
+    is an anomaly when its period lies above ``expected x exp(line + margin)``."""
+
+    intercept: float
+    batch_coef: float
+    prefill_coef: float
+    margin: float
+    intervals: int
+    source: str
+    batches: tuple[float, float]
+    """The decode batches the band was fitted over (min, max): outside them it extrapolates."""
+
+    def high(self, expected: float, batch: float, prefill_share: float) -> float:
+        x = self.intercept + self.batch_coef * math.log(max(batch, 1e-9)) + self.prefill_coef * prefill_share
+        return expected * math.exp(x + self.margin)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "batches": list(self.batches)}
+
+    @staticmethod
+    def from_dict(d: dict) -> Band:
+        return Band(**{**{k: d[k] for k in Band.__dataclass_fields__}, "batches": tuple(d["batches"])})
+
+
+def fit_band(rows: Sequence[dict], source: str) -> Band:
+    """The band of fault-free watched intervals: rows with a step period, an expected period,
+    a decode batch and a prefill share (watch rows of a vLLM server with a calibration); least
+    squares of ``ln(period / expected)`` on ``1, ln(batch), prefill share``, the margin the
+    :data:`BAND_QUANTILE` quantile of the residuals. HostgapError with fewer than
+    :data:`BAND_MIN_INTERVALS` such rows."""
+    use = [
+        r
+        for r in rows
+        if r.get("status") == "ok"
+        and all(isinstance(r.get(k), (int, float)) for k in ("step_period_s", "expected_period_s", "seqs_per_step"))
+        and r["step_period_s"] > 0
+        and r["expected_period_s"] > 0
+        and r["seqs_per_step"] > 0
+    ]
+    if len(use) < BAND_MIN_INTERVALS:
+        raise HostgapError(
+            source,
+            f"{len(use)} watched interval(s) with a step period and the model's expected period: a band needs "
+            f"at least {BAND_MIN_INTERVALS} (watch the server with its calibration, under normal traffic, longer)",
+        )
+    y = np.log([r["step_period_s"] / r["expected_period_s"] for r in use])
+    b = np.array([float(r["seqs_per_step"]) for r in use])
+    share = np.array([float(r.get("prefill_share") or 0.0) for r in use])
+    x = np.column_stack([np.ones(len(use)), np.log(b), share])
+    keep = [c for c in range(3) if c == 0 or np.ptp(x[:, c]) > 0]  # a constant column has no coefficient
+    coef = np.zeros(3)
+    coef[keep] = np.linalg.lstsq(x[:, keep], y, rcond=None)[0]
+    resid = y - x @ coef
+    return Band(
+        float(coef[0]),
+        float(coef[1]),
+        float(coef[2]),
+        float(np.quantile(resid, BAND_QUANTILE)),
+        len(use),
+        source,
+        (float(b.min()), float(b.max())),
+    )
 
 
 def prefill_per_step(stats: StepStats) -> float:
@@ -40,9 +125,10 @@ def expected_period(cal: Calibration, batch: float, prefill: float) -> tuple[flo
     return base, base * (1.0 + err)
 
 
-def judge(stats: StepStats, cal: Calibration | None) -> dict:
+def judge(stats: StepStats, cal: Calibration | None, band: Band | None = None) -> dict:
     """The anomaly fields of an interval row: ``anomaly`` True / False, or None where there is no
-    model to judge by (no calibration, no decode steps, no period)."""
+    model to judge by (no calibration, no decode steps, no period); ``band``: the band fitted on
+    the server's fault-free intervals, else the fixed tolerance (``anomaly_basis`` says which)."""
     out: dict = dict.fromkeys(KEYS)
     batch, period = stats.seqs_per_step, stats.step_period_s
     if cal is None or not stats.steps or batch is None or period is None or batch <= 0:
@@ -51,7 +137,13 @@ def judge(stats: StepStats, cal: Calibration | None) -> dict:
     base, high = expected_period(cal, batch, prefill)
     if base <= 0:
         return out
-    out.update(expected_period_s=base, expected_period_high_s=high, anomaly=period > high)
+    basis = f"fixed tolerance: held-out error + extrapolation + {HOST_TOLERANCE:g}"
+    if band is not None:
+        high = band.high(base, batch, stats.prefill_share or 0.0)
+        basis = f"band fitted on {band.intervals} fault-free intervals of {band.source}"
+        if not band.batches[0] <= batch <= band.batches[1]:
+            basis += f" (batch {batch:.1f} outside its batches {band.batches[0]:.1f}-{band.batches[1]:.1f})"
+    out.update(expected_period_s=base, expected_period_high_s=high, anomaly=period > high, anomaly_basis=basis)
     if out["anomaly"]:
         out["anomaly_reason"] = (
             f"step period {period * 1e3:.3g} ms above the {high * 1e3:.3g} ms the calibration allows at batch "

@@ -92,6 +92,33 @@ def read_run(ref: str, db: str | None = None) -> tuple[object, str]:
     return _document(ref, db)
 
 
+def load_band(ref: str, db: str | None = None):
+    """The anomaly band fitted on the intervals of the watch RUN names (a stored watch: its run
+    id, directory or results.json; or a ``watch --json`` document), which the operator vouches
+    were fault-free (docs/watch.md, "Anomalies"); HostgapError (exit 2) otherwise."""
+    from hostgap.server.watch.anomaly import fit_band
+
+    p = Path(ref)
+    if p.is_dir():
+        if not (p / "results.json").exists():
+            raise HostgapError(ref, "run directory without results.json: not a stored watch")
+        doc, source = _read(p / "results.json"), str(p)
+    elif p.is_file():
+        doc, source = _read(p), str(p)
+    else:
+        found = _from_db(ref, db)
+        if found is None:
+            raise HostgapError(ref, "not a file, a run directory or a run id in the runs database")
+        doc, source = found
+    if not isinstance(doc, dict):
+        raise HostgapError(ref, "not a watch: a stored watch or watch --json's document")
+    w = doc["watch"] if isinstance(doc.get("watch"), dict) else doc
+    rows = w.get("intervals")
+    if not isinstance(rows, list):
+        raise HostgapError(ref, "not a watch: no watched intervals")
+    return fit_band(rows, str(doc.get("run_id") or source))
+
+
 def load_calibration(refs: Sequence[str], db: str | None = None) -> Calibration:
     """The calibration of ``refs`` (see the module docstring); HostgapError (exit 2) when a RUN
     cannot be read or holds too few usable decode steps."""

@@ -42,7 +42,7 @@ from hostgap.server.metrics import (
 )
 from hostgap.server.watch import estimate as est
 from hostgap.server.watch.anomaly import KEYS as ANOMALY_KEYS
-from hostgap.server.watch.anomaly import judge
+from hostgap.server.watch.anomaly import Band, judge
 from hostgap.server.watch.dcgm import energy_fields
 from hostgap.server.watch.window import Window
 
@@ -91,6 +91,7 @@ class WatchConfig:
     calibration: est.Calibration | None = None
     max_intervals: int | None = None  # stop after this many rows (the library's callers and tests)
     calibrating: bool = False  # the session calibrates by itself (watch --calibrate)
+    band: Band | None = None  # the anomaly band fitted on fault-free intervals (watch --band-from)
 
     @property
     def scrape_timeout_s(self) -> float:
@@ -156,6 +157,7 @@ def interval_row(
     *,
     calibrating: bool = False,
     levers: bool = True,
+    band: Band | None = None,
 ) -> dict:
     """The row of one interval: step telemetry, host-share estimate, notes; ``calibration``
     names the calibration the estimate used (its source), None without one; ``calibrating``:
@@ -213,7 +215,7 @@ def interval_row(
         "host_breakdown": e.breakdown,
         "calibration": calibration.source if calibration is not None and engine == "vllm" else None,
         **energy_fields(d, engine, stats.decode_tokens),  # DCGM's energy counter, where exported
-        **judge(stats, calibration if engine == "vllm" else None),
+        **judge(stats, calibration if engine == "vllm" else None, band),
         "notes": notes,
     }
     row["top_lever"] = top_lever([row], calibration if engine == "vllm" else None) if levers else None
@@ -393,7 +395,7 @@ def intervals(
                 f"new series ({len(d.appeared)}): {', '.join(d.appeared[:2])}"
                 f"{' …' if len(d.appeared) > 2 else ''}; counted from the next interval"
             )
-        row = interval_row(d, t_origin, current(), calibrating=config.calibrating)
+        row = interval_row(d, t_origin, current(), calibrating=config.calibrating, band=config.band)
         count += 1
         yield row
         base = now

@@ -64,14 +64,16 @@ class WatchSession:
         read: w.Reader = scrape,
         clock: w.Clock = w.SYSTEM_CLOCK,
         selfcal_options: dict | None = None,
+        band_from: str | None = None,
     ):
-        from hostgap.server.watch.calibration import load_calibration
+        from hostgap.server.watch.calibration import load_band, load_calibration
 
         _check(interval_s, duration_s, timeout_s, calibrate_steps, recalibrate_after_s)
         metrics_url(url)
         address = _address(serve)
         self.conditions = w.parse_conditions(fail_if) if fail_if else []
         self.calibration = load_calibration(calibrations, db) if calibrations else None
+        self.band = load_band(band_from, db) if band_from else None
         self.config = w.WatchConfig(
             url=url,
             interval_s=interval_s,
@@ -79,9 +81,17 @@ class WatchSession:
             timeout_s=timeout_s,
             calibration=self.calibration,
             max_intervals=max_intervals,
+            band=self.band,
         )
         self.db, self.output, self.store = db, output, store
         self.on_note = on_note
+        if self.band is not None:
+            b = self.band
+            on_note(
+                f"anomaly band: fitted on {b.intervals} fault-free intervals of {b.source} (batches "
+                f"{b.batches[0]:.1f}-{b.batches[1]:.1f}): ln(period / expected) = {b.intercept:+.3f} "
+                f"{b.batch_coef:+.3f} ln(batch) {b.prefill_coef:+.3f} prefill share, top +{b.margin:.3f}"
+            )
         self.read, self.clock = read, clock
         self.window = Window(self.conditions)
         self.stop = threading.Event()
@@ -235,6 +245,7 @@ class WatchSession:
             "interval_s": self.config.interval_s,
             "calibration": cal.to_dict() if cal else None,
             "calibrations": self.selfcal.to_dict() if self.selfcal is not None else None,
+            "anomaly_band": self.band.to_dict() if self.band is not None else None,
             "intervals": self.window.rows,
             "intervals_total": self.window.count,
             "summary": self.window.summary(),
@@ -281,6 +292,7 @@ class WatchSession:
                 "interval_s": self.config.interval_s,
                 "calibration": doc["calibration"],
                 "calibrations": doc["calibrations"],
+                "anomaly_band": doc["anomaly_band"],
                 "summary": doc["summary"],
                 **kept,
             },
