@@ -95,11 +95,14 @@ def test_cpu_batch_is_bracketed_by_the_rows_and_nothing_shared():
     assert mid(b.steps).tokens_ratio == 4.0
     assert "CPU compute x1.675" in words and "bounds x1.075" in words and "to x4.000" in words
     assert "50.0 us per row" in words and "4.00 us per context token x 200 tokens" in words
+    assert "the prefill's 8.350 ms over 128 rows beyond a decode step's 2.000 ms" in words
+    assert "host-exposed + 2.0 us per added sequence (stepmodel.DEFAULT_HOST[hf].per_seq_ns)" in words
     # at batch 2 today: the KV work per sequence is the context slope over 2 sequences; the high end 8/2
     b2 = cpu_base(batch=2.0, growth={"decode_rows": 2.0})
     m2, (_lo, hi2), words2 = D.cpu_batch_outcome(b2, 8)
     assert m2(b2.steps).device[0] == pytest.approx(2 * MS * (1 + 6 * (50 + 4 * 200 / 2 / 2) / 2000))
     assert hi2(b2.steps).device[0] == pytest.approx(2 * MS * 4)
+    assert m2(b2.steps).tokens_ratio == 4.0  # 8 sequences per step after, 2 before
     assert "/ 2 sequences" in words2
     # a context growth beyond a whole step per sequence: the point stops at the high end
     huge = cpu_base(growth={"context_slope_ns": 100 * US})
@@ -192,9 +195,34 @@ def test_a_watched_intervals_baseline_and_its_batch_lever_from_the_calibration()
     assert "extrapolated beyond batch 4" in words8
 
 
+def test_a_host_line_that_reaches_zero_leaves_the_host_term_unchanged():
+    # host 3 ms - 1 ms per sequence: 2 ms at batch 1, none at 4 (a line fitted on a few batches)
+    falling = {**CAL, "host_slope_s": -0.001}
+    b = from_watch_rows([watch_row()], falling, "w")
+    mid, _ends, words = D.watch_batch_outcome(b, 4)
+    assert mid(b.steps).wall[0] == pytest.approx(5 * MS * 1.6 + 5 * MS)  # host x1, not negative
+    assert "host term x1.000" in words
+    b2 = from_watch_rows([watch_row(batch=2.0)], CAL, "w")
+    assert D.watch_batch_outcome(b2, 8)[0](b2.steps).tokens_ratio == 4.0
+
+
+def test_the_gpu_batch_lever_counts_tokens_per_step_from_todays_batch():
+    b = A.Baseline(
+        source="hand",
+        gpu=True,
+        steps=A.Steps(*(np.array([v]) for v in (10 * MS, 4 * MS, 5 * MS, 1 * MS, 3 * MS, 100.0, 0.0, 100.0))),
+        batch=2.0,
+        preset="llama-3.2-1b",
+        device_name="h100-sxm",
+        engine="vllm",
+    )
+    assert D.batch_ratios(b, 8).tokens == 4.0
+
+
 def test_a_watched_runs_levers_say_what_the_metrics_do_not_carry():
     b = from_watch_rows([watch_row(), watch_row(period=0.012), {"host_share": None}], CAL, "w")
-    assert len(b.steps) == 2
+    assert len(b.steps) == 2 and b.source == "w (2 intervals)"
+    assert from_watch_rows([watch_row()], CAL, "w").source == "w (1 interval)"
     rows = {lv.lever: lv for lv in L.levers(b)}
     for name in ("graphs", "fusion", "megakernel"):
         assert not rows[name].applicable and "an engine's metrics carry none" in rows[name].reason
@@ -261,7 +289,9 @@ def test_the_cpu_lever_asks_for_the_cores_the_processes_lacked():
     assert hi == pytest.approx(3.1 * MS - 0.1 * MS)
     # busy: the 2 engine processes and this process's 0.1 of 3 ms
     assert "2.03 busy host processes (2 engine process(es) for the whole step, this process 3% of it)" in lever.basis
-    assert "on 1 usable core(s) -> 2" in lever.basis
+    assert "on 1 usable core(s) -> 2" in lever.basis and "fair share of a core grows 0.49 -> 0.98" in lever.basis
+    # the middle's device time: the compute at the most-gain end (x 0.5 of 1 ms) and at the least (1 ms)
+    assert L.cpu(cores_base()).apply(cores_base().steps).device[0] == pytest.approx(0.75 * MS)
     # no more cores on the machine: one per busy process
     assert L.cpu(cores_base(logical=1)).target == {"cores": 3}
     # two cores for 2.03 busy processes: the fair share grows 2/2.033 -> 1, a 1.6 % saving, which
@@ -310,3 +340,10 @@ def test_the_results_cores_and_the_measuring_threads_cpu_per_step():
     assert c["thread_cpu_step_ns"] == pytest.approx(100.0)  # Theil-Sen: the outlier at 21 does not move it
     assert c["usable"] == len(os.sched_getaffinity(0)) and c["logical"] == os.cpu_count()
     assert cores_of({"untraced_thread_ns": {"1": [5, 6]}}, "hf")["thread_cpu_step_ns"] is None
+
+
+def test_the_document_says_todays_step_and_rate():
+    b = from_watch_rows([watch_row(batch=4.0)], CAL, "w")
+    today = L.document(b)["today"]
+    assert today["tokens_per_s"] == pytest.approx(4 * 1e9 / (10 * MS))  # 4 sequences every 10 ms
+    assert today["step_ns"] == 10 * MS and today["batch"] == 4.0 and today["source"] == "w (1 interval)"

@@ -63,6 +63,7 @@ def test_from_trace_reads_each_quantity():
     assert (s.wall[0], s.device[0], s.host_wait[0], s.orchestrate[0]) == (10 * MS, 4 * MS, 5 * MS, 3 * MS)
     assert (b.batch, b.batch_known, b.engine, b.launch_floor_ns) == (8.0, True, "vllm", 5e3)
     assert b.device_name == "NVIDIA H100 80GB HBM3" and b.unfaithful == ()
+    assert b.source == "this trace (6 steps)" and from_trace(trace_doc(1)).source == "this trace (1 step)"
     # without the steady group: the decode steps that are not partial
     d = trace_doc()
     d["summary"] = {}
