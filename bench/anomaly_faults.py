@@ -13,8 +13,11 @@
    server may run on, pinned to it), ``cpu.max`` (the server's processes moved into a cgroup v2
    child with ``cpu.max`` = 30 % of one core; skipped, with the reason, where the machine does not
    allow it), ``sigstop`` (the server's process group stopped for 2 s, every 6 s).
+   ``cpu.max`` is cgroup v2's, else cgroup v1's ``cpu.cfs_quota_us`` (the same quota); each
+   phase's record holds the group's ``cpu.stat`` (how often the quota throttled it).
 4. Each pass-2 interval is labelled by the phase it lies in (an interval that spans a phase change
-   is left out); for SIGSTOP only the intervals that contain a stop are faults. Against
+   is left out); for SIGSTOP the faults are the intervals in which a stop ends: the stalled
+   engine's tokens, and so their inter-token latency, are counted when it resumes. Against
    ``anomaly`` (intervals without a verdict are counted apart): the confusion matrix, precision,
    recall, F1, and the false-alarm rate over the load-change intervals. Target: F1 ≥ 0.95, false
    alarms ≤ 2 %. Pass 1's own verdicts (the fixed tolerance) give its false-alarm rate beside it.
@@ -76,22 +79,42 @@ def hog(pids: list[int]):
 
 
 @contextlib.contextmanager
-def cpu_max(pids: list[int], quota: str = "30000 100000"):
+def cpu_max(pids: list[int], quota_us: int = 30000, period_us: int = 100000):
+    """The server's processes in a CPU-quota cgroup of ``quota_us`` per ``period_us`` (30 % of one
+    core): cgroup v2's ``cpu.max`` where ``/sys/fs/cgroup`` is a v2 hierarchy with the cpu
+    controller, else cgroup v1's ``cpu.cfs_quota_us`` under ``/sys/fs/cgroup/cpu``; OSError (the
+    phase is skipped, with the reason) where neither is a real, writable cgroup. The phase's
+    record says how often the quota throttled the group (``cpu.stat``): a fault that did not bite
+    is seen as such."""
     base = Path("/sys/fs/cgroup")
-    group = base / f"hostgap-bench-{os.getpid()}"
+    v2 = (base / "cgroup.controllers").exists() and "cpu" in (base / "cgroup.controllers").read_text().split()
+    root = base if v2 else base / "cpu"
+    if not v2 and not (root / "cpu.cfs_quota_us").exists():
+        raise OSError("no cgroup v2 cpu controller and no cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu")
+    group = root / f"hostgap-bench-{os.getpid()}"
     moved: list[tuple[int, str]] = []
+    facts: dict = {}
     try:
         group.mkdir()
-        (group / "cpu.max").write_text(quota)
+        if v2:
+            (group / "cpu.max").write_text(f"{quota_us} {period_us}")
+        else:
+            (group / "cpu.cfs_period_us").write_text(str(period_us))
+            (group / "cpu.cfs_quota_us").write_text(str(quota_us))
         for p in pids:
-            before = Path(f"/proc/{p}/cgroup").read_text().strip().split("::")[-1]
+            lines = Path(f"/proc/{p}/cgroup").read_text().splitlines()
+            mine = [x for x in lines if (x.startswith("0::") if v2 else "cpu" in x.split(":")[1].split(","))]
+            line = mine[0] if mine else "0::/"
             (group / "cgroup.procs").write_text(str(p))
-            moved.append((p, before))
-        yield f"cpu.max {quota} on {len(moved)} processes"
+            moved.append((p, line.split(":", 2)[2]))
+        facts["what"] = f"{'cpu.max' if v2 else 'cpu.cfs_quota_us'} {quota_us}/{period_us} on {len(moved)} processes"
+        yield facts
     finally:
+        with contextlib.suppress(OSError):
+            facts["cpu_stat"] = dict(x.split() for x in (group / "cpu.stat").read_text().splitlines())
         for p, before in moved:
             with contextlib.suppress(OSError):
-                (base / before.lstrip("/") / "cgroup.procs").write_text(str(p))
+                (root / before.lstrip("/") / "cgroup.procs").write_text(str(p))
         with contextlib.suppress(OSError):
             group.rmdir()
 
@@ -129,7 +152,9 @@ def score(rows: list[dict], phases: list[dict], stops: list[tuple[float, float]]
             continue
         fault = phase["kind"] == "fault" and not phase.get("skipped")
         if phase.get("name") == "sigstop":
-            fault = any(a < r["t_end"] and b > r["t_start"] for a, b in stops)
+            # the stall is counted where the stopped engine's tokens arrive: the interval in which
+            # a stop ends (a token's inter-token latency is observed when the token is emitted)
+            fault = any(r["t_start"] < b <= r["t_end"] for _a, b in stops)
         if phase.get("skipped"):
             continue
         if r.get("anomaly") is None:
@@ -199,8 +224,10 @@ def watch_schedule(url, runs, db, band_from, schedule, pids, pgid, stops, phase_
                         else contextlib.nullcontext("load only")
                     )
                     with cm as what:
-                        phase["what"] = what
+                        phase["what"] = what["what"] if isinstance(what, dict) else what
                         time.sleep(phase_s)
+                    if isinstance(what, dict) and "cpu_stat" in what:
+                        phase["cpu_stat"] = what["cpu_stat"]  # nr_throttled, throttled time: did it bite
                 except OSError as exc:
                     phase["skipped"] = f"{type(exc).__name__}: {exc}"
                 phase["t1"] = time.time()
@@ -269,6 +296,7 @@ def main() -> None:
                 "fixed_tolerance_false_alarms": fit_score["false_alarm_rate_under_load"],
             },
             "phases": phases,
+            "stops": stops,
         }
         result.update(score(rows, phases, stops))
         result["load_average"] = os.getloadavg()
