@@ -152,15 +152,14 @@ def cores_of(raw: dict, engine: str) -> dict:
     machine's, and the CPU time this process's measuring thread spent per decode step (Theil-Sen
     over the untraced runs; for an engine in other processes: its frontend's share of a core),
     the ``cpu`` lever's evidence (docs/advise.md)."""
-    from hostgap.model.levers.baseline import _theil_sen
+    from hostgap.stats.confidence import theil_sen
 
-    xs, ys = [], []
-    for n, v in (raw.get("untraced_thread_ns") or {}).items():
-        for y in v or []:
-            if isinstance(y, (int, float)):
-                xs.append(float(n))
-                ys.append(float(y))
-    slope = _theil_sen(np.array(xs), np.array(ys)) if len(set(xs)) > 1 else float("nan")
+    runs = {
+        int(n): [float(y) for y in v or [] if isinstance(y, (int, float))]
+        for n, v in (raw.get("untraced_thread_ns") or {}).items()
+    }
+    fit = theil_sen(runs)
+    slope = fit.value if fit is not None else float("nan")
     return {
         "usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "logical": os.cpu_count(),

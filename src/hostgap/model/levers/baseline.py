@@ -13,6 +13,7 @@ import numpy as np
 from hostgap.errors import HostgapError
 from hostgap.model.arch import PRESETS
 from hostgap.model.levers.arithmetic import Baseline, Steps
+from hostgap.stats.confidence import theil_sen_line
 
 ENGINES_BY_MARKER = {"vllm": "vllm", "sglang": "sglang"}
 
@@ -111,14 +112,15 @@ GROWTH_MIN_STEPS = 6
 
 
 def _theil_sen(x: np.ndarray, y: np.ndarray, most: int = 400) -> float:
-    """The median of the pairwise slopes (Theil-Sen), over at most ``most`` evenly spaced points."""
+    """stats.confidence's Theil-Sen slope over at most ``most`` evenly spaced points (the pairwise
+    slopes grow with the square of the points); NaN without two distinct x."""
     if len(x) > most:
         pick = np.linspace(0, len(x) - 1, most).astype(int)
         x, y = x[pick], y[pick]
-    i, j = np.triu_indices(len(x), 1)
-    dx = x[j] - x[i]
-    ok = dx != 0
-    return float(np.median((y[j] - y[i])[ok] / dx[ok])) if ok.any() else float("nan")
+    try:
+        return theil_sen_line(x, y)[0]
+    except ValueError:
+        return float("nan")
 
 
 def compute_growth(steps: list[dict], summary: dict, prompt_len: int, batch: float) -> dict | None:
