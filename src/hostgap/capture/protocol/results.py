@@ -158,7 +158,10 @@ def cores_of(raw: dict, engine: str) -> dict:
         int(n): [float(y) for y in v or [] if isinstance(y, (int, float))]
         for n, v in (raw.get("untraced_thread_ns") or {}).items()
     }
-    fit = theil_sen(runs)
+    try:
+        fit = theil_sen(runs)
+    except ValueError:  # a degenerate sweep (every time tied): its interval has no meaning
+        fit = None
     slope = fit.value if fit is not None else float("nan")
     return {
         "usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),

@@ -152,7 +152,7 @@ def compute_growth(steps: list[dict], summary: dict, prompt_len: int, batch: flo
         "decode_ns": decode,
         "decode_rows": dec_rows,
         "row_ns": max((prefill - decode) / (pre_rows - dec_rows), 0.0),
-        "context_slope_ns": max(slope, 0.0),
+        "context_slope_ns": max(slope, 0.0) if np.isfinite(slope) else 0.0,  # every step tied: no growth
         "context": float(prompt_len + np.mean(idx)),
         "steps": len(rows),
         "basis": "traced: the prefill's compute per prompt row beyond a decode step's, and the steady decode "
