@@ -196,6 +196,60 @@ def test_a_long_history_is_read_in_chunks(monkeypatch):
     assert len(rows) == 8
 
 
+def _many(instances: int):
+    """query_range of ``instances`` vLLM instances at every step from start to end."""
+
+    def many(query, start, end, step):
+        name = re.match(r"(?:increase\()?([a-z_:]+)", query).group(1)
+        first = {labels["instance"]: v for labels, v in FIRST.get(name, []) if labels["instance"] == "i1"}
+        if not first:
+            return []
+        n = int(round((end - start) / step)) + 1
+        values = [[start + k * step, str(first["i1"])] for k in range(n)]
+        return [
+            {"metric": {"__name__": name, **_v("vllm", f"n{i}", **VA)} if name in GAUGES else _v("vllm", f"n{i}", **VA),
+             "values": values}
+            for i in range(instances)
+        ]  # fmt: skip
+
+    return many
+
+
+def test_the_first_read_learns_the_fleets_size_then_chunks_hold_the_cell_budget(monkeypatch):
+    import gc
+
+    import hostgap.server.fleet.fleet_session as fs
+
+    calls: list[tuple[float, float]] = []
+    many = _many(4)
+
+    def counting(query, start, end, step):
+        calls.append((start, end))
+        return many(query, start, end, step)
+
+    monkeypatch.setattr(fs, "CELL_BUDGET", 8)  # 4 instances: 2 intervals a read
+    config = FleetConfig("http://prom:9090", start=0.0, end=600.0, interval_s=60.0)
+    rows = list(FleetSession(config, class_calibrations([CAL]), counting, clock=lambda: 5000.0))
+    reads = sorted(set(calls))
+    # before any instance is seen, one interval; then 8 cells // 4 instances = 2 intervals
+    assert reads == [(60.0, 60.0), (120.0, 180.0), (240.0, 300.0), (360.0, 420.0), (480.0, 540.0), (600.0, 600.0)]
+    assert len(rows) == 40 and {r["instance"] for r in rows} == {"n0", "n1", "n2", "n3"}
+    assert gc.isenabled()
+
+
+def test_the_collector_is_on_again_after_a_failed_read():
+    import gc
+
+    def failing(query, start, end, step):
+        assert not gc.isenabled()  # held off while the chunk is read
+        raise HostgapError("http://prom:9090", "cannot reach the Prometheus HTTP API")
+
+    config = FleetConfig("http://prom:9090", start=0.0, end=120.0, interval_s=60.0)
+    with pytest.raises(HostgapError):
+        list(FleetSession(config, class_calibrations([CAL]), failing, clock=lambda: 5000.0))
+    assert gc.isenabled()
+
+
 def test_the_default_interval_cuts_a_history_into_240():
     assert FleetConfig("u", start=0.0, end=86400.0).step_s(0) == 360.0
     assert FleetConfig("u", start=0.0, end=600.0).step_s(0) == 15.0

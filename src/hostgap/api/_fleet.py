@@ -166,6 +166,12 @@ def fleet_watch(
     fail_if: str | None = None,
     jsonl: str | None = None,
     lag: float = 15.0,
+    calibrate: bool = False,
+    calibrate_steps: int = 32,
+    recalibrate_after: float = 3600.0,
+    trace_dir: str | None = None,
+    output: str = "runs",
+    store: bool = True,
     on_note: Callable[[str], None] = lambda m: None,
 ) -> FleetWatch:
     """The fleet view (``hostgap watch --prometheus URL``): watch's rows for every instance the
@@ -173,7 +179,10 @@ def fleet_watch(
     through its HTTP API; over ``since`` (a duration back from now) or ``start``..``end``, or
     live from now (no end) until ``duration`` seconds. vLLM instances are read with their class's
     calibration (``calibration``: attach runs, or the attach runs in ``db``; none: rows without a
-    share, saying why)."""
+    share, saying why). ``calibrate`` (live only): renew each class's calibration when its traffic
+    leaves the calibrated range, and take one for a vLLM class without any, by attaching to one of
+    its instances (:mod:`hostgap.server.fleet.renew`; ``calibrate_steps``, ``recalibrate_after``,
+    ``trace_dir``, ``output``, ``store`` as ``watch --calibrate``'s)."""
     from hostgap import SCHEMA_VERSION
     from hostgap.errors import HostgapError
     from hostgap.server.fleet.classes import class_calibrations
@@ -192,6 +201,10 @@ def fleet_watch(
         t0, t1 = now - parse_duration(str(since)), now
     if interval is not None and interval <= 0:
         raise HostgapError("--interval", f"{interval:g}: give seconds > 0")
+    if calibrate and t1 is not None:
+        raise HostgapError("--calibrate", "a class is calibrated on its live traffic: give no --end or --since")
+    if calibrate_steps < 1:
+        raise HostgapError("--calibrate-steps", f"{calibrate_steps}: give at least 1")
     refs = [calibration] if isinstance(calibration, str) else list(calibration)
     classes = class_calibrations(refs, db) if refs or db else []
     conditions = parse_conditions(fail_if) if fail_if else []
@@ -211,9 +224,39 @@ def fleet_watch(
             out = open(jsonl, "a", encoding="utf-8")  # noqa: SIM115 - closed by FleetWatch
         except OSError as exc:
             raise HostgapError(jsonl, f"cannot write the --jsonl file ({exc.strerror or exc})") from None
+    renewal = None
+    if calibrate:
+        from functools import partial
+
+        from hostgap.server.fleet.renew import ClassRenewal, class_self_calibration
+        from hostgap.server.watch.recalibrate import Policy
+
+        make = partial(
+            class_self_calibration,
+            policy=Policy(max_age_s=recalibrate_after),
+            steps=calibrate_steps,
+            output=output,
+            db=db,
+            store=store,
+            trace_dir=trace_dir,
+            on_note=on_note,
+        )
+        renewal = ClassRenewal(classes, make, on_note=on_note)
     session = FleetSession(
-        config, classes, Prometheus(prometheus).query_range, conditions=conditions, jsonl=out, on_note=on_note
+        config,
+        classes,
+        Prometheus(prometheus).query_range,
+        conditions=conditions,
+        jsonl=out,
+        on_note=on_note,
+        renewal=renewal,
     )
     for c in classes:
         on_note(f"class {c.engine}/{c.model}/{c.hardware or 'any'}: calibration {c.name}")
-    return FleetWatch(session, SCHEMA_VERSION, out.close if out is not None else lambda: None)
+
+    def close() -> None:
+        session.close()
+        if out is not None:
+            out.close()
+
+    return FleetWatch(session, SCHEMA_VERSION, close)

@@ -262,7 +262,8 @@ def watch(
 
     ``prometheus="http://host:9090"`` (no ``url``): the fleet view instead, every instance that
     Prometheus holds read through its HTTP API (``match``, ``since`` or ``start``/``end``,
-    ``hardware_label``: :func:`hostgap.api._fleet.fleet_watch`); returns a ``FleetWatch``."""
+    ``hardware_label``: :func:`hostgap.api._fleet.fleet_watch`; ``calibrate=True``: renew each
+    class's calibration live); returns a ``FleetWatch``."""
     from hostgap.errors import HostgapError
     from hostgap.server.watch.session import WatchSession
 
@@ -286,6 +287,12 @@ def watch(
             hardware_label=hardware_label,
             fail_if=fail_if,
             jsonl=jsonl,
+            calibrate=bool(calibrate),
+            calibrate_steps=calibrate_steps,
+            recalibrate_after=recalibrate_after,
+            trace_dir=trace_dir,
+            output=output,
+            store=store,
             on_note=on_note,
         )
     if url is None:

@@ -59,7 +59,8 @@ def register(cli: click.Group) -> None:
         "calibrate",
         default=None,
         help="vLLM: profile the server's own traffic for a calibration at the start and when it goes stale "
-        "[default: on for vLLM without --calibration].",
+        "[default: on for vLLM without --calibration]; --prometheus (live): renew each class's calibration by "
+        "attaching to one of its instances [default: off].",
     )
     @click.option(
         "--calibrate-steps", type=int, default=32, show_default=True, help="Engine steps each calibration profiles."
@@ -175,6 +176,14 @@ def register(cli: click.Group) -> None:
                 as_json,
                 quiet,
                 note,
+                {
+                    "calibrate": bool(calibrate),
+                    "calibrate_steps": calibrate_steps,
+                    "recalibrate_after": recalibrate_after_s,
+                    "trace_dir": trace_dir,
+                    "output": output,
+                    "store": not no_store,
+                },
             )
             return
         session = api.watch(
@@ -232,6 +241,7 @@ def _fleet(
     as_json,
     quiet,
     note,
+    renew: dict,
 ) -> None:
     """``watch --prometheus``: the fleet's rows as they are read, then its summary."""
     fleet = api.watch(
@@ -249,6 +259,7 @@ def _fleet(
         fail_if=fail_if,
         jsonl=jsonl,
         on_note=note,
+        **renew,
     )
     assert isinstance(fleet, api.FleetWatch)
     table = None if quiet else (sys.stderr if as_json else sys.stdout)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hostgap.errors import HostgapError
@@ -29,6 +29,9 @@ class ClassCalibration:
     hardware: str | None
     name: str
     calibration: Calibration
+    profiles: tuple[tuple[str, tuple[dict, ...]], ...] = field(default=(), compare=False, repr=False)
+    """Each fitted run's name and its steps (none for a saved calibration): what a renewal at a
+    new load is fitted together with (:mod:`hostgap.server.fleet.renew`)."""
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -77,7 +80,11 @@ def class_calibrations(refs: Sequence[str] = (), db: str | None = None) -> list[
     out = []
     for key, members in sorted(grouped.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
         names = [_run_name(doc, source) for _, doc, source in members]
-        out.append(ClassCalibration(*key, name="+".join(names), calibration=_fit(members)))
+        cal = _fit(members)
+        saved = any(isinstance(doc, dict) and "calibration" in doc for _, doc, _ in members)
+        found = [() if saved else tuple(steps_of(doc) or ()) for _, doc, _ in members]
+        profiles = () if saved else tuple(zip(names, found, strict=True))
+        out.append(ClassCalibration(*key, name="+".join(names), calibration=cal, profiles=profiles))
     return out
 
 

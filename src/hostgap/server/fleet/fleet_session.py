@@ -10,6 +10,7 @@ seconds to scrape its end. Every row goes to the per-instance windows (:class:`F
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import json
 import math
 import re
@@ -17,16 +18,18 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO
 
 from hostgap.errors import HostgapError
 from hostgap.server.fleet.classes import ClassCalibration
 from hostgap.server.fleet.promql import MAX_POINTS, Fetch
+from hostgap.server.fleet.renew import ClassRenewal
 from hostgap.server.fleet.view import FleetWindow, read, rows
 from hostgap.server.watch.loop import Condition
 
-CELL_BUDGET = 40_000
+CELL_BUDGET = 20_000
 """Instance × interval cells read at once (each a few dicts of the instance's series)."""
 KEPT_ROWS = 20_000
 """Rows the document keeps (the most recent); --jsonl has them all."""
@@ -99,9 +102,11 @@ class FleetSession:
         jsonl: IO[str] | None = None,
         on_note: Callable[[str], None] = lambda m: None,
         clock: Callable[[], float] = time.time,
+        renewal: ClassRenewal | None = None,
     ):
         self.config = config
         self.classes = list(classes)
+        self.renewal = renewal
         self.fetch = fetch
         self.jsonl = jsonl
         self.on_note = on_note
@@ -123,6 +128,12 @@ class FleetSession:
     def stop(self) -> None:
         self.stopped.set()
 
+    def close(self) -> None:
+        """Stop, and cancel a class calibration still running (its attach's stop is sent)."""
+        self.stop()
+        if self.renewal is not None:
+            self.renewal.close()
+
     def __iter__(self) -> Iterator[dict]:
         next_t = self.start + self.step_s
         while not self.stopped.is_set():
@@ -137,8 +148,10 @@ class FleetSession:
                     continue
                 last = ready
             while next_t <= last and not self.stopped.is_set():
-                seen = max(1, len(self.window.windows))
-                points = max(1, min(MAX_POINTS - 1, CELL_BUDGET // seen))
+                # until an instance has been seen, how many the fleet has is unknown: one
+                # interval is read to learn it (a day of a thousand read at once is 240,000 cells)
+                seen = len(self.window.windows)
+                points = max(1, min(MAX_POINTS - 1, CELL_BUDGET // seen)) if seen else 1
                 chunk_end = min(last, next_t + (points - 1) * self.step_s)
                 yield from self._read(next_t, chunk_end)
                 next_t = chunk_end + self.step_s
@@ -146,22 +159,28 @@ class FleetSession:
                 return
 
     def _read(self, t0: float, t1: float) -> Iterator[dict]:
-        cells = read(self.fetch, self.config.selector, t0, t1, self.step_s)
-        for row in rows(
-            cells,
-            self.classes,
-            url=self.config.prometheus,
-            step_s=self.step_s,
-            t_origin=self.start,
-            hardware_label=self.config.hardware_label,
-        ):
-            self.window.add(row)
-            self.kept.append(row)
-            self.count += 1
+        with _cycles_not_collected():
+            cells = read(self.fetch, self.config.selector, t0, t1, self.step_s)
+            chunk = rows(
+                cells,
+                self.renewal.classes() if self.renewal is not None else self.classes,
+                url=self.config.prometheus,
+                step_s=self.step_s,
+                t_origin=self.start,
+                hardware_label=self.config.hardware_label,
+            )
+            del cells
+            if self.renewal is not None:
+                self.renewal.observe(chunk)
+            for row in chunk:
+                self.window.add(row)
+                self.kept.append(row)
+                self.count += 1
+                if self.jsonl is not None:
+                    self.jsonl.write(json.dumps(row) + "\n")
             if self.jsonl is not None:
-                self.jsonl.write(json.dumps(row) + "\n")
                 self.jsonl.flush()
-            yield row
+        yield from chunk
 
     def document(self, schema_version: int) -> dict:
         summ = self.window.summary()
@@ -173,10 +192,26 @@ class FleetSession:
             "start": self.start,
             "end": self.config.end,
             "interval_s": self.step_s,
-            "classes": [c.to_dict() for c in self.classes],
+            "classes": [c.to_dict() for c in (self.renewal.classes() if self.renewal is not None else self.classes)],
+            "renewal": self.renewal.to_dict() if self.renewal is not None else None,
             "summary": summ,
             "failed": [c["condition"] for c in summ["fail_if"] if c["holds"]],
             "intervals_total": self.count,
             "intervals_dropped": self.count - len(self.kept),
             "intervals": list(self.kept),
         }
+
+
+@contextmanager
+def _cycles_not_collected() -> Iterator[None]:
+    """Python's cyclic collector held off while a chunk is read and summed up: its query answers,
+    cells and rows are trees of dicts and lists (no cycle for the collector to find), and its full
+    passes over them took a third of the view's CPU at a thousand instances (bench/results/
+    fleet-scale.md). What the chunk frees is freed by reference counting as before."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

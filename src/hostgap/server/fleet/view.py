@@ -170,6 +170,7 @@ def rows(
                     "instance": target[1],
                     "job": target[0],
                     "model": model,
+                    "hardware": hardware,
                     **row,
                     "calibration_out_of_range": None
                     if cls is None or batch is None or not row["steps"]

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hostgap.errors import HostgapError
@@ -47,7 +47,9 @@ STEP_KEYS = ("kind", "wall_ns", "gpu_active_ns", "gen_requests", "ctx_requests",
 
 
 class SelfCalibration:
-    """The calibrations of one watch (see the module docstring). ``attach`` and ``clock`` are
+    """The calibrations of one watch (see the module docstring). ``profiles``: earlier profiles
+    (run id, its decode steps, the prefill share it was taken at) that a profile at a new load is
+    fitted together with (the fleet view seeds a class's given runs). ``attach`` and ``clock`` are
     injected by tests."""
 
     def __init__(
@@ -65,6 +67,7 @@ class SelfCalibration:
         store: bool = True,
         trace_dir: str | None = None,
         initial: Calibration | None = None,
+        profiles: Sequence[tuple[str, list[dict], float | None]] = (),
         on_note: Callable[[str], None] = lambda m: None,
         attach: Callable | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -80,7 +83,7 @@ class SelfCalibration:
         self._attach = attach
         self._lock = threading.Lock()
         self._current = initial
-        self._profiles: deque[tuple[str, list[dict], float | None]] = deque(maxlen=MAX_PROFILES)
+        self._profiles: deque[tuple[str, list[dict], float | None]] = deque(profiles, maxlen=MAX_PROFILES)
         self._runs: deque[str] = deque()
         self.history: deque[dict] = deque(maxlen=HISTORY)
         self.attempts = 0
@@ -124,23 +127,23 @@ class SelfCalibration:
         self._busy_in_interval = True
         self.on_note(f"calibration ({reason}): profiling {self.steps} steps of the server's traffic")
         self._thread = threading.Thread(
-            target=self._run, args=(reason, prefill_share), name="hostgap-calibrate", daemon=True
+            target=self._run, args=(reason, prefill_share, self.url), name="hostgap-calibrate", daemon=True
         )
         self._thread.start()
 
-    def _run(self, reason: str, prefill_share: float | None) -> None:
+    def _run(self, reason: str, prefill_share: float | None, url: str) -> None:
         t0 = self.clock()
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        record: dict = {"reason": reason, "started": started, "run_id": None, "ok": False}
+        record: dict = {"reason": reason, "started": started, "server": url, "run_id": None, "ok": False}
         try:
-            result = self._profile()
+            result = self._profile(url)
             record["run_id"] = result.get("run_id")
             record["inflation"] = (result.get("profiling") or {}).get("inflation")
             cal = self._fit(reason, result, prefill_share)
         except HostgapError as exc:
             self._failed(record, exc)
         except Exception as exc:  # a calibration must never end the watch
-            self._failed(record, HostgapError(self.url, f"{type(exc).__name__}: {exc}"))
+            self._failed(record, HostgapError(url, f"{type(exc).__name__}: {exc}"))
         else:
             with self._lock:
                 self._current = cal
@@ -151,7 +154,7 @@ class SelfCalibration:
         record["took_s"] = round(self.clock() - t0, 3)
         self.history.append(record)
 
-    def _profile(self) -> dict:
+    def _profile(self, url: str) -> dict:
         from hostgap.server.attach.config import AttachConfig
         from hostgap.server.attach.profile import attach as attach_server
 
@@ -159,7 +162,7 @@ class SelfCalibration:
         folder = self.output if self.store else tempfile.mkdtemp(prefix="hostgap-calibration-")
         try:
             cfg = AttachConfig(
-                self.url,
+                url,
                 steps=self.steps,
                 skip=self.skip,
                 wait_s=self.wait_s,
