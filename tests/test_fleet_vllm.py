@@ -71,3 +71,46 @@ def test_rules_and_the_fleet_view_agree_with_watch_on_the_real_server(vllm_serve
         assert inst["instance"] == target and inst["calibration"] == run_id
         assert inst["summary"]["host_share"] == pytest.approx(watch_share, abs=0.03)
         assert inst["summary"]["seqs_per_step"] == pytest.approx(doc["summary"]["seqs_per_step"], rel=0.15)
+
+
+def test_the_live_fleet_view_calibrates_a_class_by_one_attach(vllm_server, tmp_path):
+    """``watch --prometheus --calibrate`` on a class with no calibration: the live view attaches
+    to the instance Prometheus names (its ``instance`` label), stores the run, and every later
+    row of the class is read with it."""
+    from hostgap.api._fleet import fleet_watch
+    from hostgap.store.database import RunsDB
+    from test_server_watch_vllm import _wait_idle
+
+    _wait_idle(vllm_server.url)
+    target = vllm_server.url.split("//")[1].rstrip("/")
+    db = str(tmp_path / "runs.sqlite")
+    notes: list[str] = []
+    with prometheus(tmp_path, [target], []) as prom, LoadGenerator(vllm_server.url, LoadSpec(LOAD)) as load:
+        assert load.wait_streaming(300)
+        fleet = fleet_watch(
+            prom,
+            interval=4.0,
+            lag=2.0,
+            duration=240.0,
+            calibrate=True,
+            calibrate_steps=32,
+            db=db,
+            output=str(tmp_path / "runs"),
+            on_note=notes.append,
+        )
+        rows = []
+        with fleet:
+            for row in fleet:
+                rows.append(row)
+                if row["calibration"] is not None and row["host_share"] is not None:
+                    break
+        doc = fleet.to_dict()
+    assert rows[0]["calibration"] is None and rows[0]["host_share"] is None  # before the attach
+    (renewal,) = doc["renewal"]
+    first = renewal["history"][0]
+    assert first["reason"] == "start" and first["ok"], (first, notes)
+    assert first["server"] == f"http://{target}"
+    assert rows[-1]["calibration"] == first["run_id"] == renewal["calibration"]
+    assert 0.0 <= rows[-1]["host_share_low"] <= rows[-1]["host_share"] <= rows[-1]["host_share_high"] <= 1.0
+    with RunsDB(db) as runs:
+        assert [r["run_id"] for r in runs.rows(mode="attach")] == [first["run_id"]]

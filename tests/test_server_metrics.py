@@ -95,6 +95,26 @@ def test_vllm_step_stats_by_hand():
     assert s.step_period_p90_s == pytest.approx(0.010 + 0.015 * (rank - 2700) / 500)
 
 
+def kv(e0: float, e1: float) -> str:
+    """vLLM's KV cache gauge of two data-parallel engines."""
+    return (
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        f'vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {e0}\n'
+        f'vllm:kv_cache_usage_perc{{engine="1",model_name="m"}} {e1}\n'
+    )
+
+
+def test_the_kv_cache_share_is_the_mean_of_the_intervals_ends_and_engines():
+    a = VLLM_A + kv(0.2, 0.4)  # engines' mean 0.3
+    b = VLLM_B + kv(0.5, 0.7)  # 0.6
+    assert m.step_stats(m.delta(snap(a, 0.0), snap(b, 4.0))).kv_cache_usage == pytest.approx(0.45)
+    # one end only (the fleet view's): that end
+    assert m.step_stats(m.delta(snap(VLLM_A, 0.0), snap(b, 4.0))).kv_cache_usage == pytest.approx(0.6)
+    assert m.step_stats(m.delta(snap(VLLM_A, 0.0), snap(VLLM_B, 4.0))).kv_cache_usage is None
+    over = VLLM_B + kv(1.3, 1.5)  # never above a share of 1
+    assert m.step_stats(m.delta(snap(VLLM_A, 0.0), snap(over, 4.0))).kv_cache_usage == 1.0
+
+
 def test_histogram_quantile_and_mean():
     h = m.Histogram(((1.0, 2.0), (2.0, 6.0), (float("inf"), 6.0)), 6.0, 7.0)
     assert h.mean() == pytest.approx(7 / 6)

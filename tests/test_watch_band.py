@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -110,3 +111,45 @@ def test_watch_band_from_bad_input_is_one_line_and_exit_2(tmp_path):
     assert r.exit_code == 2 and "nope.json" in r.stderr and "Traceback" not in r.output
     fleet = CliRunner().invoke(cli, ["watch", "--prometheus", "http://127.0.0.1:9", "--band-from", "x"])
     assert fleet.exit_code == 2
+
+
+def kv_rows(n: int = 40, kv_coef: float = 0.8) -> list[dict]:
+    """rows() with a KV cache share per row, ln(period / expected) growing kv_coef per unit of it."""
+    out = rows(n)
+    for i, r in enumerate(out):
+        kv = (i % 7) / 10
+        r["kv_cache_usage"] = kv
+        r["step_period_s"] *= math.exp(kv_coef * kv)
+    return out
+
+
+def test_the_fit_takes_the_context_the_kv_cache_carries():
+    band = fit_band(kv_rows(), "w")
+    assert (band.intercept, band.batch_coef, band.prefill_coef, band.kv_coef) == pytest.approx((0.1, 0.2, 0.5, 0.8))
+    assert band.margin == pytest.approx(0.0, abs=1e-12)
+    assert band.kv_mean == pytest.approx(np.mean([(i % 7) / 10 for i in range(40)]))
+    # rows without the KV share: none fitted, as before
+    plain = fit_band(rows(), "w")
+    assert plain.kv_coef == 0.0 and plain.kv_mean == 0.0
+    # one row without it is read at the others' mean: the line still fits the rest
+    some = kv_rows()
+    some[0].pop("kv_cache_usage")
+    part = fit_band(some, "w")
+    assert part.kv_mean == pytest.approx(np.mean([(i % 7) / 10 for i in range(1, 40)]))
+    assert part.kv_coef == pytest.approx(0.8, abs=0.05)
+
+
+def test_the_bands_top_with_the_kv_share():
+    band = Band(0.1, 0.2, 0.5, 0.05, 30, "w", (1.0, 8.0), kv_coef=0.8, kv_mean=0.3)
+    base = 0.010 * math.exp(0.25 + 0.2 * math.log(4))
+    assert band.high(0.010, 4.0, 0.2, 0.5) == pytest.approx(base * math.exp(0.8 * 0.5))
+    assert band.high(0.010, 4.0, 0.2) == pytest.approx(base * math.exp(0.8 * 0.3))  # unknown: the mean
+    assert Band.from_dict(json.loads(json.dumps(band.to_dict()))) == band
+    old = {k: v for k, v in band.to_dict().items() if k not in ("kv_coef", "kv_mean")}
+    assert Band.from_dict(old).kv_coef == 0.0  # a band stored before the KV term
+    # the verdict reads the interval's KV share: 0.5 allows exp(0.8 x 0.5) more than 0
+    s = stats(4, 0.0150)
+    at_half = judge(dataclasses.replace(s, kv_cache_usage=0.5), CAL, band)
+    at_zero = judge(dataclasses.replace(s, kv_cache_usage=0.0), CAL, band)
+    assert at_half["expected_period_high_s"] == pytest.approx(at_zero["expected_period_high_s"] * math.exp(0.4))
+    assert at_zero["anomaly"] is True and at_half["anomaly"] is False

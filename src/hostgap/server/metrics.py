@@ -194,6 +194,9 @@ class StepStats:
     running: float | None
     waiting: float | None
     notes: tuple[str, ...] = field(default=())
+    kv_cache_usage: float | None = None
+    """vLLM: the KV cache's used share (``vllm:kv_cache_usage_perc``, a fraction), the mean of the
+    interval's two ends (and of data-parallel engines): how much context the batch carries."""
 
 
 # --------------------------------------------------------------------------- scraping
@@ -495,7 +498,13 @@ def _vllm_fields(d: Delta) -> dict:
         "decode_tokens": d.counter("vllm:generation_tokens_total"),
         "running": d.b.gauge("vllm:num_requests_running"),
         "waiting": d.b.gauge("vllm:num_requests_waiting"),
+        "kv_usage": _mean_of_ends(d, "vllm:kv_cache_usage_perc"),
     }
+
+
+def _mean_of_ends(d: Delta, name: str) -> float | None:
+    ends = [v for v in (d.a.gauge(name, "mean"), d.b.gauge(name, "mean")) if v is not None and math.isfinite(v)]
+    return sum(ends) / len(ends) if ends else None
 
 
 def _sglang_fields(d: Delta) -> dict:
@@ -576,6 +585,7 @@ def _derive(engine: str, interval_s: float, f: dict, notes: tuple[str, ...]) -> 
         running=f["running"],
         waiting=f["waiting"],
         notes=notes,
+        kv_cache_usage=None if f.get("kv_usage") is None else min(1.0, max(0.0, f["kv_usage"])),
     )
 
 

@@ -209,7 +209,7 @@ def rules_document(classes: Sequence[ClassCalibration], cfg: RulesConfig | None 
 
 def rules_yaml(doc: dict, header: Sequence[str] = ()) -> str:
     """The rule file as YAML, ``header`` lines as comments above it."""
-    import yaml  # type: ignore[import-untyped]
+    import yaml  # type: ignore[import-untyped,unused-ignore]
 
     class _Dumper(yaml.SafeDumper):
         pass

@@ -40,6 +40,7 @@ HISTOGRAMS = ("vllm:iteration_tokens_total", "vllm:inter_token_latency_seconds",
 GAUGES = (
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
     "sglang:num_running_reqs",
     "sglang:num_queue_reqs",
     "sglang:fwd_occupancy",

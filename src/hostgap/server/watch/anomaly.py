@@ -17,8 +17,11 @@ measured. The interval is an anomaly when its measured period (mean ITL) lies ab
 
 A :class:`Band` fitted on the server's own fault-free watched intervals (:func:`fit_band`, ``watch
 --band-from``) replaces that fixed tolerance: the band's top is ``expected · exp(a + b · ln(B) +
-c · prefill share + margin)``, the line fitted to ``ln(period / expected)`` and the margin the
-:data:`BAND_QUANTILE` quantile of its residuals.
+c · prefill share + d · KV cache share + margin)``, the line fitted to ``ln(period / expected)``
+and the margin the :data:`BAND_QUANTILE` quantile of its residuals. The KV cache's used share
+(vLLM's ``vllm:kv_cache_usage_perc``) stands for the context the batch carries: a decode step's
+attention reads every cached token of its sequences, so long contexts slow a step the batch alone
+does not explain.
 """
 
 from __future__ import annotations
@@ -46,9 +49,10 @@ BAND_MIN_INTERVALS = 20
 @dataclass(frozen=True)
 class Band:
     """The band fitted on a server's own fault-free intervals (docs/watch.md, "Anomalies"): the
-    log of measured period / the model's expected period as a line in the log of the decode batch
-    and the prefill share, and the top of the residuals (their :data:`BAND_QUANTILE`). An interval
-    is an anomaly when its period lies above ``expected x exp(line + margin)``."""
+    log of measured period / the model's expected period as a line in the log of the decode batch,
+    the prefill share and the KV cache's used share (the context the batch carries), and the top
+    of the residuals (their :data:`BAND_QUANTILE`). An interval is an anomaly when its period lies
+    above ``expected x exp(line + margin)``."""
 
     intercept: float
     batch_coef: float
@@ -58,23 +62,29 @@ class Band:
     source: str
     batches: tuple[float, float]
     """The decode batches the band was fitted over (min, max): outside them it extrapolates."""
+    kv_coef: float = 0.0
+    kv_mean: float = 0.0
+    """The fitted intervals' mean KV cache share: the value an interval without one is read at."""
 
-    def high(self, expected: float, batch: float, prefill_share: float) -> float:
+    def high(self, expected: float, batch: float, prefill_share: float, kv_usage: float | None = None) -> float:
+        kv = self.kv_mean if kv_usage is None else kv_usage
         x = self.intercept + self.batch_coef * math.log(max(batch, 1e-9)) + self.prefill_coef * prefill_share
-        return expected * math.exp(x + self.margin)
+        return expected * math.exp(x + self.kv_coef * kv + self.margin)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "batches": list(self.batches)}
 
     @staticmethod
     def from_dict(d: dict) -> Band:
-        return Band(**{**{k: d[k] for k in Band.__dataclass_fields__}, "batches": tuple(d["batches"])})
+        fields = {k: d[k] for k in Band.__dataclass_fields__ if k in d}  # a band stored before kv_coef
+        return Band(**{**fields, "batches": tuple(d["batches"])})
 
 
 def fit_band(rows: Sequence[dict], source: str) -> Band:
     """The band of fault-free watched intervals: rows with a step period, an expected period,
     a decode batch and a prefill share (watch rows of a vLLM server with a calibration); least
-    squares of ``ln(period / expected)`` on ``1, ln(batch), prefill share``, the margin the
+    squares of ``ln(period / expected)`` on ``1, ln(batch), prefill share, KV cache share`` (the
+    last where the rows carry it; a row without it at the others' mean), the margin the
     :data:`BAND_QUANTILE` quantile of the residuals. HostgapError with fewer than
     :data:`BAND_MIN_INTERVALS` such rows."""
     use = [
@@ -95,9 +105,14 @@ def fit_band(rows: Sequence[dict], source: str) -> Band:
     y = np.log([r["step_period_s"] / r["expected_period_s"] for r in use])
     b = np.array([float(r["seqs_per_step"]) for r in use])
     share = np.array([float(r.get("prefill_share") or 0.0) for r in use])
-    x = np.column_stack([np.ones(len(use)), np.log(b), share])
-    keep = [c for c in range(3) if c == 0 or np.ptp(x[:, c]) > 0]  # a constant column has no coefficient
-    coef = np.zeros(3)
+    kv = np.array(
+        [float(r["kv_cache_usage"]) if isinstance(r.get("kv_cache_usage"), (int, float)) else np.nan for r in use]
+    )
+    kv_mean = float(np.nanmean(kv)) if np.isfinite(kv).any() else 0.0
+    kv = np.where(np.isfinite(kv), kv, kv_mean)
+    x = np.column_stack([np.ones(len(use)), np.log(b), share, kv])
+    keep = [c for c in range(4) if c == 0 or np.ptp(x[:, c]) > 0]  # a constant column has no coefficient
+    coef = np.zeros(4)
     coef[keep] = np.linalg.lstsq(x[:, keep], y, rcond=None)[0]
     resid = y - x @ coef
     return Band(
@@ -108,6 +123,8 @@ def fit_band(rows: Sequence[dict], source: str) -> Band:
         len(use),
         source,
         (float(b.min()), float(b.max())),
+        float(coef[3]),
+        kv_mean,
     )
 
 
@@ -139,7 +156,7 @@ def judge(stats: StepStats, cal: Calibration | None, band: Band | None = None) -
         return out
     basis = f"fixed tolerance: held-out error + extrapolation + {HOST_TOLERANCE:g}"
     if band is not None:
-        high = band.high(base, batch, stats.prefill_share or 0.0)
+        high = band.high(base, batch, stats.prefill_share or 0.0, stats.kv_cache_usage)
         basis = f"band fitted on {band.intervals} fault-free intervals of {band.source}"
         if not band.batches[0] <= batch <= band.batches[1]:
             basis += f" (batch {batch:.1f} outside its batches {band.batches[0]:.1f}-{band.batches[1]:.1f})"

@@ -205,6 +205,7 @@ def interval_row(
         "prefill_share": stats.prefill_share,
         "running": stats.running,
         "waiting": stats.waiting,
+        "kv_cache_usage": stats.kv_cache_usage,
         "host_share": e.host_share,
         "host_share_low": e.low,
         "host_share_high": e.high,
