@@ -28,7 +28,7 @@ from itertools import groupby
 from hostgap.server.fleet.classes import ClassCalibration
 from hostgap.server.watch.estimate import Calibration, extrapolation, usable_steps
 from hostgap.server.watch.recalibrate import Policy, has_decode
-from hostgap.server.watch.selfcal import MAX_PROFILES, STEP_KEYS, SelfCalibration
+from hostgap.server.watch.selfcal import STEP_KEYS, SelfCalibration
 
 ClassKey = tuple[str, str, "str | None"]
 MakeCalibration = Callable[[ClassKey, ClassCalibration | None], SelfCalibration]
@@ -175,7 +175,7 @@ def class_self_calibration(
         store=store,
         trace_dir=trace_dir,
         initial=given.calibration if given is not None else None,
-        profiles=earlier[-MAX_PROFILES + 1 :],
+        profiles=earlier,  # a renewal is fitted with the last three of them (SelfCalibration._fit)
         on_note=lambda m: on_note(f"class {_name(key)}: {m}"),
         attach=attach,
     )
