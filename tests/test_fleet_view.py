@@ -362,3 +362,24 @@ def test_the_hardware_label_picks_each_instances_class(tmp_path):
     got = {r["instance"]: (r["calibration"], r["gpu_s_per_step"]) for r in rows if r["instance"] in ("i1", "i2")}
     # i1 on l4: 1/256 + 4 × 1/512 = 0.01171875; i2 on h100: 1/256 + 16/1024 = 0.01953125
     assert got == {"i1": ("cal-l4", 0.01171875), "i2": ("cal-h100", 0.01953125)}
+
+
+def test_live_reads_each_interval_once_prometheus_has_had_the_lag_to_scrape_its_end():
+    import time
+
+    seen: list[tuple[float, float]] = []
+    spans: set[tuple[float, float]] = set()
+    many = _many(2)
+
+    def timed(query, start, end, step):
+        seen.append((end, time.time()))
+        spans.add((start, end))
+        return many(query, start, end, step)
+
+    config = FleetConfig("http://prom:9090", interval_s=0.2, lag_s=0.3, duration_s=1.2)
+    rows = list(FleetSession(config, class_calibrations([CAL]), timed))
+    assert rows and seen
+    # never an interval whose end is less than the lag ago: Prometheus may not have scraped it
+    assert all(read_at - end >= 0.3 - 1e-6 for end, read_at in seen)
+    reads = sorted(spans)  # each interval once, in turn: a read starts one interval after the last
+    assert all(b[0] - a[1] == pytest.approx(0.2) for a, b in zip(reads, reads[1:]))
