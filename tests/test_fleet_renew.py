@@ -112,6 +112,7 @@ def session(batches, classes, r, *, end=600.0):
     import hostgap.server.fleet.fleet_session as fs
 
     fs_budget, fs.CELL_BUDGET = fs.CELL_BUDGET, len(batches)
+    fs_min, fs.MIN_POINTS = fs.MIN_POINTS, 1
     fetch = fleet(batches)
 
     def settled(query, start, stop, step):  # each read sees the renewals the previous one started
@@ -122,7 +123,7 @@ def session(batches, classes, r, *, end=600.0):
     try:
         return list(FleetSession(config, classes, settled, clock=lambda: 5000.0, renewal=r))
     finally:
-        fs.CELL_BUDGET = fs_budget
+        fs.CELL_BUDGET, fs.MIN_POINTS = fs_budget, fs_min
         joined(r)
 
 

@@ -190,6 +190,7 @@ def test_a_long_history_is_read_in_chunks(monkeypatch):
         return fetch(query, start, end, step)
 
     monkeypatch.setattr(fs, "CELL_BUDGET", 1)
+    monkeypatch.setattr(fs, "MIN_POINTS", 1)
     config = FleetConfig("http://prom:9090", start=1000.0, end=1120.0, interval_s=60.0)
     rows = list(FleetSession(config, class_calibrations([CAL]), counting, clock=lambda: 5000.0))
     assert sorted({c for c in calls}) == [(1060.0, 1060.0), (1120.0, 1120.0)]
@@ -228,6 +229,7 @@ def test_the_first_read_learns_the_fleets_size_then_chunks_hold_the_cell_budget(
         return many(query, start, end, step)
 
     monkeypatch.setattr(fs, "CELL_BUDGET", 8)  # 4 instances: 2 intervals a read
+    monkeypatch.setattr(fs, "MIN_POINTS", 1)
     config = FleetConfig("http://prom:9090", start=0.0, end=600.0, interval_s=60.0)
     rows = list(FleetSession(config, class_calibrations([CAL]), counting, clock=lambda: 5000.0))
     reads = sorted(set(calls))
@@ -235,6 +237,11 @@ def test_the_first_read_learns_the_fleets_size_then_chunks_hold_the_cell_budget(
     assert reads == [(60.0, 60.0), (120.0, 180.0), (240.0, 300.0), (360.0, 420.0), (480.0, 540.0), (600.0, 600.0)]
     assert len(rows) == 40 and {r["instance"] for r in rows} == {"n0", "n1", "n2", "n3"}
     assert gc.isenabled()
+    # a fleet larger than the budget allows MIN_POINTS intervals: reads of 3 however many
+    calls.clear()
+    monkeypatch.setattr(fs, "MIN_POINTS", 3)
+    assert len(list(FleetSession(config, class_calibrations([CAL]), counting, clock=lambda: 5000.0))) == 40
+    assert sorted(set(calls)) == [(60.0, 60.0), (120.0, 240.0), (300.0, 420.0), (480.0, 600.0)]
 
 
 def test_the_collector_is_on_again_after_a_failed_read():

@@ -30,7 +30,13 @@ from hostgap.server.fleet.view import FleetWindow, read, rows
 from hostgap.server.watch.loop import Condition
 
 CELL_BUDGET = 20_000
-"""Instance × interval cells read at once (each a few dicts of the instance's series)."""
+"""Instance × interval cells read at once (each a few dicts of the instance's series), for fleets
+of up to 1,000 instances (see MIN_POINTS)."""
+MIN_POINTS = 20
+"""Intervals read at once however many instances there are: each series of a query answer costs
+its labels once per read, so reads of fewer intervals would make that cost grow as the fleet's
+size squared. Up to CELL_BUDGET / MIN_POINTS = 1,000 instances the cell budget holds; beyond,
+a read holds MIN_POINTS intervals of every instance (bench/results/fleet-scale.md)."""
 KEPT_ROWS = 20_000
 """Rows the document keeps (the most recent); --jsonl has them all."""
 HISTORY_POINTS = 240
@@ -151,7 +157,7 @@ class FleetSession:
                 # until an instance has been seen, how many the fleet has is unknown: one
                 # interval is read to learn it (a day of a thousand read at once is 240,000 cells)
                 seen = len(self.window.windows)
-                points = max(1, min(MAX_POINTS - 1, CELL_BUDGET // seen)) if seen else 1
+                points = max(MIN_POINTS, min(MAX_POINTS - 1, CELL_BUDGET // seen)) if seen else 1
                 chunk_end = min(last, next_t + (points - 1) * self.step_s)
                 yield from self._read(next_t, chunk_end)
                 next_t = chunk_end + self.step_s
