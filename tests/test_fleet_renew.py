@@ -256,3 +256,17 @@ def test_calibrate_is_refused_over_history():
     assert res.exit_code == 2
     assert "--calibrate" in res.output and "give no --end or --since" in res.output
     assert "Traceback" not in res.output
+
+
+def test_calibrate_with_a_new_database_starts_without_calibrations(tmp_path, monkeypatch):
+    from hostgap.api._fleet import fleet_watch
+
+    db = str(tmp_path / "runs.sqlite")  # does not exist yet: --calibrate stores its runs there
+    fleet = fleet_watch("http://127.0.0.1:9", duration=0.1, calibrate=True, db=db)
+    assert fleet.to_dict()["classes"] == [] and fleet.to_dict()["renewal"] == []
+    fleet.stop()
+    # without --calibrate the same database is a calibration source that is not there
+    from hostgap.errors import HostgapError
+
+    with pytest.raises(HostgapError, match="no runs database"):
+        fleet_watch("http://127.0.0.1:9", duration=0.1, db=db)

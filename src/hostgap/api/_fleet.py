@@ -206,7 +206,12 @@ def fleet_watch(
     if calibrate_steps < 1:
         raise HostgapError("--calibrate-steps", f"{calibrate_steps}: give at least 1")
     refs = [calibration] if isinstance(calibration, str) else list(calibration)
-    classes = class_calibrations(refs, db) if refs or db else []
+    if refs or (db and not calibrate):
+        classes = class_calibrations(refs, db)
+    elif db:  # --calibrate: the database's attach runs where it has some; the view takes its own
+        classes = _stored_classes(db)
+    else:
+        classes = []
     conditions = parse_conditions(fail_if) if fail_if else []
     config = FleetConfig(
         prometheus,
@@ -260,3 +265,19 @@ def fleet_watch(
             out.close()
 
     return FleetWatch(session, SCHEMA_VERSION, close)
+
+
+def _stored_classes(db: str) -> list:
+    """The class calibrations of the attach runs in ``db``, none where it holds none (or does
+    not exist yet: ``--calibrate`` stores its own runs there)."""
+    from pathlib import Path
+
+    from hostgap.server.fleet.classes import class_calibrations
+    from hostgap.store.database import RunsDB
+
+    if not Path(db).exists():
+        return []
+    with RunsDB(db) as runs:
+        if not runs.rows(limit=1, mode="attach"):
+            return []
+    return class_calibrations((), db)
