@@ -270,3 +270,30 @@ def test_calibrate_with_a_new_database_starts_without_calibrations(tmp_path, mon
 
     with pytest.raises(HostgapError, match="no runs database"):
         fleet_watch("http://127.0.0.1:9", duration=0.1, db=db)
+
+
+def test_a_class_named_by_its_runs_device_is_the_models_class_without_a_hardware_label(tmp_path):
+    p = tmp_path / "r1.json"
+    run = {"run_id": "r1", "engine": "vllm", "model": "m-a", "device": "cpu", "steps": decode_steps((2, 4))}
+    p.write_text(json.dumps(run))
+    given = class_calibrations([str(p)])
+    assert given[0].hardware == "cpu"
+    batches = {"a:8000": 4.0}
+    attach = StandInAttach(batches)
+    r = renewal(given, attach)  # no hardware label: the rows' hardware is null
+    rows = session(batches, given, r)
+    assert attach.servers == [] and {row["calibration"] for row in rows} == {"r1"}  # no start: it has one
+    (state,) = r.to_dict()
+    assert state["class"] == "vllm/m-a/any" and state["calibration"] == "r1"
+    assert r.classes() == given
+    # keyed by hardware (a --hardware-label), an instance on other hardware is another class
+    make = lambda key, g: class_self_calibration(  # noqa: E731
+        key, g, policy=Policy(min_gap_s=0), steps=24, output="unused", db=None, store=False, trace_dir=None,
+        on_note=lambda m: None, attach=attach,
+    )  # fmt: skip
+    by_hw = ClassRenewal(given, make, by_hardware=True)
+    row = {"engine": "vllm", "model": "m-a", "hardware": "h100", "instance": "a:8000", "t_end": 60.0}
+    by_hw.observe([{**row, "status": "ok", "steps": 100, "seqs_per_step": 4.0, "prefill_share": 0.0}])
+    joined(by_hw)
+    assert attach.servers == ["http://a:8000"]
+    assert [s["class"] for s in by_hw.to_dict()] == ["vllm/m-a/cpu", "vllm/m-a/h100"]

@@ -246,7 +246,7 @@ def fleet_watch(
             trace_dir=trace_dir,
             on_note=on_note,
         )
-        renewal = ClassRenewal(classes, make, on_note=on_note)
+        renewal = ClassRenewal(classes, make, on_note=on_note, by_hardware=hardware_label is not None)
     session = FleetSession(
         config,
         classes,

@@ -43,11 +43,13 @@ def instance_url(instance: str, scheme: str = "http") -> str:
     return instance if "://" in instance else f"{scheme}://{instance}"
 
 
-def class_key(row: dict) -> ClassKey | None:
-    """The class of a fleet row's instance, or None when it is not a vLLM instance with a model."""
+def class_key(row: dict, by_hardware: bool = True) -> ClassKey | None:
+    """The class of a fleet row's instance, or None when it is not a vLLM instance with a model;
+    without ``by_hardware`` (no ``--hardware-label``) a class is its engine and model alone, as
+    the view reads it (:func:`hostgap.server.fleet.view.calibration_for`)."""
     if row.get("engine") != "vllm" or not row.get("model"):
         return None
-    return ("vllm", str(row["model"]), row.get("hardware"))
+    return ("vllm", str(row["model"]), row.get("hardware") if by_hardware else None)
 
 
 def representative(rows: Sequence[dict], cal: Calibration | None) -> dict:
@@ -73,16 +75,25 @@ class ClassRenewal:
         *,
         on_note: Callable[[str], None] = lambda m: None,
         scheme: str = "http",
+        by_hardware: bool = False,
     ):
         self._make = make
         self._note = on_note
         self._scheme = scheme
+        self._by_hardware = by_hardware
         self._lock = threading.Lock()
-        self._given = {c.key: c for c in classes}
-        self._cals: dict[ClassKey, SelfCalibration] = {}
+        # without a hardware label the view reads a vLLM instance with the first class of its
+        # model (view.calibration_for): the renewal keys classes the same way
+        self._given: dict[ClassKey, ClassCalibration] = {}
         for c in classes:
+            self._given.setdefault(self._key(c), c)
+        self._cals: dict[ClassKey, SelfCalibration] = {}
+        for key, c in self._given.items():
             if c.engine == "vllm":
-                self._cals[c.key] = make(c.key, c)
+                self._cals[key] = make(key, c)
+
+    def _key(self, c: ClassCalibration) -> ClassKey:
+        return (c.engine, c.model, c.hardware if self._by_hardware else None)
 
     def classes(self) -> list[ClassCalibration]:
         """Every class's calibration in use now: a given one until renewed, then the renewal."""
@@ -102,7 +113,7 @@ class ClassRenewal:
     def observe(self, rows: Sequence[dict]) -> None:
         """Run each class's policy on its rows of each interval (in time order); mark every row
         of a class whose calibration is being taken (``calibrating``)."""
-        keyed = [(r["t_end"], k, r) for r in rows if (k := class_key(r)) is not None]
+        keyed = [(r["t_end"], k, r) for r in rows if (k := class_key(r, self._by_hardware)) is not None]
         keyed.sort(key=lambda x: (x[0], tuple(str(v) for v in x[1])))
         for (_, key), group in groupby(keyed, key=lambda x: (x[0], x[1])):
             members = [r for _, _, r in group]
@@ -129,7 +140,7 @@ class ClassRenewal:
     def to_dict(self) -> list[dict]:
         """Each class's renewals: the calibration in use, the attempts (each with the server it
         profiled), and whether its servers could not be profiled."""
-        in_use = {c.key: c.name for c in self.classes()}
+        in_use = {self._key(c): c.name for c in self.classes()}
         out = []
         for key, sc in sorted(self._cals.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
             d = sc.to_dict()
