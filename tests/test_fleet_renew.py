@@ -297,3 +297,10 @@ def test_a_class_named_by_its_runs_device_is_the_models_class_without_a_hardware
     joined(by_hw)
     assert attach.servers == ["http://a:8000"]
     assert [s["class"] for s in by_hw.to_dict()] == ["vllm/m-a/cpu", "vllm/m-a/h100"]
+
+
+def test_calibrate_steps_are_checked_as_watchs():
+    res = CliRunner().invoke(
+        cli, ["watch", "--prometheus", "http://127.0.0.1:9", "--calibrate", "--calibrate-steps", "4", "-q"]
+    )
+    assert res.exit_code == 2 and "--calibrate-steps" in res.output and ">= 8" in res.output

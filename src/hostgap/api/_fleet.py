@@ -203,8 +203,8 @@ def fleet_watch(
         raise HostgapError("--interval", f"{interval:g}: give seconds > 0")
     if calibrate and t1 is not None:
         raise HostgapError("--calibrate", "a class is calibrated on its live traffic: give no --end or --since")
-    if calibrate_steps < 1:
-        raise HostgapError("--calibrate-steps", f"{calibrate_steps}: give at least 1")
+    if calibrate and (not isinstance(calibrate_steps, int) or calibrate_steps < 8):
+        raise HostgapError("--calibrate-steps", f"{calibrate_steps!r}: give a whole number >= 8")  # as watch's
     refs = [calibration] if isinstance(calibration, str) else list(calibration)
     if refs or (db and not calibrate):
         classes = class_calibrations(refs, db)
