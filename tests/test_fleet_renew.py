@@ -19,18 +19,9 @@ from hostgap.server.fleet.fleet_session import FleetConfig, FleetSession
 from hostgap.server.fleet.renew import ClassRenewal, class_key, class_self_calibration, instance_url, representative
 from hostgap.server.watch.estimate import fit_calibration
 from hostgap.server.watch.recalibrate import Policy
+from test_server_watch_calibrate import decode_steps  # 1 ms + 0.5 ms per sequence of GPU time
 
 STEPS = 1920  # engine steps per interval of every instance
-
-
-def decode_steps(batches, n: int = 24) -> list[dict]:
-    """Decode steps whose GPU time is 1 ms + 0.5 ms per sequence, wall 5 ms more."""
-    out = []
-    for i in range(n):
-        b = batches[i % len(batches)]
-        gpu = 1_000_000 + 500_000 * b
-        out.append({"kind": "decode", "wall_ns": gpu + 5_000_000, "gpu_active_ns": gpu, "gen_requests": b})
-    return out
 
 
 def fleet(batches: dict[str, float], model: str = "m-a"):
