@@ -149,6 +149,10 @@ def test_from_run_computes_the_growth_of_an_older_results_document():
         "steps_decode": rows,
     }
     assert from_run(doc).facts["compute_growth"]["row_ns"] == pytest.approx(10.0)
+    # the run's batch reaches the growth: batch 2's prefill holds 2 x 128 rows
+    two = {**doc, "batch": 2, "anatomy_summary": summary(range(2, 10), 1055.0 + 254 * 10.0)}
+    assert from_run(two).facts["compute_growth"]["prefill_rows"] == 256
+    assert from_run(two).facts["compute_growth"]["row_ns"] == pytest.approx(10.0)
     assert from_run({**doc, "steps_decode": {"trimmed": True}}).facts == {}
     stored = {**doc, "compute_growth": {"decode_ns": 7.0}}
     assert from_run(stored).facts["compute_growth"] == {"decode_ns": 7.0}
