@@ -166,8 +166,8 @@ def test_a_class_whose_batch_leaves_the_range_is_renewed_on_the_farthest_instanc
     assert state["history"][0]["server"] == "http://b:8000" and state["history"][0]["reason"] == "batch"
     assert any(n.startswith("class vllm/m-a/any: calibration (batch)") for n in notes)
     # the interval after the one that started it (the profile ran during it); only then
-    calibrating = {row["t_end"] for row in rows if row["calibrating"]}
-    assert calibrating == {180.0}
+    calibrating = {(row["t_end"], row["instance"]) for row in rows if row["calibrating"]}
+    assert calibrating == {(180.0, "b:8000")}  # the profiled instance's, not its class's others
 
 
 def test_a_class_in_range_is_never_profiled(given):

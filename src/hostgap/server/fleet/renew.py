@@ -88,6 +88,7 @@ class ClassRenewal:
         for c in classes:
             self._given.setdefault(self._key(c), c)
         self._cals: dict[ClassKey, SelfCalibration] = {}
+        self._profiled: dict[ClassKey, str] = {}  # the instance each class's latest attach profiled
         for key, c in self._given.items():
             if c.engine == "vllm":
                 self._cals[key] = make(key, c)
@@ -112,7 +113,7 @@ class ClassRenewal:
 
     def observe(self, rows: Sequence[dict]) -> None:
         """Run each class's policy on its rows of each interval (in time order); mark every row
-        of a class whose calibration is being taken (``calibrating``)."""
+        of a class's instance being profiled for its calibration (``calibrating``)."""
         keyed = [(r["t_end"], k, r) for r in rows if (k := class_key(r, self._by_hardware)) is not None]
         keyed.sort(key=lambda x: (x[0], tuple(str(v) for v in x[1])))
         for (_, key), group in groupby(keyed, key=lambda x: (x[0], x[1])):
@@ -120,9 +121,13 @@ class ClassRenewal:
             sc = self._calibration_of(key)
             rep = representative(members, sc.current())
             sc.url = instance_url(str(rep["instance"]), self._scheme)
+            before = sc.attempts
             sc.observe(rep)
-            for r in members:
-                r["calibrating"] = rep["calibrating"]
+            if sc.attempts > before:
+                self._profiled[key] = rep["instance"]
+            busy, profiled = bool(rep["calibrating"]), self._profiled.get(key)
+            for r in members:  # the profiler's cost is in the profiled instance's interval only
+                r["calibrating"] = busy and r["instance"] == profiled
 
     def _calibration_of(self, key: ClassKey) -> SelfCalibration:
         with self._lock:
