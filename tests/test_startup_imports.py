@@ -80,3 +80,18 @@ def test_the_check_sees_a_heavy_import(tmp_path):
     # the same probe on the terminal table, which needs rich: the check can fail
     mods = loaded("analyze", "--quiet", str(TRACE), tmp_path=tmp_path)
     assert "hostgap.readers.kineto" in mods and "rich" in mods
+
+
+def test_the_levers_interval_needs_no_scipy(tmp_path):
+    """With six steps or more the levers carry a 95 % interval (an order statistic of the steps):
+    its binomial tail is computed without ``scipy.stats`` (0.6-0.8 s of start-up)."""
+    from test_examples import decode_trace
+
+    trace = decode_trace(tmp_path / "t.json.gz", 40.0, steps=12)
+    mods = loaded("analyze", "--json", "--quiet", str(trace), tmp_path=tmp_path)
+    assert "hostgap.model.levers.arithmetic" in mods and "hostgap.stats.order" in mods
+    assert not [m for m in mods if m == "scipy" or m.startswith("scipy.")]
+    from hostgap.api import analyze
+
+    rows = analyze(str(trace)).to_dict()["levers"]
+    assert rows and all(r["step_ns_ci"] is not None for r in rows if r["applicable"])

@@ -30,6 +30,7 @@ import numpy as np
 
 from hostgap.checks import fit_reason
 from hostgap.stats.confidence import Slope, mover_ratio
+from hostgap.stats.order import half_binomial_quantile
 
 UJ = 1e-6
 """Joules per microjoule (the counters' raw unit in the timings)."""
@@ -42,11 +43,8 @@ def median_rank(n: int, level: float = 0.95) -> int | None:
     >>> median_rank(9), median_rank(5), median_rank(30)
     (2, None, 10)
     """
-    from scipy.stats import binom
-
-    ks = np.arange(1, n // 2 + 2)
-    ok = ks[binom.cdf(ks - 1, n, 0.5) <= (1.0 - level) / 2.0]
-    return int(ok.max()) if len(ok) else None
+    k = min(half_binomial_quantile(n, (1.0 - level) / 2.0) + 1, n // 2 + 1)
+    return k if k >= 1 else None
 
 
 def median_interval(values, level: float = 0.95) -> tuple[float, float] | None:

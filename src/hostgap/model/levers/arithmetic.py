@@ -25,6 +25,7 @@ import numpy as np
 
 from hostgap.anatomy.verdict import classify
 from hostgap.model import graphlaunch
+from hostgap.stats.order import half_binomial_quantile
 
 MIN_STEPS_FOR_CI = 6
 """Fewer steps give no interval (``step_ns_ci`` null): no order-statistic interval of 5 values or
@@ -283,10 +284,8 @@ def median_rank(n: int, alpha: float = 0.05) -> int | None:
     it with less than 95 % (n = 5: 93.75 %)."""
     if n < MIN_STEPS_FOR_CI:
         return None
-    from scipy.stats import binom
-
-    ok = np.flatnonzero(binom.cdf(np.arange(n), n, 0.5) <= alpha / 2)
-    return int(ok[-1]) if len(ok) else None
+    k = min(half_binomial_quantile(n, alpha / 2), n - 1)
+    return k if k >= 0 else None
 
 
 def today_interval(base: Baseline) -> tuple[float, float] | None:
