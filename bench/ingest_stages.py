@@ -15,6 +15,10 @@ How the CPU is counted, so that nothing is counted twice and nothing is left out
   timed with the process's CPU clock (all threads); the work those threads do is timed with
   their own thread's clock where it happens (the compiled decoder's calls on the decoding
   threads, the gzip inflater on its thread) and subtracted from the stage that ran them.
+- The analysis may run part of its work in a child process (``hostgap.parallel.beside``: the
+  enclosures and the overview beside the steps' split); its CPU is the process's
+  ``RUSAGE_CHILDREN`` once it is reaped, its own row (the timers inside it count in its memory,
+  not here), and the parent's time reading its result is ``receive from the child``.
 - ``start`` is the CPU the interpreter had used when this script began (start-up, site);
   ``other`` is the process's CPU at the end less every stage: click's parsing, the cache's
   lookup and fingerprint, thread start-up and shutdown, the allocator's trims.
@@ -45,6 +49,8 @@ STAGES = (
     "join/sort",
     "load: table, devices",
     "link",
+    "child process (enclosures, overview)",
+    "receive from the child",
     "overview",
     "steps",
     "TaxBreak",
@@ -170,7 +176,11 @@ def main() -> None:
         kineto_columns._NATIVE = Timed
     patch(kineto._Builder, "decode_list", "parse")  # the msgspec path (chunks the extension leaves)
     # the analysis
-    patch(analysis_trace, "link", "link", P)
+    patch(analysis_trace, "launch_links", "link", P)
+    patch(analysis_trace, "enclosing_links", "link", P)
+    from hostgap.parallel import beside
+
+    patch(beside.Beside, "_collect", "receive from the child", P)
     patch(overview, "overview", "overview", P)
     patch(analysis_trace, "analyze", "steps", P)
     patch(taxbreak, "kernel_taxes", "TaxBreak", P)
@@ -196,7 +206,9 @@ def main() -> None:
     finally:
         os.dup2(saved, 1)
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    total = ru.ru_utime + ru.ru_stime
+    rc = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu["child process (enclosures, overview)"] = rc.ru_utime + rc.ru_stime
+    total = ru.ru_utime + ru.ru_stime + rc.ru_utime + rc.ru_stime
     end_wall = time.perf_counter()
     # the work of other threads, counted in the process clock of the stage that ran them
     # (the load) and on their own clocks in their stages: taken out of the load's row
@@ -204,7 +216,9 @@ def main() -> None:
     cpu["parse"] += cpu.pop("parse on workers")
     wall.pop("parse on workers", None)
     cpu["other"] = total - sum(cpu[s] for s in STAGES if s != "other")
-    wall["other"] = (end_wall - START_WALL) - sum(wall[s] for s in STAGES if s not in ("other", "inflate (own thread)"))
+    wall["other"] = (end_wall - START_WALL) - sum(
+        wall[s] for s in STAGES if s not in ("other", "inflate (own thread)", "child process (enclosures, overview)")
+    )
     print(
         json.dumps(
             {
@@ -212,8 +226,9 @@ def main() -> None:
                 "cache": bool(cache),
                 "stages": {s: {"cpu_s": cpu[s], "wall_s": wall[s], "calls": calls[s]} for s in STAGES},
                 "process_cpu_s": total,
-                "user_s": ru.ru_utime,
-                "system_s": ru.ru_stime,
+                "user_s": ru.ru_utime + rc.ru_utime,
+                "system_s": ru.ru_stime + rc.ru_stime,
+                "child_peak_rss_bytes": rc.ru_maxrss * 1024,
                 "wall_s": end_wall - START_WALL,
                 "peak_rss_bytes": ru.ru_maxrss * 1024,
             }
@@ -276,5 +291,10 @@ def table(res: dict, json_bytes: int | None = None) -> str:
         lines.append(
             f"{json_bytes / 1e6:.1f} MB of JSON: {json_bytes / 1e6 / total:.0f} MB/CPU-s, "
             f"peak RSS {res['peak_rss_bytes'] / 1e9:.2f} GB = {res['peak_rss_bytes'] / json_bytes:.2f}x the JSON"
+            + (
+                f" (the child's {res['child_peak_rss_bytes'] / 1e9:.2f} GB, most of it the parent's pages it shares)"
+                if res.get("child_peak_rss_bytes")
+                else ""
+            )
         )
     return "\n".join(lines)

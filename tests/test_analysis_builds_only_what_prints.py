@@ -17,7 +17,7 @@ from test_examples import decode_trace
 @pytest.fixture
 def built(monkeypatch) -> dict[str, int]:
     """How many times each part was computed (the cache's reads do not count)."""
-    calls = {"load": 0, "link": 0, "overview": 0, "anatomy": 0, "kernels": 0}
+    calls = {"load": 0, "link": 0, "enclosing": 0, "overview": 0, "anatomy": 0, "kernels": 0}
 
     def counting(name, fn):
         def run(*a, **k):
@@ -29,7 +29,8 @@ def built(monkeypatch) -> dict[str, int]:
     import hostgap.readers as readers
 
     monkeypatch.setattr(readers, "load_trace", counting("load", readers.load_trace))
-    monkeypatch.setattr(tr, "link", counting("link", tr.link))
+    monkeypatch.setattr(tr, "launch_links", counting("link", tr.launch_links))
+    monkeypatch.setattr(tr, "enclosing_links", counting("enclosing", tr.enclosing_links))
     monkeypatch.setattr(ov, "overview", counting("overview", ov.overview))
     monkeypatch.setattr(tr, "analyze", counting("anatomy", tr.analyze))
     from hostgap.anatomy import kernels
@@ -47,10 +48,10 @@ def run(*args: str) -> str:
 @pytest.mark.parametrize(
     "verb, expected",
     [
-        (("steps", "--json"), {"load": 1, "link": 1, "overview": 0, "anatomy": 1, "kernels": 0}),
-        (("steps", "--csv"), {"load": 1, "link": 1, "overview": 0, "anatomy": 1, "kernels": 0}),
-        (("analyze", "--json"), {"load": 1, "link": 1, "overview": 1, "anatomy": 1, "kernels": 0}),
-        (("kernels", "--json"), {"load": 1, "link": 1, "overview": 0, "anatomy": 1, "kernels": 1}),
+        (("steps", "--json"), {"load": 1, "link": 1, "enclosing": 1, "overview": 0, "anatomy": 1, "kernels": 0}),
+        (("steps", "--csv"), {"load": 1, "link": 1, "enclosing": 1, "overview": 0, "anatomy": 1, "kernels": 0}),
+        (("analyze", "--json"), {"load": 1, "link": 1, "enclosing": 1, "overview": 1, "anatomy": 1, "kernels": 0}),
+        (("kernels", "--json"), {"load": 1, "link": 1, "enclosing": 1, "overview": 0, "anatomy": 1, "kernels": 1}),
     ],
 )
 def test_each_command_builds_what_it_prints_once(built, tmp_path, monkeypatch, verb, expected):
@@ -75,7 +76,7 @@ def test_the_cache_entry_is_written_from_the_first_computation(built, tmp_path, 
     path = str(decode_trace(tmp_path / "t.json.gz", 40.0))
     first = run("analyze", path, "--json")
     # each part computed once, each written once, from that computation
-    assert built == {"load": 1, "link": 1, "overview": 1, "anatomy": 1, "kernels": 0}
+    assert built == {"load": 1, "link": 1, "enclosing": 1, "overview": 1, "anatomy": 1, "kernels": 0}
     assert sorted(writes) == ["anatomy", "events", "links", "overview"]
     assert run("analyze", path, "--json") == first and run("steps", path, "--json")
-    assert built == {"load": 1, "link": 1, "overview": 1, "anatomy": 1, "kernels": 0}  # nothing again
+    assert built == {"load": 1, "link": 1, "enclosing": 1, "overview": 1, "anatomy": 1, "kernels": 0}  # nothing again

@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from hostgap.analysis import trace_cache as C
-from hostgap.anatomy.link import Links, Nesting, link
+from hostgap.anatomy.link import Enclosing, Launches, Links, Nesting, enclosing_links, launch_links
 from hostgap.anatomy.steps import AnalysisOptions, Anatomy, analyze
-from hostgap.events import NONE, Trace
+from hostgap.events import Trace
 from hostgap.memory import release_free_memory
+from hostgap.parallel.beside import Beside
 
 Progress = Callable[[str], None]
 BytesProgress = Callable[[int, "int | None"], None]
@@ -40,6 +41,11 @@ progress bar, :func:`hostgap.api.reporting_loads`); a load given its own callbac
 CACHE_MIN_BYTES = 1 << 20
 """Files smaller than this are analysed from scratch every time (``HOSTGAP_CACHE_MIN``
 overrides): decoding them costs less than reading an entry."""
+
+BESIDE_MIN_EVENTS = 1_000_000
+"""Traces of at least this many events have their enclosures linked in a child process beside
+the GPU timeline and the steps' split (``HOSTGAP_BESIDE_MIN_EVENTS`` overrides; ``HOSTGAP_JOBS=1``
+turns it off): below it, forking and sending the arrays back cost about what they save."""
 
 
 class TraceAnalysis:
@@ -69,6 +75,11 @@ class TraceAnalysis:
         self._jobs = jobs
         self._on_bytes = on_bytes
         self._anatomies: dict[int, Anatomy] = {}
+        self._want_enclosing = False  # the caller reads the enclosures: a child may link them
+        self._want_overview_beside = False  # ... and the overview: the child computes it too
+        self._overview_beside = False  # the child computes the overview
+        self._beside: Beside[tuple[Enclosing, dict | None]] | None = None
+        self._links_unsaved = False
 
     @property
     def path(self) -> str:
@@ -96,11 +107,58 @@ class TraceAnalysis:
         cached = self.entry.arrays("links") if self.entry else None
         if cached is not None:
             return _links_from(cached)
-        links = link(self.trace)
-        release_free_memory()  # the linker's temporaries, before the next stage stacks on them
+        trace = self.trace
+        launches = launch_links(trace)
+        # the temporaries freed so far, before the next stage stacks on them; and before a fork,
+        # so that neither process copies those pages when it writes there (copy-on-write)
+        release_free_memory()
+        beside = self._beside = self._start_beside(trace, launches)
+        if beside is not None:
+            links = Links(launches, lambda: beside.result()[0])
+        else:
+            links = Links(launches, enclosing_links(trace))
+            release_free_memory()  # the enclosures' temporaries
         if self.entry:
-            self.entry.put_arrays("links", _links_arrays(links))
+            self._links_unsaved = True
+            if beside is None:
+                self._settle_links(links)
         return links
+
+    def _start_beside(self, trace: Trace, launches: Launches) -> Beside[tuple[Enclosing, dict | None]] | None:
+        """A child process that computes the enclosures (and the overview, when ``document``
+        asks for both) while this one computes the steps' split, which needs only the launch
+        join: where the caller will read the enclosures (``_want_enclosing``), the trace has at
+        least :data:`BESIDE_MIN_EVENTS` events and more than one worker is allowed. None
+        where no child was started."""
+        if not self._want_enclosing or len(trace.events) < _beside_min_events():
+            return None
+        from hostgap.readers import default_jobs
+
+        if (self._jobs if self._jobs is not None else default_jobs()) < 2:
+            return None
+        o, with_overview = self.options, self._want_overview_beside
+
+        def share() -> tuple[Enclosing, dict | None]:
+            from hostgap.anatomy.overview import overview
+
+            enclosing = enclosing_links(trace)
+            if not with_overview:
+                return enclosing, None
+            doc = overview(trace, Links(launches, enclosing), gap_threshold_ns=o.gap_threshold_ns, top=o.top)
+            return enclosing, doc
+
+        beside = Beside(share)
+        if not beside.forked:
+            return None
+        self._overview_beside = with_overview
+        return beside
+
+    def _settle_links(self, links: Links | None = None) -> None:
+        """Keep the links in the cache entry once they are all known (the enclosures from the
+        child when it computed them): written once, from what was computed."""
+        if self._links_unsaved and self.entry:
+            self._links_unsaved = False
+            self.entry.put_arrays("links", _links_arrays(links if links is not None else self.links))
 
     def _key(self, top: int | None = None) -> str:
         return C.options_key(self.options if top is None else replace(self.options, top=top))
@@ -122,8 +180,12 @@ class TraceAnalysis:
             from hostgap.anatomy.overview import overview
 
             o = self.options
-            doc = overview(self.trace, self.links, gap_threshold_ns=o.gap_threshold_ns, top=o.top)
-            release_free_memory()
+            links = self.links
+            if self._overview_beside:  # computed by the child beside the anatomy
+                doc = self._beside.result()[1]  # type: ignore[union-attr]
+            if doc is None:
+                doc = overview(self.trace, links, gap_threshold_ns=o.gap_threshold_ns, top=o.top)
+                release_free_memory()
             self._keep("overview", doc)
         return doc
 
@@ -138,7 +200,9 @@ class TraceAnalysis:
         top = self.options.top if top is None else top
         if top not in self._anatomies:
             opts = self.options if top == self.options.top else replace(self.options, top=top)
+            self._want_enclosing = True
             self._anatomies[top] = analyze(self.trace, opts, self.links)
+            self._settle_links()
         return self._anatomies[top]
 
     def anatomy_dict(self, top: int | None = None) -> dict:
@@ -152,8 +216,22 @@ class TraceAnalysis:
     def document(self) -> dict:
         """The single-trace ``hostgap analyze --json`` document (docs/json.md): the overview,
         then the anatomy's parts."""
+        self._want_enclosing = True  # the anatomy reads them: they may be linked in a child
+        anatomy = None
+        if "_overview" not in self.__dict__:
+            cached = self._cached("overview")
+            if cached is not None:
+                self.__dict__["_overview"] = cached
+            elif "links" not in self.__dict__:
+                self._want_overview_beside = True
+                self.links  # noqa: B018 - linked now: a child may take the enclosures and the overview
+                if self._overview_beside:
+                    anatomy = self.anatomy_dict()  # this process's share, while the child works
         doc = self.overview()
-        doc.update({k: v for k, v in self.anatomy_dict().items() if k not in ("schema_version", "trace")})
+        parts = anatomy if anatomy is not None else self.anatomy_dict()
+        doc.update({k: v for k, v in parts.items() if k not in ("schema_version", "trace")})
+        if "links" in self.__dict__:
+            self._settle_links()
         return doc
 
     def rank_facts(self) -> dict:
@@ -227,6 +305,13 @@ def analyse_trace(
     return analysis
 
 
+def _beside_min_events() -> int:
+    try:
+        return int(os.environ.get("HOSTGAP_BESIDE_MIN_EVENTS", BESIDE_MIN_EVENTS))
+    except ValueError:
+        return BESIDE_MIN_EVENTS
+
+
 def _entry(path: str, progress: Progress | None) -> C.Entry | None:
     try:
         small = os.path.getsize(path) < int(os.environ.get("HOSTGAP_CACHE_MIN", CACHE_MIN_BYTES))
@@ -240,8 +325,8 @@ def _entry(path: str, progress: Progress | None) -> C.Entry | None:
 
 def _links_arrays(links: Links) -> dict[str, np.ndarray]:
     out = {k: getattr(links, k) for k in ("launch_of", "gpu_ops_of_launch", "op_of", "top_op_of")}
-    if links.frame_of.strides == (0,):  # no Python frames: a broadcast of NONE, stored as its length
-        out["frame_of_none"] = np.array([len(links.frame_of)], dtype=np.int64)
+    if links.enclosing.frame_of is None:  # no Python frames: NONE everywhere, stored as its length
+        out["frame_of_none"] = np.array([len(links.launch_of)], dtype=np.int64)
     else:
         out["frame_of"] = links.frame_of
     out["unlinked_gpu_ops"] = np.array([links.unlinked_gpu_ops], dtype=np.int64)
@@ -252,21 +337,11 @@ def _links_arrays(links: Links) -> dict[str, np.ndarray]:
 
 
 def _links_from(a: dict[str, np.ndarray]) -> Links:
-    if "frame_of_none" in a:
-        n = int(a["frame_of_none"][0])
-        frame_of = np.broadcast_to(np.array(NONE, dtype=a["launch_of"].dtype), (n,))
-    else:
-        frame_of = a["frame_of"]
+    frame_of = None if "frame_of_none" in a else a["frame_of"]
     nests = {name: Nesting(**{f.name: a[f"{name}_{f.name}"] for f in fields(Nesting)}) for name in ("ops", "frames")}
     return Links(
-        launch_of=a["launch_of"],
-        gpu_ops_of_launch=a["gpu_ops_of_launch"],
-        op_of=a["op_of"],
-        top_op_of=a["top_op_of"],
-        frame_of=frame_of,
-        unlinked_gpu_ops=int(a["unlinked_gpu_ops"][0]),
-        ops=nests["ops"],
-        frames=nests["frames"],
+        Launches(a["launch_of"], a["gpu_ops_of_launch"], int(a["unlinked_gpu_ops"][0])),
+        Enclosing(a["op_of"], a["top_op_of"], frame_of, nests["ops"], nests["frames"]),
     )
 
 

@@ -12,6 +12,7 @@ on a large trace they are kept for the whole analysis, beside the event table it
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -147,21 +148,87 @@ def _parents(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Links:
-    """Row-indexed links over a whole trace (arrays of trace rows; NONE where absent)."""
+class Launches:
+    """The launch join: which host call enqueued each GPU op."""
 
     launch_of: np.ndarray  # GPU op row -> host API row that enqueued it
     gpu_ops_of_launch: np.ndarray  # host API row -> number of GPU ops it enqueued
+    unlinked_gpu_ops: int  # GPU ops (kernel/memcpy/memset) without a launch partner
+
+
+@dataclass(frozen=True)
+class Enclosing:
+    """What encloses each host call: its framework ops and their Python frames. ``frame_of`` is
+    None where the trace has no Python frames (:attr:`Links.frame_of` is then NONE everywhere)."""
+
     op_of: np.ndarray  # host API row -> innermost enclosing CPU_OP row
     top_op_of: np.ndarray  # host API row -> outermost enclosing CPU_OP row
-    frame_of: np.ndarray  # CPU_OP row -> innermost enclosing PYTHON row
-    unlinked_gpu_ops: int  # GPU ops (kernel/memcpy/memset) without a launch partner
+    frame_of: np.ndarray | None  # CPU_OP row -> innermost enclosing PYTHON row
     ops: Nesting  # nesting of CPU_OP events per thread
     frames: Nesting  # nesting of PYTHON events per thread
 
 
+class Links:
+    """Row-indexed links over a whole trace (arrays of trace rows; NONE where absent): the
+    launch join and the enclosures. The enclosures may be given as a function that returns them
+    (computed elsewhere meanwhile, :func:`hostgap.parallel.beside`), called once, when a part
+    that needs them is first read: the launch join alone serves the GPU timeline and the steps'
+    split, the enclosures only TaxBreak and the host rankings."""
+
+    def __init__(self, launches: Launches, enclosing: Enclosing | Callable[[], Enclosing]) -> None:
+        self.launches = launches
+        self._enclosing = enclosing
+
+    @cached_property
+    def enclosing(self) -> Enclosing:
+        e = self._enclosing
+        return e if isinstance(e, Enclosing) else e()
+
+    @property
+    def launch_of(self) -> np.ndarray:
+        return self.launches.launch_of
+
+    @property
+    def gpu_ops_of_launch(self) -> np.ndarray:
+        return self.launches.gpu_ops_of_launch
+
+    @property
+    def unlinked_gpu_ops(self) -> int:
+        return self.launches.unlinked_gpu_ops
+
+    @property
+    def op_of(self) -> np.ndarray:
+        return self.enclosing.op_of
+
+    @property
+    def top_op_of(self) -> np.ndarray:
+        return self.enclosing.top_op_of
+
+    @cached_property
+    def frame_of(self) -> np.ndarray:
+        f = self.enclosing.frame_of
+        if f is not None:
+            return f
+        # no Python frames (most GPU traces): every row NONE, read-only, without its memory
+        n = len(self.launches.launch_of)
+        return np.broadcast_to(np.array(NONE, dtype=row_dtype(n)), (n,))
+
+    @property
+    def ops(self) -> Nesting:
+        return self.enclosing.ops
+
+    @property
+    def frames(self) -> Nesting:
+        return self.enclosing.frames
+
+
 def link(trace: Trace) -> Links:
     """Build every link for ``trace`` (see :class:`Links`)."""
+    return Links(launch_links(trace), enclosing_links(trace))
+
+
+def launch_links(trace: Trace) -> Launches:
+    """The launch join: each GPU op's launch, each launch's GPU op count."""
     ev = trace.events
     n = len(ev)
     rdt = row_dtype(n)
@@ -180,7 +247,14 @@ def link(trace: Trace) -> Links:
     linked = launch_of[launch_of >= 0]
     counts = np.bincount(linked, minlength=n).astype(rdt, copy=False) if n else np.zeros(0, rdt)
     del linked
+    return Launches(launch_of, counts, int(np.sum(gpu & (launch_of == NONE))))
 
+
+def enclosing_links(trace: Trace) -> Enclosing:
+    """Each host call's enclosing framework ops, each top-level op's Python frame."""
+    ev = trace.events
+    n = len(ev)
+    rdt = row_dtype(n)
     op_of = np.full(n, NONE, dtype=rdt)
     top_op_of = np.full(n, NONE, dtype=rdt)
     # legacy traces record ProfilerStep#N ranges as ops (category "Operator"): step markers,
@@ -196,24 +270,14 @@ def link(trace: Trace) -> Links:
     top_op_of[host_api] = ops.rows[ops.root[pos]]
     del host_api, pos
     frames = Nesting.build(trace, ev.kind == Kind.PYTHON)
+    frame_of = None
     if len(frames.rows):
         frame_of = np.full(n, NONE, dtype=rdt)
         top = ops.rows[ops.parent < 0]
         pos = frames.innermost(ev.tid[top], ev.start_ns[top], ev.end_ns[top])
         hit = pos >= 0
         frame_of[top[hit]] = frames.rows[pos[hit]]
-    else:  # no Python frames (most GPU traces): every row NONE, read-only, without its memory
-        frame_of = np.broadcast_to(np.array(NONE, dtype=rdt), (n,))
-    return Links(
-        launch_of=launch_of,
-        gpu_ops_of_launch=counts,
-        op_of=op_of,
-        top_op_of=top_op_of,
-        frame_of=frame_of,
-        unlinked_gpu_ops=int(np.sum(gpu & (launch_of == NONE))),
-        ops=ops,
-        frames=frames,
-    )
+    return Enclosing(op_of, top_op_of, frame_of, ops, frames)
 
 
 def _search_pairs(a_key, a_corr, q_key, q_corr) -> np.ndarray:
