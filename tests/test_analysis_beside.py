@@ -154,3 +154,26 @@ def test_no_python_frames_read_as_none_everywhere_without_memory():
     assert links.enclosing.frame_of is None
     f = links.frame_of
     assert f.strides == (0,) and len(f) == len(trace.events) and (f == -1).all() and f.dtype == links.launch_of.dtype
+
+
+def test_no_child_where_the_system_lacks_the_memory(monkeypatch, forks):
+    path = str(vendored_path(TRACES[0]))
+    n = len(load_trace(path).events)
+    need = 2 * T.BESIDE_BYTES_PER_EVENT * n
+    monkeypatch.setattr(T, "available_bytes", lambda: need - 1)
+    T.analyse_trace(path, cache=False, jobs=2).document()
+    assert forks == []
+    monkeypatch.setattr(T, "available_bytes", lambda: need)
+    T.analyse_trace(path, cache=False, jobs=2).document()
+    assert len(forks) == 1
+    monkeypatch.setattr(T, "available_bytes", lambda: None)  # not known: as with enough
+    T.analyse_trace(path, cache=False, jobs=2).document()
+    assert len(forks) == 2
+
+
+def test_the_systems_available_memory_is_read():
+    from hostgap.memory import available_bytes
+
+    got = available_bytes()
+    if sys.platform.startswith("linux"):
+        assert got is not None and 0 < got < 1 << 50

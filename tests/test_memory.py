@@ -73,4 +73,5 @@ def test_analysis_releases_after_link_and_overview(monkeypatch, kineto_trace):
         kineto_trace([launch(ts=0, dur=2, corr=1), kernel("k", ts=5, dur=1, corr=1)]), AnalysisOptions()
     )
     doc = traceset.part_document(analysis)
-    assert len(calls) == 2 and doc["devices"]
+    # after the launch join, after the enclosures (both parts of the link), after the overview
+    assert len(calls) == 3 and doc["devices"]

@@ -35,3 +35,16 @@ def release_free_memory() -> bool:
         return False
     trim(0)
     return True
+
+
+def available_bytes() -> int | None:
+    """Memory the system can give without swapping (Linux's ``MemAvailable``), or None where it
+    is not known."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
