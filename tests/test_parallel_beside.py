@@ -38,6 +38,28 @@ def alive(pid: int) -> bool:
 
 
 @linux
+def test_the_child_neither_flushes_the_callers_buffers_nor_runs_its_exit_code(tmp_path):
+    """os._exit: output the caller buffered before the fork is written once, by the caller, and the
+    caller goes on after the fork (first in this file: a fork whose two sides were swapped would end
+    the test process itself, without a failure, in the tests below)."""
+    out = tmp_path / "out.txt"
+    code = f"""
+import atexit, sys
+sys.path.insert(0, {str(os.path.dirname(B.__file__))!r} + "/../..")
+from hostgap.parallel.beside import Beside
+f = open({str(out)!r}, "w", buffering=1 << 16)
+f.write("buffered once\\n")
+atexit.register(lambda: f.write("exit code once\\n"))
+b = Beside(lambda: 7)
+assert b.forked and b.result() == 7
+"""
+    import subprocess
+
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert out.read_text() == "buffered once\nexit code once\n"
+
+
+@linux
 def test_the_childs_value_comes_back_whole_arrays_included():
     parent = os.getpid()
     big = np.arange(3_000_000, dtype=np.int64)  # 24 MB: many times the pipe's buffer
@@ -184,23 +206,3 @@ def test_an_interrupted_wait_takes_the_child_with_it(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         b.result()
     assert not alive(pid)
-
-
-@linux
-def test_the_child_neither_flushes_the_callers_buffers_nor_runs_its_exit_code(tmp_path):
-    """os._exit: output the caller buffered before the fork is written once, by the caller."""
-    out = tmp_path / "out.txt"
-    code = f"""
-import atexit, sys
-sys.path.insert(0, {str(os.path.dirname(B.__file__))!r} + "/../..")
-from hostgap.parallel.beside import Beside
-f = open({str(out)!r}, "w", buffering=1 << 16)
-f.write("buffered once\\n")
-atexit.register(lambda: f.write("exit code once\\n"))
-b = Beside(lambda: 7)
-assert b.forked and b.result() == 7
-"""
-    import subprocess
-
-    subprocess.run([sys.executable, "-c", code], check=True)
-    assert out.read_text() == "buffered once\nexit code once\n"

@@ -137,31 +137,23 @@ def _send(fd: int, value: object) -> None:  # pragma: no cover - runs in the chi
 
 def _receive(fd: int) -> object:
     """The child's value, or _FAILED when what arrives is short or is not a pickle."""
-    head = _read(fd, _HEAD.size)
-    if head is None:
-        return _FAILED
-    n_data, n_buf = _HEAD.unpack(head)
-    sizes = _read(fd, 8 * n_buf)
-    if sizes is None:
-        return _FAILED
-    data = _read(fd, n_data)
-    bufs = [_read(fd, n) for (n,) in struct.iter_unpack("<Q", sizes)]
-    if data is None or any(b is None for b in bufs):
-        return _FAILED
     try:
-        return pickle.loads(data, buffers=bufs)
-    except Exception:
+        n_data, n_buf = _HEAD.unpack(_read(fd, _HEAD.size))
+        sizes = [n for (n,) in struct.iter_unpack("<Q", _read(fd, 8 * n_buf))]
+        data = _read(fd, n_data)
+        return pickle.loads(data, buffers=[_read(fd, n) for n in sizes])
+    except Exception:  # short (EOFError), or not what _send wrote
         return _FAILED
 
 
-def _read(fd: int, n: int) -> bytearray | None:
-    """Exactly n bytes from the pipe, or None when it ends first."""
+def _read(fd: int, n: int) -> bytearray:
+    """Exactly n bytes from the pipe; EOFError when it ends first."""
     out = bytearray(n)
     view, got = memoryview(out), 0
     while got < n:
         k = os.readv(fd, [view[got:]])
         if k == 0:
-            return None
+            raise EOFError(f"{got} of {n} bytes")
         got += k
     return out
 
