@@ -90,6 +90,16 @@ def test_take_and_of_kind():
     sub = t.take(np.array([3, 1]))
     assert sub.start_ns.tolist() == [3, 1] and sub.kind.tolist() == [Kind.CPU_OP, Kind.LAUNCH]
     assert t.take(t.of_kind(Kind.LAUNCH)).start_ns.tolist() == [1]
+    assert t.of_kind().tolist() == [False] * 4 and t.of_kind(Kind.KERNEL, Kind.KERNEL).tolist() == [1, 0, 0, 0]
+
+
+def test_of_kind_is_isin_on_every_subset():
+    rng = np.random.default_rng(3)
+    kinds = rng.integers(0, len(Kind), 5000)
+    t = EventTable.from_columns(columns(list(range(5000)), kinds=[Kind(int(k)) for k in kinds]))
+    for _ in range(40):
+        pick = [Kind(int(k)) for k in rng.choice(len(Kind), size=int(rng.integers(1, 5)), replace=True)]
+        np.testing.assert_array_equal(t.of_kind(*pick), np.isin(t.kind, np.array(pick, dtype=np.int8)))
 
 
 def test_trace_names_masks_and_device_activity():
