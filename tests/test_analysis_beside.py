@@ -177,3 +177,46 @@ def test_the_systems_available_memory_is_read():
     got = available_bytes()
     if sys.platform.startswith("linux"):
         assert got is not None and 0 < got < 1 << 50
+
+
+def test_the_child_computes_the_overview_the_command_does_not(monkeypatch, forks):
+    """With a child, the command's process never computes the overview (the child's is used); the
+    steps alone fork the enclosures only, and the command then computes no overview either."""
+    from hostgap.anatomy import overview as ov
+
+    here: list[int] = []
+    real = ov.overview
+    monkeypatch.setattr(ov, "overview", lambda *a, **k: here.append(1) or real(*a, **k))
+    path = str(vendored_path(TRACES[0]))
+    T.analyse_trace(path, cache=False, jobs=2).document()
+    assert len(forks) == 1 and here == []
+    T.analyse_trace(path, cache=False, jobs=1).document()
+    assert here == [1]  # one process: computed here
+
+
+def test_the_links_are_kept_when_known_and_never_twice(forks, tmp_path, monkeypatch):
+    path = str(vendored_path(TRACES[0]))
+    monkeypatch.setenv("HOSTGAP_CACHE_MIN", "0")
+    monkeypatch.setenv("HOSTGAP_CACHE_DIR", str(tmp_path / "cache"))
+    puts: list[str] = []
+    real = C.Entry.put_arrays
+    monkeypatch.setattr(C.Entry, "put_arrays", lambda self, g, *a, **k: puts.append(g) or real(self, g, *a, **k))
+    # one process, the links alone (what trim and the overview need): kept at once
+    a = T.analyse_trace(path, jobs=1)
+    a.links  # noqa: B018
+    assert puts == ["links"] and C.entry_for(path).arrays("links") is not None
+    # with a child, keeping them waits for the enclosures: not forced when the links are made
+    monkeypatch.setenv("HOSTGAP_CACHE_DIR", str(tmp_path / "cache2"))
+    puts.clear()
+    b = T.analyse_trace(path, jobs=2)
+    b._want_enclosing = True
+    b.links  # noqa: B018
+    assert len(forks) == 1 and not forks[0]._done and puts == []
+    b.anatomy()
+    assert forks[0]._done and puts == ["links"]
+    # a second look writes no links again
+    puts.clear()
+    c = T.analyse_trace(path, jobs=2)
+    c.document()
+    c.anatomy()
+    assert puts == [] and len(forks) == 1
