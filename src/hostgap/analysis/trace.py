@@ -47,10 +47,11 @@ BESIDE_MIN_EVENTS = 1_000_000
 the GPU timeline and the steps' split (``HOSTGAP_BESIDE_MIN_EVENTS`` overrides; ``HOSTGAP_JOBS=1``
 turns it off): below it, forking and sending the arrays back cost about what they save."""
 
-BESIDE_BYTES_PER_EVENT = 90
-"""The child's own memory per event of the trace (its arrays and temporaries; the trace itself
-is shared): 0.54 GB measured on a 6.6 M-event trace. A child is forked only where the system has
-twice that available (``MemAvailable``), so that it never pushes the machine into swap."""
+BESIDE_BYTES_PER_EVENT = 95
+"""The child's own memory per event of the trace (its arrays and temporaries, and the pages the
+command changes while it runs; the trace itself is shared): 0.54-0.61 GB measured on a 6.6 M-event
+trace (bench/ingest_memory.py). A child is forked only where the system has twice that available
+(``MemAvailable``), so that it never pushes the machine into swap."""
 
 
 class TraceAnalysis:
