@@ -206,3 +206,46 @@ def test_an_interrupted_wait_takes_the_child_with_it(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         b.result()
     assert not alive(pid)
+
+
+@linux
+@pytest.mark.parametrize("ending", ["return", "raise", "sigint"])
+def test_a_process_that_ends_takes_its_child_along(tmp_path, ending):
+    """A child whose value was never asked for is killed when the process that forked it ends:
+    normally, on an uncaught error, or on Ctrl-C (SIGINT to the process alone)."""
+    import signal
+    import subprocess
+
+    pidfile = tmp_path / "child.pid"
+    code = f"""
+import os, sys, time
+sys.path.insert(0, {str(os.path.dirname(B.__file__))!r} + "/../..")
+from hostgap.parallel.beside import Beside
+parent = os.getpid()
+b = Beside(lambda: time.sleep(120) if os.getpid() != parent else 0)
+open({str(pidfile)!r}, "w").write(str(b._pid))
+if {ending!r} == "raise":
+    raise RuntimeError("an error the command did not expect")
+if {ending!r} == "sigint":
+    time.sleep(120)
+"""
+    p = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    child = int(pidfile.read_text())
+    if ending == "sigint":
+        p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+    # (an uncaught KeyboardInterrupt ends Python by the signal itself, after its exit handlers)
+    assert p.returncode == {"return": 0, "raise": 1, "sigint": -signal.SIGINT}[ending]
+    gone = time.monotonic() + 10
+    while time.monotonic() < gone:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, 9)
+        pytest.fail(f"child {child} outlived the process that forked it")
