@@ -24,6 +24,11 @@ if [ "${HOSTGAP_LINT:-1}" != 0 ]; then
   bash scripts/lint.sh || status=$?
 fi
 .venv/bin/python -m pytest -p no:cacheprovider -m "not vllm" "$@" || status=$?
+# A child is forked only from a process with no other thread: the tests of the forked analysis
+# again in a fresh process, where they must run (in the suite above, threads an earlier test
+# left, such as tqdm's monitor, skip them)
+HOSTGAP_TEST_FORK=1 .venv/bin/python -m pytest -p no:cacheprovider -q tests/test_parallel_beside.py \
+  tests/test_analysis_beside.py || status=$?
 # The suite above reads Kineto JSON with the compiled decoder (hostgap.readers._kcolumns) when it is
 # built; the loader tests run again on the pure-Python decoder, the path of a machine without one.
 if .venv/bin/python -c 'import hostgap.readers._kcolumns' 2>/dev/null; then
