@@ -176,11 +176,12 @@ def test_no_child_where_the_system_lacks_the_memory(monkeypatch, forks):
 
 
 def test_the_systems_available_memory_is_read():
-    from hostgap.memory import available_bytes
+    from hostgap.memory import available_bytes, meminfo
 
     got = available_bytes()
     if sys.platform.startswith("linux"):
-        assert got is not None and 0 < got < 1 << 50
+        assert got is not None and 0 < got <= meminfo("MemTotal") < 1 << 50
+    assert meminfo("NoSuchField") is None
 
 
 def test_the_child_computes_the_overview_the_command_does_not(monkeypatch, forks):

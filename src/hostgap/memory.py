@@ -37,14 +37,20 @@ def release_free_memory() -> bool:
     return True
 
 
-def available_bytes() -> int | None:
-    """Memory the system can give without swapping (Linux's ``MemAvailable``), or None where it
-    is not known."""
+def meminfo(key: str) -> int | None:
+    """One field of Linux's ``/proc/meminfo`` in bytes (``MemTotal``, ``MemAvailable``, ...), or
+    None where it is not known."""
     try:
         with open("/proc/meminfo", "rb") as f:
             for line in f:
-                if line.startswith(b"MemAvailable:"):
+                if line.startswith(key.encode() + b":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def available_bytes() -> int | None:
+    """Memory the system can give without swapping (Linux's ``MemAvailable``), or None where it
+    is not known."""
+    return meminfo("MemAvailable")

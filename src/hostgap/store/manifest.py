@@ -15,6 +15,8 @@ import subprocess
 import sys
 from importlib import metadata
 
+from hostgap.memory import meminfo
+
 SCHEMA_VERSION = 1
 
 PACKAGES = ("hostgap", "torch", "transformers", "numpy", "scipy", "msgspec", "vllm", "triton")
@@ -73,8 +75,8 @@ def cpu_facts() -> dict:
         "khz_cur": _read_int(base + "scaling_cur_freq"),
         "khz_max": _read_int(base + "cpuinfo_max_freq"),
         "governor": _read_text(base + "scaling_governor"),
-        "mem_total_bytes": _meminfo("MemTotal"),
-        "mem_available_bytes": _meminfo("MemAvailable"),
+        "mem_total_bytes": meminfo("MemTotal"),
+        "mem_available_bytes": meminfo("MemAvailable"),
     }
 
 
@@ -84,17 +86,6 @@ def _read_text(path: str) -> str | None:
             return f.read().strip()
     except OSError:
         return None
-
-
-def _meminfo(key: str) -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 NVSMI_FIELDS = (

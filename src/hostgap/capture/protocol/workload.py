@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hostgap.capture.protocol.engine import Workload
 from hostgap.errors import HostgapError
+from hostgap.memory import available_bytes as host_available_bytes
 from hostgap.model.arch import Arch, dtype_bytes
 
 HEADROOM = 1.15
@@ -87,13 +88,9 @@ def available_bytes(device: str) -> int:
         torch = import_torch()
         free, _total = torch.cuda.mem_get_info()
         return int(free)
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    free = host_available_bytes()
+    if free is not None:
+        return free
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):
