@@ -79,6 +79,25 @@ def vendored_path(relative: str) -> Path:
     return p
 
 
+@pytest.fixture
+def one_thread():
+    """A test process running no other thread, as forking needs (``hostgap.parallel.beside``):
+    one left by an earlier test (tqdm's monitor, a generation loop's) is waited for briefly, then
+    named in the skip; with ``HOSTGAP_TEST_FORK=1`` (scripts/test.sh's fresh-process pass) it fails."""
+    import threading
+    import time
+
+    deadline = time.monotonic() + 5
+    while threading.active_count() > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if others:
+        why = f"other threads run in this test process: {others}"
+        if os.environ.get("HOSTGAP_TEST_FORK") == "1":
+            pytest.fail(why)
+        pytest.skip(f"{why}; scripts/test.sh runs this file again in a fresh process")
+
+
 @pytest.fixture(scope="session")
 def traces_dir() -> Path:
     """The corpus folder ``../shared/traces``; skips when absent."""

@@ -4,10 +4,7 @@ on more than one worker): the same documents and cache entry as in one process, 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -19,7 +16,10 @@ from hostgap.anatomy.link import Enclosing, Links, enclosing_links, launch_links
 from hostgap.parallel import beside as B
 from hostgap.readers import load_trace
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="children are forked on Linux only")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="children are forked on Linux only"),
+    pytest.mark.usefixtures("one_thread"),  # (conftest: forking needs no other thread)
+]
 
 TRACES = [
     "hta/a100_deep_queue_rank0.json.gz",  # GPU: TaxBreak reads the enclosures
@@ -27,19 +27,6 @@ TRACES = [
     "tracelens/h100_bert-small.json.gz",  # Python frames: frame_of is an array
     "hta/a100_nccl_2rank.json.gz",
 ]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    deadline = time.monotonic() + 5
-    while threading.active_count() > 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
-    if others:  # (a model's tqdm monitor, a generation loop's threads, from earlier tests)
-        why = f"other threads run in this test process: {others}"
-        if os.environ.get("HOSTGAP_TEST_FORK") == "1":
-            pytest.fail(why)
-        pytest.skip(f"{why}; scripts/test.sh runs this file again in a fresh process")
 
 
 @pytest.fixture

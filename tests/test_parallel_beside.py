@@ -17,19 +17,7 @@ from hostgap.parallel.beside import Beside, can_fork
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="children are forked on Linux only")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Forking needs this process to run no other thread: one left by an earlier test (a server's,
-    a pool's) is waited for briefly, then named in the skip."""
-    deadline = time.monotonic() + 5
-    while threading.active_count() > 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
-    if others:  # (a model's tqdm monitor, a generation loop's threads, from earlier tests)
-        why = f"other threads run in this test process: {others}"
-        if os.environ.get("HOSTGAP_TEST_FORK") == "1":
-            pytest.fail(why)
-        pytest.skip(f"{why}; scripts/test.sh runs this file again in a fresh process")
+pytestmark = pytest.mark.usefixtures("one_thread")  # (conftest: forking needs no other thread)
 
 
 def alive(pid: int) -> bool:
